@@ -1,0 +1,1 @@
+"""envreplica.cli."""
