@@ -1,0 +1,28 @@
+# `make check` is the main job; every target bootstraps .venv on a fresh machine.
+PY    ?= python3
+VENV  := .venv
+BIN   := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: check test diagrams clean
+
+check: $(STAMP)
+	$(BIN)/envreplica check
+
+test: $(STAMP)
+	$(BIN)/pytest -p no:cacheprovider tests
+
+diagrams: $(STAMP)
+	mkdir -p docs
+	$(BIN)/envreplica diagram --format svg --output docs/gate.svg
+	$(BIN)/envreplica diagram --format png --output docs/gate.png
+
+# Reinstalls only when pyproject.toml changes (the install is editable).
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $@
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .hypothesis .pytest_cache
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

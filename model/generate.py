@@ -1,0 +1,403 @@
+"""Bounded frame generators and the model interface the checker, simulator and driver share.
+
+Models: the environment of the replica. Two generators emit frames within
+``Bounds``:
+
+* ``cloud`` mode: a small model of the cloud that owns records, changes them
+  only by reachable head moves (create, rotate, approve/epoch upgrade,
+  withhold, delete, restore, relist), logs each change as the next delivery
+  of its stream, snapshots its records page by page into an attempt, and
+  commits with its true high-water mark and versions. It reads the replica's
+  cursor and staging progress the way a real cloud learns them from
+  acknowledgements. Consistent frames reach deep states cheaply.
+* ``adversary`` mode: any frame whose fields come from the bounded domains
+  (streams, attempts, projects, keys, record versions, sequences, a record
+  alphabet that includes older and conflicting records, reconciliation ids,
+  organisations, kept-epoch sets), whatever the replica's state.
+
+In both modes the replica may close, restart, lose its value store, and any
+read in flight may answer with each answer class (``model.store.answers``);
+up to ``Bounds.inflight`` operations may be suspended at once (0 turns
+interleavings off).
+
+The interface: ``init(bounds)``, ``enabled(bounds, world)``,
+``next_state(bounds, world, action)``. Properties live in ``spec.properties``.
+
+Leaves out on purpose: the cloud's own failure handling (it simply resends
+what the replica's state says is next), and symmetry reduction (states are
+deduplicated exactly, not up to renaming).
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+from dataclasses import dataclass, field, replace
+from typing import Iterator, Optional
+
+from envreplica.model.actions import (
+    Action,
+    Begin,
+    CloseGate,
+    Commit,
+    Deliver,
+    Page,
+    Restart,
+    Resume,
+    StoreOff,
+    step,
+)
+from envreplica.model.fmap import EMPTY, FMap
+from envreplica.model.state import INITIAL, ModelConfig, State, Variant
+from envreplica.model.store import answers
+from envreplica.spec.domain import (
+    ApplyFrame,
+    BeginFrame,
+    BindingState,
+    BindWithhold,
+    CommitFrame,
+    Cursor,
+    Head,
+    LegacyRef,
+    PageFrame,
+    ProjectVersion,
+    StagedRef,
+)
+from envreplica.spec.gate import Gate
+
+
+class Mode(str, enum.Enum):
+    """Where frames come from."""
+
+    CLOUD = "cloud"
+    ADVERSARY = "adversary"
+
+
+class Move(str, enum.Enum):
+    """The cloud's record changes: each one reachable head move (``isReachableRecordAdvance``)."""
+
+    CREATE = "create"  # first save: revision 1, generation 1
+    CREATE_TOMBSTONE = "create_tombstone"  # a fence: revision 1, generation 0, tombstone
+    ROTATE = "rotate"  # a new value: generation + 1
+    UPGRADE = "upgrade"  # approve under the next policy epoch: revision + 1
+    WITHHOLD = "withhold"  # approve with a withholding binding: revision + 1
+    DELETE = "delete"  # revision + 1, generation + 1, tombstone
+    RESTORE = "restore"  # save after delete: revision + 1, generation + 1
+    RELIST = "relist"  # listing generation + 1 only
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The finite domains of one model-checking run (configuration, never state)."""
+
+    name: str  # how the CLI names these bounds
+    mode: Mode  # cloud model or adversary
+    variant: Variant = Variant.FIXED  # the protocol variant under check
+    projects: tuple[str, ...] = ("p1",)  # project ids
+    keys: tuple[str, ...] = ("A",)  # env keys; a key that is not a Segment (``_K``) has no legacy name
+    legacy_keys: tuple[str, ...] = ()  # keys whose values the cloud keeps as legacy SSM versions
+    streams: tuple[str, ...] = ("s1", "s2")  # delivery stream ids
+    attempts: tuple[str, ...] = ("a1", "a2")  # attempt ids (the adversary may reuse them)
+    orgs: tuple[str, ...] = ("org",)  # organisations begin may name
+    epoch_sets: tuple[tuple[int, ...], ...] = ((1, 2),)  # kept policy epochs begin may send
+    record_epochs: tuple[int, ...] = (1, 2)  # policy epochs records are approved under
+    moves: frozenset = frozenset(Move)  # the cloud's record changes
+    max_counter: int = 2  # revision / generation limit
+    max_record_version: int = 2  # project record version limit
+    max_sequence: int = 2  # delivery sequence limit per stream
+    page_size: int = 1  # records per page
+    values: tuple[str, ...] = ("v",)  # plaintexts a store may hold
+    inflight: int = 1  # operations suspended at once (0: interleavings off)
+    store_off: bool = False  # the value store may go away
+    restarts: bool = True  # the replica may crash and restart
+    alphabet_extra: bool = True  # adversary: add older/conflicting records to the alphabet
+    ack_page_bytes: int = 262144  # acknowledgement size bound
+    max_depth: Optional[int] = None  # stop exploring beyond this depth (None: exhaustive)
+
+    def model_config(self) -> ModelConfig:
+        return ModelConfig(variant=self.variant, ack_page_bytes=self.ack_page_bytes)
+
+
+@dataclass(frozen=True, slots=True)
+class Cloud:
+    """The cloud's side in ``cloud`` mode."""
+
+    records: FMap = EMPTY  # (projectId, key) -> BindingState: the cloud's truth
+    versions: FMap = EMPTY  # projectId -> record version
+    log: tuple = ()  # (projectId, recordVersion, state) deltas on the current stream
+    stream: int = -1  # index of the current stream in Bounds.streams (-1: none yet)
+    attempts: int = 0  # attempts begun; the current one is Bounds.attempts[attempts - 1]
+
+
+@dataclass(frozen=True, slots=True)
+class World:
+    """One state of the checker: the replica, and the cloud (None in adversary mode)."""
+
+    replica: State  # the replica under check
+    cloud: Optional[Cloud]  # the cloud model, when frames come from it
+
+
+# ---------------------------------------------------------------------------
+# Records: the cloud's moves, and the adversary's alphabet
+# ---------------------------------------------------------------------------
+
+
+def _ref(bounds: Bounds, key: str, generation: int):
+    if key in bounds.legacy_keys:
+        return LegacyRef(generation)
+    return StagedRef(f"00000000-0000-4000-8000-{generation:012x}")
+
+
+def moves(bounds: Bounds, key: str, current: Optional[BindingState]) -> Iterator[tuple[Move, BindingState]]:
+    """Each record the cloud can move ``current`` to in one record-version step."""
+    limit = bounds.max_counter
+    first_epoch = bounds.record_epochs[0]
+    if current is None:
+        if Move.CREATE in bounds.moves:
+            yield Move.CREATE, BindingState(key, Head(1, 1, False, _ref(bounds, key, 1)), None, first_epoch, 0)
+        if Move.CREATE_TOMBSTONE in bounds.moves:
+            yield Move.CREATE_TOMBSTONE, BindingState(key, Head(1, 0, True, None), None, first_epoch, 0)
+        return
+    h = current.head
+    if not h.tombstone:
+        if Move.ROTATE in bounds.moves and h.generation < limit:
+            yield Move.ROTATE, replace(current, head=Head(h.revision, h.generation + 1, False, _ref(bounds, key, h.generation + 1)))
+        if h.revision < limit:
+            later = [e for e in bounds.record_epochs if current.policy_epoch is not None and e > current.policy_epoch]
+            if Move.UPGRADE in bounds.moves and later:
+                yield Move.UPGRADE, replace(current, head=replace(h, revision=h.revision + 1), policy_epoch=later[0])
+            if Move.WITHHOLD in bounds.moves and current.binding is None:
+                yield Move.WITHHOLD, replace(current, head=replace(h, revision=h.revision + 1), binding=BindWithhold("held"))
+        if Move.DELETE in bounds.moves and h.revision < limit and h.generation < limit:
+            yield Move.DELETE, replace(current, head=Head(h.revision + 1, h.generation + 1, True, None))
+    elif Move.RESTORE in bounds.moves and h.revision < limit and h.generation < limit:
+        yield Move.RESTORE, replace(current, head=Head(h.revision + 1, h.generation + 1, False, _ref(bounds, key, h.generation + 1)))
+    if Move.RELIST in bounds.moves and current.listing_generation < 1:
+        yield Move.RELIST, replace(current, listing_generation=current.listing_generation + 1)
+
+
+def alphabet(bounds: Bounds, key: str) -> tuple[BindingState, ...]:
+    """The adversary's records for ``key``: every record the cloud can reach, plus odd ones."""
+    seen: list[BindingState] = []
+    frontier: list[Optional[BindingState]] = [None]
+    while frontier:
+        nxt = []
+        for current in frontier:
+            for _, state in moves(bounds, key, current):
+                if state not in seen:
+                    seen.append(state)
+                    nxt.append(state)
+        frontier = nxt
+    if bounds.alphabet_extra and seen:
+        first = seen[0]
+        # Same counters, another binding: a conflict with the first record.
+        seen.append(replace(first, binding=BindWithhold("odd")))
+        # Same counters, an epoch no begin keeps: policy_epoch_unknown.
+        seen.append(replace(first, policy_epoch=None))
+    return tuple(seen)
+
+
+# ---------------------------------------------------------------------------
+# Frames common to both modes: close, restart, store off, resume
+# ---------------------------------------------------------------------------
+
+
+def _environment_actions(bounds: Bounds, st: State) -> Iterator[Action]:
+    yield CloseGate()
+    if bounds.restarts:
+        yield Restart()
+    if bounds.store_off and st.store_on:
+        yield StoreOff()
+    for slot, op in enumerate(st.inflight):
+        read = op.read
+        for answer in answers(read.org_id, read.project_id, read.before, read.request, bounds.values):
+            yield Resume(slot, answer)
+
+
+def _may_start(bounds: Bounds, st: State) -> bool:
+    """A page or delivery may start only while a suspended slot is free."""
+    return len(st.inflight) <= bounds.inflight
+
+
+# ---------------------------------------------------------------------------
+# The cloud
+# ---------------------------------------------------------------------------
+
+
+def _cloud_actions(bounds: Bounds, world: World) -> Iterator[Action]:
+    cloud, st = world.cloud, world.replica
+    a = st.authority
+    stream = bounds.streams[cloud.stream] if cloud.stream >= 0 else None
+    attempt = bounds.attempts[cloud.attempts - 1] if cloud.attempts else None
+    # begin: a new attempt, on this stream or the next one
+    if cloud.attempts < len(bounds.attempts):
+        new_attempt = bounds.attempts[cloud.attempts]
+        choices = []
+        if stream is not None:
+            choices.append(stream)
+        if cloud.stream + 1 < len(bounds.streams):
+            choices.append(bounds.streams[cloud.stream + 1])
+        for s in choices:
+            for epochs in bounds.epoch_sets:
+                yield Begin(BeginFrame(s, new_attempt, bounds.projects), epochs, bounds.orgs[0])
+    staging = attempt is not None and a.attempt_id == attempt and a.gate is Gate.STAGING
+    if staging and _may_start(bounds, st):
+        for project in bounds.projects:
+            page = _next_page(bounds, cloud, st, attempt, project)
+            if page is not None:
+                yield Page(page)
+    if staging:
+        versions = tuple(ProjectVersion(p, cloud.versions.get(p, 0)) for p in sorted(bounds.projects))
+        yield Commit(CommitFrame(attempt, Cursor(stream, len(cloud.log)), versions))
+    # deliveries: the next one, and a replay of the last consumed one
+    if a.gate.activated and stream is not None and a.stream_id == stream and _may_start(bounds, st):
+        recon = a.attempt_id if a.attempt_id is not None and a.attempt_id == attempt else None
+        for sequence in (a.applied_sequence + 1, a.applied_sequence):
+            if 1 <= sequence <= len(cloud.log):
+                project, version, state = cloud.log[sequence - 1]
+                yield Deliver(ApplyFrame("op", project, version, state, Cursor(stream, sequence), recon))
+    # record changes
+    if stream is not None and len(cloud.log) < bounds.max_sequence:
+        for project in bounds.projects:
+            if cloud.versions.get(project, 0) >= bounds.max_record_version:
+                continue
+            for key in bounds.keys:
+                for move, _ in moves(bounds, key, cloud.records.get((project, key))):
+                    yield _Mutate(project, key, move)
+
+
+@dataclass(frozen=True, slots=True)
+class _Mutate:
+    """A cloud-side record change (not a replica action: the replica sees it as a delivery later)."""
+
+    project: str
+    key: str
+    move: Move
+    kind = "cloud_change"
+
+
+def _next_page(bounds: Bounds, cloud: Cloud, st: State, attempt: str, project: str) -> Optional[PageFrame]:
+    version = cloud.versions.get(project, 0)
+    staged = st.stage_projects.get((attempt, project))
+    if staged is None:
+        return None
+    keys = sorted(k for (p, k) in cloud.records if p == project)
+    if staged.record_version == version and staged.complete:
+        return None
+    if staged.record_version == version and staged.last_key is not None:
+        after = staged.last_key
+    else:
+        after = None
+    rest = [k for k in keys if after is None or k > after]
+    chunk = rest[: bounds.page_size]
+    records = tuple(cloud.records[(project, k)] for k in chunk)
+    return PageFrame("op", attempt, project, after, version, records, len(rest) <= bounds.page_size)
+
+
+def _cloud_next(bounds: Bounds, world: World, action) -> World:
+    cloud = world.cloud
+    if isinstance(action, _Mutate):
+        state = dict(moves(bounds, action.key, cloud.records.get((action.project, action.key))))[action.move]
+        version = cloud.versions.get(action.project, 0) + 1
+        cloud = replace(
+            cloud,
+            records=cloud.records.set((action.project, action.key), state),
+            versions=cloud.versions.set(action.project, version),
+            log=cloud.log + ((action.project, version, state),),
+        )
+    elif isinstance(action, Begin):
+        index = bounds.streams.index(action.frame.stream_id)
+        if index != cloud.stream:
+            cloud = replace(cloud, stream=index, log=())
+        cloud = replace(cloud, attempts=cloud.attempts + 1)
+    return replace(world, cloud=cloud)
+
+
+# ---------------------------------------------------------------------------
+# The adversary
+# ---------------------------------------------------------------------------
+
+
+def _adversary_frames(bounds: Bounds):
+    """Every frame within the bounds, computed once per bounds (the domain, not the state)."""
+    versions = range(0, bounds.max_record_version + 1)
+    records_by_key = {k: alphabet(bounds, k) for k in bounds.keys}
+    begins = []
+    for s, att, org, epochs in itertools.product(bounds.streams, bounds.attempts, bounds.orgs, bounds.epoch_sets):
+        for n in range(len(bounds.projects) + 1):
+            for projects in itertools.combinations(bounds.projects, n):
+                begins.append(Begin(BeginFrame(s, att, projects), epochs, org))
+    pages = []
+    for att, project, version, complete in itertools.product(bounds.attempts, bounds.projects, versions, (False, True)):
+        for after in (None,) + bounds.keys:
+            later = [k for k in bounds.keys if after is None or k > after]
+            for n in range(0, bounds.page_size + 1):
+                for keys in itertools.combinations(later, n):
+                    for states in itertools.product(*(records_by_key[k] for k in keys)):
+                        pages.append(Page(PageFrame("op", att, project, after, version, tuple(states), complete)))
+    deliveries = []
+    for s, seq, project, version, recon in itertools.product(
+        bounds.streams, range(1, bounds.max_sequence + 1), bounds.projects,
+        range(1, bounds.max_record_version + 1), (None,) + bounds.attempts,
+    ):
+        for key in bounds.keys:
+            for state in records_by_key[key]:
+                deliveries.append(Deliver(ApplyFrame("op", project, version, state, Cursor(s, seq), recon)))
+    commits = []
+    for att, s, seq in itertools.product(bounds.attempts, bounds.streams, range(0, bounds.max_sequence + 1)):
+        for n in range(len(bounds.projects) + 1):
+            for projects in itertools.combinations(sorted(bounds.projects), n):
+                for vs in itertools.product(versions, repeat=n):
+                    commits.append(Commit(CommitFrame(att, Cursor(s, seq), tuple(
+                        ProjectVersion(p, v) for p, v in zip(projects, vs)))))
+    return tuple(begins), tuple(pages), tuple(deliveries), tuple(commits)
+
+
+_FRAMES: dict = {}
+
+
+def _adversary_actions(bounds: Bounds, world: World) -> Iterator[Action]:
+    frames = _FRAMES.get(bounds)
+    if frames is None:
+        frames = _FRAMES[bounds] = _adversary_frames(bounds)
+    begins, pages, deliveries, commits = frames
+    st = world.replica
+    yield from begins
+    yield from commits
+    if _may_start(bounds, st):
+        yield from pages
+        yield from deliveries
+
+
+# ---------------------------------------------------------------------------
+# The interface
+# ---------------------------------------------------------------------------
+
+
+def init(bounds: Bounds) -> World:
+    """The initial world: an empty replica (and an empty cloud in cloud mode)."""
+    return World(INITIAL, Cloud() if bounds.mode is Mode.CLOUD else None)
+
+
+def enabled(bounds: Bounds, world: World) -> Iterator:
+    """Every action the environment may take next."""
+    if bounds.mode is Mode.CLOUD:
+        yield from _cloud_actions(bounds, world)
+    else:
+        yield from _adversary_actions(bounds, world)
+    yield from _environment_actions(bounds, world.replica)
+
+
+def next_state(bounds: Bounds, world: World, action, cfg: Optional[ModelConfig] = None):
+    """Take ``action``; returns (next world, result). Cloud-side changes have result None."""
+    if isinstance(action, _Mutate):
+        return _cloud_next(bounds, world, action), None
+    cfg = cfg or bounds.model_config()
+    replica_next, result = step(cfg, world.replica, action)
+    world2 = World(replica_next, world.cloud)
+    if world.cloud is not None and isinstance(action, Begin) and getattr(result, "ok", False):
+        world2 = _cloud_next(bounds, world2, action)
+    return world2, result
+
+
+CloudChange = _Mutate

@@ -1,0 +1,412 @@
+"""The safety properties of the replica: one named predicate per property.
+
+Models: what must hold of every reachable replica state (``INVARIANTS``), of
+every step ``(state, action, result, next state)`` (``STEP_PROPERTIES``), and
+what must happen at least once in a run so that a pass is not vacuous
+(``SOMETIMES``). Each predicate's docstring states its property in words;
+``describe`` turns it into the table the checker prints.
+
+Leaves out on purpose: liveness (that a value is eventually installed, that
+the gate eventually opens): the checker explores bounded safety; the
+"sometimes" properties only show the interesting states are reached.
+
+The predicates read the model's state shape (``model.state.State``) and use
+the model's own read (``read_snapshot``) for what is served, because serving
+is defined by that read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from envreplica.spec.domain import (
+    ApplyFrame,
+    ApplyOk,
+    ApplyRefused,
+    CommitOk,
+    CommitRefused,
+    MatKind,
+    PageRefused,
+    RefusalCode,
+)
+from envreplica.spec.gate import GATE_NEXT, Gate, Trigger
+
+# ---------------------------------------------------------------------------
+# State invariants
+# ---------------------------------------------------------------------------
+
+
+def gate_agrees_with_attempt(st) -> bool:
+    """An attempt is open exactly when the gate is closed.staging."""
+    return (st.authority.attempt_id is not None) == (st.authority.gate is Gate.STAGING)
+
+
+def staging_belongs_to_attempt(st) -> bool:
+    """Every staged row belongs to the open attempt; with no attempt nothing is staged."""
+    attempt = st.authority.attempt_id
+    return all(
+        k[0] == attempt
+        for table in (st.stage_projects, st.stage_records, st.stage_values)
+        for k in table
+    )
+
+
+def nothing_served_unless_open(st) -> bool:
+    """Nothing is served unless the gate is open with no attempt."""
+    from envreplica.model.replica import read_snapshot
+
+    a = st.authority
+    if a.gate is Gate.OPEN and a.attempt_id is None:
+        return True
+    return read_snapshot(st, sorted(st.projects)) is None
+
+
+def _installed_match(records, values, key_of) -> bool:
+    for k, row in records.items():
+        if row.mat.kind is MatKind.INSTALLED:
+            value = values.get(k)
+            head = row.state.head
+            if (
+                value is None
+                or head.tombstone
+                or value.revision != head.revision
+                or value.generation != head.generation
+                or value.value_ref != head.value_ref
+            ):
+                return False
+    return True
+
+
+def installed_matches_head_live(st) -> bool:
+    """An installed live value matches its record's head (revision, generation, value reference)."""
+    return _installed_match(st.records, st.values, None)
+
+
+def installed_matches_head_staged(st) -> bool:
+    """An installed staged value matches its staged record's head (revision, generation, value reference)."""
+    return _installed_match(st.stage_records, st.stage_values, None)
+
+
+def unserved_records_carry_no_value(st) -> bool:
+    """Withheld, unavailable and tombstoned records carry no value, live or staged."""
+    for records, values in ((st.records, st.values), (st.stage_records, st.stage_values)):
+        for k, row in records.items():
+            if (row.mat.kind is not MatKind.INSTALLED or row.state.head.tombstone) and k in values:
+                return False
+    return True
+
+
+def no_value_without_record(st) -> bool:
+    """Every stored value, live or staged, has a record."""
+    return all(k in st.records for k in st.values) and all(k in st.stage_records for k in st.stage_values)
+
+
+def served_values_are_live_bound_kept(st) -> bool:
+    """A served value belongs to a live, non-tombstoned, bound record under a kept policy epoch."""
+    from envreplica.model.replica import read_snapshot
+
+    snapshot = read_snapshot(st, sorted(st.projects))
+    if snapshot is None:
+        return True
+    kept = st.authority.policy_epochs
+    for project in snapshot.projects:
+        for entry in project.entries:
+            if entry.value is None:
+                continue
+            live = st.records.get((project.project_id, entry.state.key))
+            if (
+                live is None
+                or live.state != entry.state
+                or entry.state.head.tombstone
+                or entry.state.binding is not None
+                or entry.state.policy_epoch not in kept
+            ):
+                return False
+    return True
+
+
+def receipts_cover_consumed(st) -> bool:
+    """Receipts exist for exactly the sequences 1..applied of the current stream."""
+    a = st.authority
+    if not a.gate.activated:
+        return len(st.receipts) == 0
+    expected = {(a.stream_id, n) for n in range(1, a.applied_sequence + 1)}
+    return set(st.receipts) == expected
+
+
+def gate_open_has_no_staging(st) -> bool:
+    """An open or idle gate has no staged projects: only an attempt stages."""
+    if st.authority.gate in (Gate.OPEN, Gate.IDLE, Gate.INACTIVE):
+        return len(st.stage_projects) == 0 and len(st.stage_records) == 0
+    return True
+
+
+# ---------------------------------------------------------------------------
+# Step properties: (pre, action, result, post)
+# ---------------------------------------------------------------------------
+
+
+def _delivery_frame(action) -> Optional[ApplyFrame]:
+    frame = getattr(action, "frame", None)
+    return frame if isinstance(frame, ApplyFrame) else None
+
+
+def cursor_never_goes_back(pre, action, result, post) -> bool:
+    """Within one stream the delivery cursor never goes back."""
+    a, b = pre.authority, post.authority
+    if a.gate.activated and b.gate.activated and a.stream_id == b.stream_id:
+        return b.applied_sequence >= a.applied_sequence
+    return True
+
+
+def replay_returns_same_answer(pre, action, result, post) -> bool:
+    """A replayed delivery returns the answer recorded when its sequence was consumed, and changes nothing."""
+    if not getattr(result, "replayed", False) or getattr(result, "code", None) is RefusalCode.DELIVERY_CONFLICT:
+        return True
+    frame = _delivery_frame(action)
+    receipt = pre.receipts.get((frame.delivery.stream_id, frame.delivery.sequence))
+    if receipt is None or receipt.request != frame.request() or post != pre:
+        return False
+    if isinstance(result, ApplyOk):
+        return receipt.ok and receipt.result == result.result and receipt.record_version == result.record_version
+    return (not receipt.ok) and receipt.code == result.code
+
+
+def conflicting_replay_changes_nothing(pre, action, result, post) -> bool:
+    """A different frame at a consumed sequence gets delivery_conflict and changes nothing."""
+    frame = _delivery_frame(action)
+    if frame is None or not hasattr(action, "frame"):
+        return True
+    a = pre.authority
+    if not a.gate.activated or frame.delivery.stream_id != a.stream_id or frame.delivery.sequence > a.applied_sequence:
+        return True
+    receipt = pre.receipts.get((frame.delivery.stream_id, frame.delivery.sequence))
+    if receipt is None or receipt.request == frame.request():
+        return True
+    return isinstance(result, ApplyRefused) and result.code is RefusalCode.DELIVERY_CONFLICT and post == pre
+
+
+def consumed_answer_is_receipted(pre, action, result, post) -> bool:
+    """When a delivery consumes its sequence, the receipt stored is the answer it gives."""
+    if not isinstance(result, (ApplyOk, ApplyRefused)) or result.replayed:
+        return True
+    if isinstance(result, ApplyRefused) and not result.consumed:
+        return True
+    receipt = post.receipts.get((result.applied_through.stream_id, result.applied_through.sequence))
+    if receipt is None or receipt == pre.receipts.get((result.applied_through.stream_id, result.applied_through.sequence)):
+        return False
+    if isinstance(result, ApplyOk):
+        return receipt.ok and receipt.result == result.result and receipt.record_version == result.record_version
+    return (not receipt.ok) and receipt.code == result.code
+
+
+def organisation_fixed_after_activation(pre, action, result, post) -> bool:
+    """The organisation never changes after activation."""
+    return not pre.authority.gate.activated or post.authority.org_id == pre.authority.org_id
+
+
+def live_record_version_never_decreases(pre, action, result, post) -> bool:
+    """A live project's record version never decreases."""
+    return all(post.projects[p] >= v for p, v in pre.projects.items() if p in post.projects)
+
+
+def commit_promotes_exactly_staged(pre, action, result, post) -> bool:
+    """A successful commit makes the live view exactly the attempt's staged view, and opens the gate."""
+    if not isinstance(result, CommitOk):
+        return True
+    attempt = result.attempt_id
+    present = {(p, k): row for (att, p, k), row in pre.stage_records.items() if att == attempt and row.present}
+    if {k: (r.state, r.mat) for k, r in present.items()} != {k: (r.state, r.mat) for k, r in post.records.items()}:
+        return False
+    values = {(p, k): v for (att, p, k), v in pre.stage_values.items() if att == attempt and (p, k) in present}
+    if values != dict(post.values.items()):
+        return False
+    versions = {p: sp.record_version for (att, p), sp in pre.stage_projects.items() if att == attempt}
+    return versions == dict(post.projects.items()) and post.authority.gate is Gate.OPEN
+
+
+#: Page refusals the seed returns from its first transaction before any write.
+PAGE_REFUSALS_BEFORE_WRITES = frozenset({
+    RefusalCode.PROJECT_NOT_IN_ATTEMPT,
+    RefusalCode.RECORD_VERSION_STALE,
+    RefusalCode.SNAPSHOT_PAGE_MISMATCH,
+})
+
+
+def refusals_change_only_what_seed_writes(pre, action, result, post) -> bool:
+    """Refusals change only what the seed's refusing transaction wrote before refusing.
+
+    Commit refusals change nothing. Page refusals never touch the authority,
+    the live view or receipts; project_not_in_attempt, record_version_stale
+    and snapshot_page_mismatch change nothing; snapshot_version_conflict and
+    ack_page_too_large may leave the page's staged writes for its own
+    (attempt, project). A not-consumed delivery refusal answered by the
+    delivery's first transaction changes nothing; a consumed refusal adds
+    exactly its receipt and moves the cursor to it.
+    """
+    kind = getattr(action, "kind", None)
+    from envreplica.model.actions import ActionKind
+
+    if isinstance(result, CommitRefused):
+        return post == pre
+    if isinstance(result, PageRefused) and kind is ActionKind.PAGE:
+        if (pre.authority, pre.projects, pre.records, pre.values, pre.receipts) != (
+            post.authority, post.projects, post.records, post.values, post.receipts
+        ):
+            return False
+        if result.code in PAGE_REFUSALS_BEFORE_WRITES:
+            return post == pre
+        scope = (action.frame.attempt_id, action.frame.project_id)
+        for table in ("stage_projects", "stage_records", "stage_values"):
+            before, after = getattr(pre, table), getattr(post, table)
+            for k in set(before) | set(after):
+                if before.get(k) != after.get(k) and tuple(k[:2]) != scope:
+                    return False
+        return True
+    if isinstance(result, ApplyRefused) and kind is ActionKind.DELIVERY:
+        if not result.consumed or result.replayed:
+            return post == pre
+        frame = action.frame
+        added = set(post.receipts) - set(pre.receipts)
+        expected = type(pre)(
+            authority=type(pre.authority)(**{
+                **{f: getattr(pre.authority, f) for f in pre.authority.__slots__},
+                "applied_sequence": frame.delivery.sequence,
+            }),
+            projects=pre.projects, records=pre.records, values=pre.values,
+            stage_projects=pre.stage_projects, stage_records=pre.stage_records,
+            stage_values=pre.stage_values, receipts=post.receipts,
+            inflight=pre.inflight, store_on=pre.store_on,
+        )
+        return added == {(frame.delivery.stream_id, frame.delivery.sequence)} and post == expected
+    return True
+
+
+def restart_closes_gate(pre, action, result, post) -> bool:
+    """A restart loses everything in flight, keeps the committed tables, and leaves the gate closed."""
+    from envreplica.model.actions import ActionKind
+
+    if getattr(action, "kind", None) is not ActionKind.RESTART:
+        return True
+    a, b = pre.authority, post.authority
+    return (
+        post.inflight == ()
+        and b.gate in (Gate.INACTIVE, Gate.IDLE)
+        and b.attempt_id is None
+        and (post.projects, post.records, post.values, post.receipts) == (pre.projects, pre.records, pre.values, pre.receipts)
+        and (b.stream_id, b.applied_sequence, b.org_id, b.policy_epochs) == (a.stream_id, a.applied_sequence, a.org_id, a.policy_epochs)
+    )
+
+
+def gate_moves_only_by_declared_transitions(pre, action, result, post) -> bool:
+    """The gate moves only along a declared transition of spec.gate fired by a successful operation."""
+    from envreplica.model.actions import fired_trigger
+
+    trigger = fired_trigger(action, result)
+    if trigger is None:
+        return pre.authority.gate is post.authority.gate
+    return GATE_NEXT.get((trigger, pre.authority.gate)) is post.authority.gate
+
+
+# ---------------------------------------------------------------------------
+# Sometimes: each must hold in at least one reachable state or step
+# ---------------------------------------------------------------------------
+
+
+def sometimes_gate_open(st) -> bool:
+    """Sometimes the gate is open."""
+    return st.authority.gate is Gate.OPEN
+
+
+def sometimes_value_served(st) -> bool:
+    """Sometimes a value is served."""
+    from envreplica.model.replica import read_snapshot
+
+    if st.authority.gate is not Gate.OPEN or not st.values:
+        return False
+    snapshot = read_snapshot(st, sorted(st.projects))
+    return snapshot is not None and any(e.value is not None for p in snapshot.projects for e in p.entries)
+
+
+def sometimes_staged_value(st) -> bool:
+    """Sometimes a staged record holds an installed value."""
+    return len(st.stage_values) > 0 and any(r.mat.kind is MatKind.INSTALLED for r in st.stage_records.values())
+
+
+def sometimes_in_flight(st) -> bool:
+    """Sometimes an operation is suspended in a value-store read."""
+    return len(st.inflight) > 0
+
+
+def sometimes_replay(pre, action, result, post) -> bool:
+    """Sometimes a delivery is replayed from its receipt."""
+    return isinstance(result, (ApplyOk, ApplyRefused)) and result.replayed
+
+
+def sometimes_commit_after_interleaving(pre, action, result, post) -> bool:
+    """Sometimes a commit succeeds while another operation is suspended in a read."""
+    return isinstance(result, CommitOk) and len(pre.inflight) > 0
+
+
+@dataclass(frozen=True)
+class Property:
+    """A named predicate and the sentence it checks."""
+
+    name: str
+    check: Callable
+    kind: str  # "invariant" | "step" | "sometimes-state" | "sometimes-step"
+
+    @property
+    def statement(self) -> str:
+        return (self.check.__doc__ or "").strip().splitlines()[0]
+
+
+def _props(kind, *fns) -> tuple[Property, ...]:
+    return tuple(Property(f.__name__, f, kind) for f in fns)
+
+
+INVARIANTS = _props(
+    "invariant",
+    gate_agrees_with_attempt,
+    staging_belongs_to_attempt,
+    gate_open_has_no_staging,
+    nothing_served_unless_open,
+    installed_matches_head_live,
+    installed_matches_head_staged,
+    unserved_records_carry_no_value,
+    no_value_without_record,
+    served_values_are_live_bound_kept,
+    receipts_cover_consumed,
+)
+
+STEP_PROPERTIES = _props(
+    "step",
+    cursor_never_goes_back,
+    replay_returns_same_answer,
+    conflicting_replay_changes_nothing,
+    consumed_answer_is_receipted,
+    organisation_fixed_after_activation,
+    live_record_version_never_decreases,
+    commit_promotes_exactly_staged,
+    refusals_change_only_what_seed_writes,
+    restart_closes_gate,
+    gate_moves_only_by_declared_transitions,
+)
+
+SOMETIMES = _props(
+    "sometimes-state",
+    sometimes_gate_open,
+    sometimes_value_served,
+    sometimes_staged_value,
+    sometimes_in_flight,
+) + _props("sometimes-step", sometimes_replay, sometimes_commit_after_interleaving)
+
+ALL = INVARIANTS + STEP_PROPERTIES + SOMETIMES
+
+
+def by_name(name: str) -> Property:
+    for p in ALL:
+        if p.name == name:
+            return p
+    raise KeyError(name)

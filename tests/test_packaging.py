@@ -1,0 +1,64 @@
+"""A real (non-editable) install ships one package, `envreplica`, and nothing generic.
+
+The editable install in .venv resolves imports through a finder that points at
+the repo, so it can hide packaging mistakes; this test builds and installs a
+copy of the repo into a fresh venv and imports from there.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SUBPACKAGES = ["spec", "model", "checker", "cli", "impl", "conformance"]
+GENERIC = [*SUBPACKAGES, "tests"]
+
+
+def run(*args: object, cwd: Path | None = None) -> str:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    env.update(PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1")
+    proc = subprocess.run(
+        [str(a) for a in args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, f"{args} failed:\n{proc.stdout}\n{proc.stderr}"
+    return proc.stdout
+
+
+@pytest.mark.slow
+def test_non_editable_install_is_one_namespaced_package(tmp_path: Path) -> None:
+    # Build from a clean copy: no stale build/ or egg-info, and nothing written to the repo.
+    src = tmp_path / "src"
+    shutil.copytree(
+        REPO,
+        src,
+        ignore=shutil.ignore_patterns(
+            ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__",
+            ".hypothesis", ".pytest_cache", "out",
+        ),
+    )
+    venv = tmp_path / "venv"
+    run(sys.executable, "-m", "venv", venv)
+    python = venv / "bin" / "python"
+    run(python, "-m", "pip", "install", "--quiet", "--no-deps", src)
+
+    site = Path(run(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").strip())
+
+    # (a) one package with every subpackage under it
+    for sub in SUBPACKAGES:
+        assert (site / "envreplica" / sub / "__init__.py").is_file(), f"envreplica/{sub} missing"
+    # (b) no generic top-level names, and no editable redirection into the repo
+    leaked = [name for name in GENERIC if (site / name).exists() or (site / f"{name}.py").exists()]
+    assert not leaked, f"generic top-level names in site-packages: {leaked}"
+    assert not list(site.glob("__editable__*")), "install is editable"
+
+    # (c) importable from outside the repo, and from the venv, not the repo
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    out = run(python, "-I", "-c", "import envreplica.spec.gate as m; print(m.__file__)", cwd=elsewhere)
+    module = Path(out.strip()).resolve()
+    assert module.is_relative_to(venv.resolve()), module
+    assert not module.is_relative_to(REPO), module
