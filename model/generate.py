@@ -54,6 +54,7 @@ from envreplica.spec.domain import (
     ApplyFrame,
     BeginFrame,
     BindingState,
+    BindOmit,
     BindWithhold,
     CommitFrame,
     Cursor,
@@ -111,6 +112,7 @@ class Bounds:
     store_off: bool = False  # the value store may go away
     restarts: bool = True  # the replica may crash and restart
     alphabet_extra: bool = True  # adversary: add older/conflicting records to the alphabet
+    alphabet_omit: bool = False  # adversary: add a record whose binding omits the key
     ack_page_bytes: int = 262144  # acknowledgement size bound
     max_depth: Optional[int] = None  # stop exploring beyond this depth (None: exhaustive)
 
@@ -194,6 +196,9 @@ def alphabet(bounds: Bounds, key: str) -> tuple[BindingState, ...]:
         seen.append(replace(first, binding=BindWithhold("odd")))
         # Same counters, an epoch no begin keeps: policy_epoch_unknown.
         seen.append(replace(first, policy_epoch=None))
+        if bounds.alphabet_omit:
+            # Same counters, a binding that omits the key: binding_omits.
+            seen.append(replace(first, binding=BindOmit()))
     return tuple(seen)
 
 

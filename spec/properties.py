@@ -356,10 +356,12 @@ class Property:
     name: str
     check: Callable
     kind: str  # "invariant" | "step" | "sometimes-state" | "sometimes-step"
+    doc: str = ""  # the statement, when ``check`` is a wrapper without the docstring
 
     @property
     def statement(self) -> str:
-        return (self.check.__doc__ or "").strip().splitlines()[0]
+        text = (self.doc or self.check.__doc__ or "").strip()
+        return text.splitlines()[0] if text else self.name
 
 
 def _props(kind, *fns) -> tuple[Property, ...]:

@@ -1,0 +1,92 @@
+"""Coverage of a model-checking run: which actions, refusal codes, materialization
+reasons, errors and gate transitions were reached.
+
+Models: bookkeeping only. ``Coverage.observe_step`` sees every transition and
+``observe_state`` every new state; ``rows`` lists each item with reached or
+not, so a pass that never reached the interesting states shows as such.
+
+Leaves out on purpose: judging reachability. Whether an unreached item is
+reachable at all is argued in ``UNREACHABLE`` (with the reason) and pinned by
+tests.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from envreplica.model.actions import ActionKind, fired_trigger
+from envreplica.spec.domain import Failed, MatKind, RefusalCode, UnavailableReason, WithheldReason
+from envreplica.spec.gate import TRANSITIONS, GateEdge
+
+#: Refusal codes no run can reach, and why (argued, and pinned by tests).
+UNREACHABLE = {
+    RefusalCode.RECEIPT_MISSING: (
+        "receipts always cover 1..applied of the current stream "
+        "(invariant receipts_cover_consumed), so a sequence at or below the cursor always has one"
+    ),
+}
+
+#: Materialization reasons the replica decides (binding reasons are open-ended).
+REASONS = (
+    [(MatKind.WITHHELD, r.value) for r in WithheldReason]
+    + [(MatKind.UNAVAILABLE, r.value) for r in UnavailableReason if r is not UnavailableReason.TOMBSTONE]
+)
+
+
+@dataclass
+class Coverage:
+    """Counts of what a run reached."""
+
+    actions: Counter = field(default_factory=Counter)
+    refusals: Counter = field(default_factory=Counter)
+    reasons: Counter = field(default_factory=Counter)
+    edges: Counter = field(default_factory=Counter)
+    errors: Counter = field(default_factory=Counter)
+
+    def observe_step(self, pre, action, result, post) -> None:
+        kind = getattr(action, "kind", None)
+        self.actions[kind] += 1
+        code = getattr(result, "code", None)
+        if isinstance(code, RefusalCode):
+            self.refusals[code] += 1
+        if isinstance(result, Failed):
+            self.errors[(result.kind, result.message)] += 1
+        trigger = fired_trigger(action, result) if isinstance(kind, ActionKind) else None
+        if trigger is not None:
+            self.edges[GateEdge(trigger, pre.authority.gate, post.authority.gate)] += 1
+
+    def observe_state(self, st) -> None:
+        for rows in (st.records, st.stage_records):
+            for row in rows.values():
+                mat = row.mat
+                if mat.kind is not MatKind.INSTALLED:
+                    self.reasons[(mat.kind, mat.reason)] += 1
+                else:
+                    self.reasons[(MatKind.INSTALLED, None)] += 1
+
+    def merge(self, other: "Coverage") -> None:
+        for name in ("actions", "refusals", "reasons", "edges", "errors"):
+            getattr(self, name).update(getattr(other, name))
+
+    def rows(self):
+        """(group, item, count) for every item the run should reach."""
+        out = []
+        for kind in ActionKind:
+            out.append(("action", kind.value, self.actions.get(kind, 0)))
+        for code in RefusalCode:
+            out.append(("refusal", code.value, self.refusals.get(code, 0)))
+        out.append(("materialization", "installed", self.reasons.get((MatKind.INSTALLED, None), 0)))
+        for kind, reason in REASONS:
+            out.append(("materialization", f"{kind.value}: {reason}", self.reasons.get((kind, reason), 0)))
+        binding = sum(n for (k, r), n in self.reasons.items()
+                      if k is MatKind.WITHHELD and r not in {w.value for w in WithheldReason})
+        out.append(("materialization", "withheld: <binding reason>", binding))
+        for edge in TRANSITIONS:
+            out.append(("gate", edge.label(), self.edges.get(edge, 0)))
+        return out
+
+    def unreached(self, exempt=()):
+        """Items with count 0, minus the ones argued unreachable and ``exempt``."""
+        skip = {c.value for c in UNREACHABLE} | set(exempt)
+        return [(g, i) for g, i, n in self.rows() if n == 0 and i not in skip]

@@ -1,0 +1,597 @@
+"""``envreplica.spec.properties``: every property rejects a hand-built violation and accepts a near twin.
+
+Each invariant gets a ``(bad_state, good_state)`` pair that differ in one
+thing; each step property gets a ``(pre, action, result, post)`` that breaks
+it and one that keeps it, the good one produced by the model's own ``step``
+wherever the model can produce it. Completeness tests tie the tables to
+``INVARIANTS`` and ``STEP_PROPERTIES``, so a new property without a case
+fails here. End-to-end tests run real operations through
+``envreplica.model.actions.step`` and check every property on every state
+and step along the way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from envreplica.model.actions import (
+    Begin,
+    CloseGate,
+    Commit,
+    Deliver,
+    Page,
+    Restart,
+    Resume,
+    step,
+)
+from envreplica.model.fmap import EMPTY, FMap
+from envreplica.model.replica import read_snapshot
+from envreplica.model.state import (
+    INITIAL,
+    Authority,
+    LiveRow,
+    ModelConfig,
+    Receipt,
+    StageProject,
+    StageRow,
+    State,
+    StoredValue,
+)
+from envreplica.model.store import Found, staged_envelope
+from envreplica.spec import properties as P
+from envreplica.spec.domain import (
+    INSTALLED,
+    ApplyFrame,
+    ApplyOk,
+    ApplyRefused,
+    BeginFrame,
+    BeginResult,
+    BindingState,
+    BindOmit,
+    CommitFrame,
+    CommitOk,
+    Cursor,
+    Done,
+    Failed,
+    Head,
+    MatKind,
+    PageFrame,
+    PageOk,
+    PageRefused,
+    Pending,
+    ProjectVersion,
+    RecordResult,
+    RefusalCode,
+    StagedRef,
+    UnavailableReason,
+    WithheldReason,
+    unavailable,
+    withheld,
+)
+from envreplica.spec.gate import Gate
+
+CFG = ModelConfig()
+
+ORG = "org"
+STREAM = "s1"
+ATTEMPT = "a1"
+PROJECT = "p1"
+KEY = "API_KEY"
+EPOCHS = (1, 2)
+
+UUID_1 = "0f8fad5b-d9cb-469f-a165-70867728950e"
+UUID_2 = "7c9e6679-7425-40de-944b-e07fc1f90ae7"
+REF_1 = StagedRef(UUID_1)
+REF_2 = StagedRef(UUID_2)
+
+#: A first save (revision 1, generation 1) under kept epoch 1, bound normally.
+REC = BindingState(KEY, Head(1, 1, False, REF_1), None, 1, 0)
+#: Its rotation (generation 2, a new staged value).
+REC_ROT = BindingState(KEY, Head(1, 2, False, REF_2), None, 1, 0)
+#: Its deletion (revision and generation move, tombstone).
+REC_DEL = BindingState(KEY, Head(2, 2, True, None), None, 1, 0)
+
+VAL = StoredValue(1, 1, REF_1, "secret")
+VAL_ROT = StoredValue(1, 2, REF_2, "rotated")
+
+LIVE_K = (PROJECT, KEY)
+STAGE_K = (ATTEMPT, PROJECT, KEY)
+
+
+def authority(gate: Gate, *, attempt=None, applied=0, epochs=EPOCHS, org=ORG, stream=STREAM) -> Authority:
+    return Authority(gate, stream, applied, attempt, org, epochs)
+
+
+#: Open, serving one installed value; nothing consumed yet.
+OPEN = State(
+    authority=authority(Gate.OPEN),
+    projects=FMap({PROJECT: 1}),
+    records=FMap({LIVE_K: LiveRow(REC, INSTALLED)}),
+    values=FMap({LIVE_K: VAL}),
+)
+
+#: An attempt whose staged view (the rotated record, installed) is complete at version 2.
+STAGING = State(
+    authority=authority(Gate.STAGING, attempt=ATTEMPT),
+    projects=OPEN.projects,
+    records=OPEN.records,
+    values=OPEN.values,
+    stage_projects=FMap({(ATTEMPT, PROJECT): StageProject(2, KEY, True)}),
+    stage_records=FMap({STAGE_K: StageRow(REC_ROT, INSTALLED, True)}),
+    stage_values=FMap({STAGE_K: VAL_ROT}),
+)
+
+#: The rotation delivered live as sequence 1 (record version 2).
+ROTATE = ApplyFrame("op-d1", PROJECT, 2, REC_ROT, Cursor(STREAM, 1))
+#: The same sequence carrying another request (a delete): a conflicting replay.
+ROTATE_TWIN = ApplyFrame("op-d1b", PROJECT, 2, REC_DEL, Cursor(STREAM, 1))
+
+#: Open after the rotation was applied and receipted as sequence 1.
+OPEN_ROTATED = State(
+    authority=authority(Gate.OPEN, applied=1),
+    projects=FMap({PROJECT: 2}),
+    records=FMap({LIVE_K: LiveRow(REC_ROT, INSTALLED)}),
+    values=FMap({LIVE_K: VAL_ROT}),
+    receipts=FMap({
+        (STREAM, 1): Receipt(ROTATE.request(), True, None, RecordResult(REC_ROT, INSTALLED), 2),
+    }),
+)
+
+
+def violated(st: State) -> set[str]:
+    return {p.name for p in P.INVARIANTS if not p.check(st)}
+
+
+def step_violated(pre, action, result, post) -> set[str]:
+    return {p.name for p in P.STEP_PROPERTIES if not p.check(pre, action, result, post)}
+
+
+def test_base_states_are_valid():
+    for st in (INITIAL, OPEN, STAGING, OPEN_ROTATED):
+        assert violated(st) == set()
+    snapshot = read_snapshot(OPEN, [PROJECT])
+    assert snapshot is not None and snapshot.projects[0].entries[0].value == "secret"
+    assert read_snapshot(OPEN_ROTATED, [PROJECT]).projects[0].entries[0].value == "rotated"
+
+
+# ---------------------------------------------------------------------------
+# Invariants
+# ---------------------------------------------------------------------------
+
+_NOT_SERVED_VACUOUS = pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "nothing_served_unless_open is vacuous: it asks read_snapshot, which itself returns None "
+        "unless the gate is open with no attempt, so no state can violate it"
+    ),
+)
+
+INVARIANT_CASES: dict[str, tuple[State, State]] = {
+    # An open gate still naming an attempt.
+    "gate_agrees_with_attempt": (
+        replace(OPEN, authority=authority(Gate.OPEN, attempt=ATTEMPT)),
+        OPEN,
+    ),
+    # A staged row left over from another attempt.
+    "staging_belongs_to_attempt": (
+        replace(STAGING, stage_records=STAGING.stage_records.set(
+            ("a0", PROJECT, KEY), StageRow(REC, withheld(WithheldReason.TOMBSTONE), True))),
+        STAGING,
+    ),
+    # An open gate still holding a staged project.
+    "gate_open_has_no_staging": (
+        replace(OPEN, stage_projects=FMap({(ATTEMPT, PROJECT): StageProject(1, KEY, True)})),
+        OPEN,
+    ),
+    # The same served tables behind a closed (idle) gate: the read already fails closed.
+    "nothing_served_unless_open": (
+        replace(OPEN, authority=authority(Gate.IDLE)),
+        OPEN,
+    ),
+    # An installed live record whose value row was fetched for another revision.
+    "installed_matches_head_live": (
+        replace(OPEN, values=FMap({LIVE_K: replace(VAL, revision=2)})),
+        OPEN,
+    ),
+    # An installed staged record whose value row is the previous generation's.
+    "installed_matches_head_staged": (
+        replace(STAGING, stage_values=FMap({STAGE_K: VAL})),
+        STAGING,
+    ),
+    # A withheld live record that kept its value.
+    "unserved_records_carry_no_value": (
+        replace(OPEN, records=FMap({LIVE_K: LiveRow(REC, withheld(WithheldReason.BINDING_OMITS))})),
+        replace(OPEN, records=FMap({LIVE_K: LiveRow(REC, withheld(WithheldReason.BINDING_OMITS))}), values=EMPTY),
+    ),
+    # A value row whose record is gone.
+    "no_value_without_record": (
+        replace(OPEN, values=OPEN.values.set((PROJECT, "OTHER"), VAL)),
+        OPEN,
+    ),
+    # A served value whose policy epoch is no longer kept.
+    "served_values_are_live_bound_kept": (
+        replace(OPEN, authority=authority(Gate.OPEN, epochs=(2,))),
+        OPEN,
+    ),
+    # The cursor says 2 consumed, only sequence 1 has a receipt.
+    "receipts_cover_consumed": (
+        replace(OPEN_ROTATED, authority=authority(Gate.OPEN, applied=2)),
+        OPEN_ROTATED,
+    ),
+}
+
+
+def _invariant_params():
+    for name, (bad, good) in INVARIANT_CASES.items():
+        marks = [_NOT_SERVED_VACUOUS] if name == "nothing_served_unless_open" else []
+        yield pytest.param(name, bad, id=name, marks=marks)
+
+
+def test_invariant_cases_cover_every_invariant():
+    assert set(INVARIANT_CASES) == {p.name for p in P.INVARIANTS}
+
+
+@pytest.mark.parametrize("name", sorted(INVARIANT_CASES))
+def test_invariant_accepts_good_state(name):
+    _, good = INVARIANT_CASES[name]
+    assert P.by_name(name).check(good) is True
+    assert violated(good) == set(), "the good twin must be valid under every invariant"
+
+
+@pytest.mark.parametrize("name, bad", list(_invariant_params()))
+def test_invariant_rejects_bad_state(name, bad):
+    assert P.by_name(name).check(bad) is False
+
+
+# What else a bad state necessarily breaks: with the gate and attempt in agreement, a staged
+# row under an open gate is also a row of no attempt (gate_open_has_no_staging is implied by
+# gate_agrees_with_attempt and staging_belongs_to_attempt).
+INVARIANT_ALSO_BROKEN = {"gate_open_has_no_staging": {"staging_belongs_to_attempt"}}
+
+
+@pytest.mark.parametrize("name", sorted(set(INVARIANT_CASES) - {"nothing_served_unless_open"}))
+def test_invariant_bad_state_breaks_only_its_property(name):
+    bad, _ = INVARIANT_CASES[name]
+    assert violated(bad) == {name} | INVARIANT_ALSO_BROKEN.get(name, set())
+
+
+# Further violations, each of one invariant (the table above holds one per name).
+EXTRA_INVARIANT_VIOLATIONS = [
+    ("gate_agrees_with_attempt", replace(STAGING, authority=authority(Gate.STAGING, attempt=None))),
+    # A closed attempt's staged value left behind once the gate is open.
+    ("staging_belongs_to_attempt", replace(OPEN, stage_values=FMap({STAGE_K: VAL}))),
+    ("gate_open_has_no_staging",
+     replace(OPEN, authority=authority(Gate.IDLE), stage_records=FMap({STAGE_K: StageRow(REC, INSTALLED, True)}))),
+    ("installed_matches_head_live", replace(OPEN, values=EMPTY)),
+    ("installed_matches_head_live", replace(OPEN, values=FMap({LIVE_K: replace(VAL, value_ref=REF_2)}))),
+    ("installed_matches_head_live",
+     replace(OPEN, records=FMap({LIVE_K: LiveRow(replace(REC, head=Head(1, 1, True, REF_1)), INSTALLED)}))),
+    ("installed_matches_head_staged", replace(STAGING, stage_values=EMPTY)),
+    ("unserved_records_carry_no_value",
+     replace(STAGING, stage_records=FMap({STAGE_K: StageRow(REC_ROT, unavailable(UnavailableReason.VALUE_MISSING), True)}))),
+    ("no_value_without_record", replace(STAGING, stage_values=STAGING.stage_values.set((ATTEMPT, PROJECT, "OTHER"), VAL))),
+    ("served_values_are_live_bound_kept",
+     replace(OPEN, records=FMap({LIVE_K: LiveRow(replace(REC, binding=BindOmit()), INSTALLED)}))),
+    ("receipts_cover_consumed", replace(OPEN_ROTATED, authority=authority(Gate.OPEN, applied=0))),
+    ("receipts_cover_consumed", replace(INITIAL, receipts=OPEN_ROTATED.receipts)),
+    ("receipts_cover_consumed",
+     replace(OPEN_ROTATED, receipts=FMap({("s0", 1): OPEN_ROTATED.receipts[(STREAM, 1)]}))),
+]
+
+
+@pytest.mark.parametrize("name, bad", EXTRA_INVARIANT_VIOLATIONS,
+                         ids=[f"{n}-{i}" for i, (n, _) in enumerate(EXTRA_INVARIANT_VIOLATIONS)])
+def test_invariant_rejects_more_bad_states(name, bad):
+    assert P.by_name(name).check(bad) is False
+
+
+def test_nothing_served_unless_open_detects_a_read_that_ignores_the_gate(monkeypatch):
+    """The predicate's own logic works; it only cannot fail against the model's guarded read."""
+    import envreplica.model.replica as replica
+
+    def leaky_read(st, project_ids):
+        return replica._snapshot(replace(st, authority=replace(st.authority, gate=Gate.OPEN, attempt_id=None)),
+                                 project_ids)
+
+    bad, good = INVARIANT_CASES["nothing_served_unless_open"]
+    monkeypatch.setattr(replica, "read_snapshot", leaky_read)
+    assert P.nothing_served_unless_open(bad) is False
+    assert P.nothing_served_unless_open(good) is True
+
+
+# ---------------------------------------------------------------------------
+# Step properties
+# ---------------------------------------------------------------------------
+
+
+def _run(pre: State, action):
+    post, result = step(CFG, pre, action)
+    return (pre, action, result, post)
+
+
+def _step_cases() -> dict[str, tuple[tuple, tuple]]:
+    cases: dict[str, tuple[tuple, tuple]] = {}
+
+    # cursor: closing the gate must keep the consumed sequence.
+    good = _run(OPEN_ROTATED, CloseGate())
+    pre, action, result, post = good
+    bad_post = replace(post, authority=replace(post.authority, applied_sequence=0))
+    cases["cursor_never_goes_back"] = ((pre, action, result, bad_post), good)
+
+    # replay: the same frame at a consumed sequence, answered with another record.
+    good = _run(OPEN_ROTATED, Deliver(ROTATE))
+    pre, action, result, post = good
+    assert isinstance(result, ApplyOk) and result.replayed
+    bad_result = replace(result, result=RecordResult(REC_ROT, unavailable(UnavailableReason.VALUE_MISSING)))
+    cases["replay_returns_same_answer"] = ((pre, action, bad_result, post), good)
+
+    # conflicting replay: another request at a consumed sequence, applied as if new.
+    good = _run(OPEN_ROTATED, Deliver(ROTATE_TWIN))
+    pre, action, result, post = good
+    assert isinstance(result, ApplyRefused) and result.code is RefusalCode.DELIVERY_CONFLICT
+    bad_post = replace(
+        pre,
+        records=FMap({LIVE_K: LiveRow(REC_DEL, withheld(WithheldReason.TOMBSTONE))}),
+        values=EMPTY,
+    )
+    bad_result = ApplyOk(False, None, PROJECT, 2, RecordResult(REC_DEL, withheld(WithheldReason.TOMBSTONE)),
+                         EPOCHS, Cursor(STREAM, 1))
+    cases["conflicting_replay_changes_nothing"] = ((pre, action, bad_result, bad_post), good)
+
+    # consumed answer: a delete applied live (no fetch), its receipt stores another answer.
+    delete = ApplyFrame("op-d2", PROJECT, 2, REC_DEL, Cursor(STREAM, 1))
+    good = _run(OPEN, Deliver(delete))
+    pre, action, result, post = good
+    assert isinstance(result, ApplyOk) and not result.replayed
+    stored = post.receipts[(STREAM, 1)]
+    bad_post = replace(post, receipts=post.receipts.set(
+        (STREAM, 1), replace(stored, result=RecordResult(REC, INSTALLED))))
+    cases["consumed_answer_is_receipted"] = ((pre, action, result, bad_post), good)
+
+    # organisation: a begin naming another organisation is accepted.
+    begin_other = Begin(BeginFrame(STREAM, ATTEMPT, (PROJECT,)), EPOCHS, "org2")
+    good = _run(OPEN, begin_other)
+    pre, action, result, post = good
+    assert isinstance(result, Failed) and result.kind == "corrupt"
+    ok_post, ok_result = step(CFG, pre, replace(begin_other, org_id=ORG))
+    bad_post = replace(ok_post, authority=replace(ok_post.authority, org_id="org2"))
+    cases["organisation_fixed_after_activation"] = ((pre, action, ok_result, bad_post), good)
+
+    # record version: a commit that promotes a staged version older than the live one.
+    commit = Commit(CommitFrame(ATTEMPT, Cursor(STREAM, 0), (ProjectVersion(PROJECT, 2),)))
+    good = _run(STAGING, commit)
+    stale_pre = replace(STAGING, projects=FMap({PROJECT: 3}))
+    bad = _run(stale_pre, commit)  # the model's commit trusts the page's stale check
+    assert isinstance(bad[2], CommitOk)
+    cases["live_record_version_never_decreases"] = (bad, good)
+
+    # commit: reports success but leaves the old live view in place.
+    pre, action, result, post = good
+    assert isinstance(result, CommitOk)
+    bad_post = replace(post, records=pre.records, values=pre.values)
+    cases["commit_promotes_exactly_staged"] = ((pre, action, result, bad_post), good)
+
+    # refusals: snapshot_page_mismatch refused after writing the page's record.
+    mismatch = Page(PageFrame("op-p9", ATTEMPT, PROJECT, "A", 2, (replace(REC_ROT, listing_generation=1),), True))
+    good = _run(STAGING, mismatch)
+    pre, action, result, post = good
+    assert isinstance(result, PageRefused) and result.code is RefusalCode.SNAPSHOT_PAGE_MISMATCH
+    bad_post = replace(post, stage_records=post.stage_records.set(
+        STAGE_K, StageRow(mismatch.frame.records[0], unavailable(UnavailableReason.MATERIALIZATION_PENDING), True)),
+        stage_values=EMPTY)
+    cases["refusals_change_only_what_seed_writes"] = ((pre, action, result, bad_post), good)
+
+    # restart: loses the receipts it must keep.
+    good = _run(OPEN_ROTATED, Restart())
+    pre, action, result, post = good
+    bad_post = replace(post, receipts=EMPTY)
+    cases["restart_closes_gate"] = ((pre, action, result, bad_post), good)
+
+    # gate: close_gate leaves the gate open.
+    good = _run(OPEN, CloseGate())
+    pre, action, result, post = good
+    bad_post = replace(post, authority=replace(post.authority, gate=Gate.OPEN))
+    cases["gate_moves_only_by_declared_transitions"] = ((pre, action, result, bad_post), good)
+    return cases
+
+
+STEP_CASES = _step_cases()
+
+
+def test_step_cases_cover_every_step_property():
+    assert set(STEP_CASES) == {p.name for p in P.STEP_PROPERTIES}
+
+
+@pytest.mark.parametrize("name", sorted(STEP_CASES))
+def test_step_property_rejects_bad_step(name):
+    bad, _ = STEP_CASES[name]
+    assert P.by_name(name).check(*bad) is False
+
+
+@pytest.mark.parametrize("name", sorted(STEP_CASES))
+def test_step_property_accepts_good_step(name):
+    _, good = STEP_CASES[name]
+    assert P.by_name(name).check(*good) is True
+    # The good steps are real model steps: every step property holds on them.
+    assert step_violated(*good) == set()
+
+
+# A conflicting frame applied as new answers without a fresh receipt, so it breaks both.
+STEP_ALSO_BROKEN = {"conflicting_replay_changes_nothing": {"consumed_answer_is_receipted"}}
+
+
+@pytest.mark.parametrize("name", sorted(STEP_CASES))
+def test_step_bad_case_breaks_only_its_property(name):
+    bad, _ = STEP_CASES[name]
+    assert step_violated(*bad) == {name} | STEP_ALSO_BROKEN.get(name, set())
+
+
+EXTRA_STEP_VIOLATIONS = [
+    # A replay answered from a receipt but changing the state.
+    ("replay_returns_same_answer",
+     lambda: (lambda pre, a, r, post: (pre, a, r, replace(post, values=EMPTY)))(*_run(OPEN_ROTATED, Deliver(ROTATE)))),
+    # A replayed refusal answered with another code than its receipt's.
+    ("replay_returns_same_answer",
+     lambda: (OPEN_ROTATED, Deliver(ROTATE),
+              ApplyRefused(True, True, None, RefusalCode.PROJECT_NOT_IN_REPLICA, EPOCHS, Cursor(STREAM, 1)),
+              OPEN_ROTATED)),
+    # A conflicting replay refused with delivery_conflict, yet the state changed.
+    ("conflicting_replay_changes_nothing",
+     lambda: (lambda pre, a, r, post: (pre, a, r, replace(post, values=EMPTY)))(*_run(OPEN_ROTATED, Deliver(ROTATE_TWIN)))),
+    # A consumed delivery that stored no receipt at all.
+    ("consumed_answer_is_receipted",
+     lambda: (lambda pre, a, r, post: (pre, a, r, replace(post, receipts=EMPTY)))(
+         *_run(OPEN, Deliver(ApplyFrame("op-d2", PROJECT, 2, REC_DEL, Cursor(STREAM, 1)))))),
+    # A refused commit that still opened the gate.
+    ("refusals_change_only_what_seed_writes",
+     lambda: (lambda pre, a, r, post: (pre, a, r, replace(post, authority=replace(post.authority, gate=Gate.OPEN,
+                                                                                    attempt_id=None))))(
+         *_run(STAGING, Commit(CommitFrame(ATTEMPT, Cursor(STREAM, 5), (ProjectVersion(PROJECT, 2),)))))),
+    # A transient delivery refusal that moved the cursor.
+    ("refusals_change_only_what_seed_writes",
+     lambda: (lambda pre, a, r, post: (pre, a, r, replace(post, authority=replace(post.authority, applied_sequence=3))))(
+         *_run(OPEN, Deliver(ApplyFrame("op-gap", PROJECT, 2, REC_DEL, Cursor(STREAM, 3)))))),
+    # A restart that leaves the gate open.
+    ("restart_closes_gate",
+     lambda: (lambda pre, a, r, post: (pre, a, r, replace(post, authority=replace(post.authority, gate=Gate.OPEN))))(
+         *_run(OPEN, Restart()))),
+    # A failed begin (another organisation) that still closed the gate.
+    ("gate_moves_only_by_declared_transitions",
+     lambda: (lambda pre, a, r, post: (pre, a, r, replace(post, authority=replace(post.authority, gate=Gate.STAGING,
+                                                                                    attempt_id=ATTEMPT))))(
+         *_run(OPEN, Begin(BeginFrame(STREAM, ATTEMPT, (PROJECT,)), EPOCHS, "org2")))),
+]
+
+
+@pytest.mark.parametrize("name, build", EXTRA_STEP_VIOLATIONS,
+                         ids=[f"{n}-{i}" for i, (n, _) in enumerate(EXTRA_STEP_VIOLATIONS)])
+def test_step_property_rejects_more_bad_steps(name, build):
+    assert P.by_name(name).check(*build()) is False
+
+
+# ---------------------------------------------------------------------------
+# End to end through the model's step
+# ---------------------------------------------------------------------------
+
+
+class Run:
+    """Drives ``step`` from a state, checking every invariant and step property on the way."""
+
+    def __init__(self, st: State = INITIAL) -> None:
+        assert violated(st) == set()
+        self.st = st
+
+    def do(self, action):
+        pre = self.st
+        post, result = step(CFG, pre, action)
+        assert step_violated(pre, action, result, post) == set(), (action, result)
+        assert violated(post) == set(), (action, result)
+        self.st = post
+        return result
+
+
+BEGIN = Begin(BeginFrame(STREAM, ATTEMPT, (PROJECT,)), EPOCHS, ORG)
+PAGE = Page(PageFrame("op-p1", ATTEMPT, PROJECT, None, 1, (REC,), True))
+COMMIT = Commit(CommitFrame(ATTEMPT, Cursor(STREAM, 0), (ProjectVersion(PROJECT, 1),)))
+
+
+def _envelope(ref: StagedRef, value: str, org: str = ORG) -> Found:
+    return Found(staged_envelope(org, PROJECT, KEY, ref.staging_id, value))
+
+
+def _served(st: State) -> dict[str, str | None]:
+    snapshot = read_snapshot(st, [PROJECT])
+    assert snapshot is not None
+    return {e.state.key: e.value for p in snapshot.projects for e in p.entries}
+
+
+def test_begin_page_resume_commit_serves_the_value():
+    run = Run()
+    begun = run.do(BEGIN)
+    assert isinstance(begun, BeginResult) and begun.applied_through == Cursor(STREAM, 0)
+    assert run.st.authority.gate is Gate.STAGING and read_snapshot(run.st, [PROJECT]) is None
+
+    pending = run.do(PAGE)
+    assert pending == Pending(0)
+    assert len(run.st.inflight) == 1
+    assert run.st.stage_records[STAGE_K].mat.kind is MatKind.UNAVAILABLE
+
+    page = run.do(Resume(0, _envelope(REF_1, "secret")))
+    assert isinstance(page, PageOk) and page.complete
+    assert page.results == (RecordResult(REC, INSTALLED),)
+    assert run.st.inflight == ()
+    assert run.st.stage_values[STAGE_K] == VAL
+    assert read_snapshot(run.st, [PROJECT]) is None  # staged, not yet served
+
+    committed = run.do(COMMIT)
+    assert isinstance(committed, CommitOk)
+    assert run.st.authority.gate is Gate.OPEN and run.st.authority.attempt_id is None
+    assert _served(run.st) == {KEY: "secret"}
+    assert run.st == OPEN  # the hand-built OPEN state is exactly this reachable one
+
+
+def test_live_delivery_then_replay_and_conflict():
+    run = Run(OPEN)
+    assert run.do(Deliver(ROTATE)) == Pending(0)
+    applied = run.do(Resume(0, _envelope(REF_2, "rotated")))
+    assert isinstance(applied, ApplyOk) and not applied.replayed
+    assert applied.result == RecordResult(REC_ROT, INSTALLED)
+    assert run.st == OPEN_ROTATED  # the hand-built state is reachable
+    assert _served(run.st) == {KEY: "rotated"}
+
+    before = run.st
+    replayed = run.do(Deliver(replace(ROTATE, op_id="op-again")))
+    assert isinstance(replayed, ApplyOk) and replayed.replayed and replayed.result == applied.result
+    conflict = run.do(Deliver(ROTATE_TWIN))
+    assert isinstance(conflict, ApplyRefused) and conflict.code is RefusalCode.DELIVERY_CONFLICT
+    assert run.st == before
+
+
+def test_wrong_envelope_leaves_the_record_unavailable():
+    run = Run()
+    run.do(BEGIN)
+    assert run.do(PAGE) == Pending(0)
+    page = run.do(Resume(0, _envelope(REF_1, "secret", org="org2")))
+    assert isinstance(page, PageOk)
+    assert page.results[0].materialization == unavailable(UnavailableReason.VALUE_ENVELOPE_MISMATCH)
+    assert STAGE_K not in run.st.stage_values
+    run.do(COMMIT)
+    assert _served(run.st) == {KEY: None}
+
+
+def test_page_refused_with_snapshot_page_mismatch_changes_nothing():
+    run = Run()
+    run.do(BEGIN)
+    before = run.st
+    refused = run.do(Page(PageFrame("op-p2", ATTEMPT, PROJECT, "A", 1, (REC,), True)))
+    assert isinstance(refused, PageRefused) and refused.code is RefusalCode.SNAPSHOT_PAGE_MISMATCH
+    assert run.st == before
+
+
+def test_delivery_before_begin_is_corrupt_and_changes_nothing():
+    post, result = step(CFG, INITIAL, Deliver(replace(ROTATE, record_version=1, state=REC)))
+    assert isinstance(result, Failed) and result.kind == "corrupt"
+    assert post == INITIAL
+
+
+def test_begin_with_another_org_after_activation_is_corrupt():
+    run = Run()
+    run.do(BEGIN)
+    before = run.st
+    result = run.do(Begin(BeginFrame(STREAM, "a2", (PROJECT,)), EPOCHS, "org2"))
+    assert isinstance(result, Failed) and result.kind == "corrupt"
+    assert run.st == before
+    # Also once open.
+    post, result = step(CFG, OPEN, Begin(BeginFrame(STREAM, "a2", (PROJECT,)), EPOCHS, "org2"))
+    assert isinstance(result, Failed) and result.kind == "corrupt" and post == OPEN
+
+
+def test_close_and_restart_keep_the_committed_view_unserved():
+    run = Run(OPEN_ROTATED)
+    assert isinstance(run.do(CloseGate()), Done)
+    assert run.st.authority.gate is Gate.IDLE and read_snapshot(run.st, [PROJECT]) is None
+    assert isinstance(run.do(Restart()), Done)
+    assert (run.st.records, run.st.values, run.st.receipts) == (
+        OPEN_ROTATED.records, OPEN_ROTATED.values, OPEN_ROTATED.receipts)
