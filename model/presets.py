@@ -84,12 +84,17 @@ TINY = (
     replace(ADVERSARY, name="tiny-adversary", max_depth=5),
 )
 
+#: The adversary with record versions up to 2: a re-page at a higher version
+#: can carry an older or conflicting record (finding F2; see docs/findings.md).
+ADVERSARY_F2 = replace(ADVERSARY, name="adversary-f2", max_record_version=2, max_depth=7)
+
 PRESETS: dict[str, tuple[Bounds, ...]] = {
     "default": (CLOUD, CLOUD_LEGACY, ADVERSARY, ADVERSARY_WIDE),
     "cloud": (CLOUD,),
     "adversary": (ADVERSARY,),
     "adversary-wide": (ADVERSARY_WIDE,),
     "cloud-legacy": (CLOUD_LEGACY,),
+    "adversary-f2": (ADVERSARY_F2,),
     "tiny": TINY,
     "deep": (replace(CLOUD, name="cloud-deep", max_depth=None, moves=frozenset(Move)),
              replace(ADVERSARY, name="adversary-deep", max_depth=9)),

@@ -178,8 +178,8 @@ def _retain_stage_state(
         order = state_order(incoming, current)
         if order is Order.OLDER or order is Order.CONFLICT:
             mat = stored.mat
-            if cfg.variant is Variant.FIXED:
-                # FIX(F2): a retained record is re-judged under the kept epochs:
+            if cfg.variant is Variant.FIXED:  # FIX(F2)
+                #: a retained record is re-judged under the kept epochs:
                 # if it must now be withheld, its value goes.
                 desired = desired_materialization(current, epochs)
                 if desired.kind is MatKind.WITHHELD:

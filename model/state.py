@@ -36,8 +36,9 @@ from envreplica.spec.gate import Gate
 class Variant(str, enum.Enum):
     """Which protocol the model runs: the seed as written, or the seed with its fixes."""
 
-    SEED = "seed"
-    FIXED = "fixed"
+    SEED = "seed"  # the seed exactly as written (findings F1 and F2 reproduce)
+    FIX_F1 = "fix-f1"  # the seed with only F1 fixed (F2 still reproduces)
+    FIXED = "fixed"  # the seed with F1 and F2 fixed: every property holds
 
 
 #: The seed's ``MAX_PROJECT_ENV_ACK_PAGE_BYTES`` default (wire-protocol.md section 2).

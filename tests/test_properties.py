@@ -595,3 +595,24 @@ def test_close_and_restart_keep_the_committed_view_unserved():
     assert isinstance(run.do(Restart()), Done)
     assert (run.st.records, run.st.values, run.st.receipts) == (
         OPEN_ROTATED.records, OPEN_ROTATED.values, OPEN_ROTATED.receipts)
+
+
+# ---------------------------------------------------------------------------
+# Known gaps in the properties (reported, not fixed here)
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "no property says an existing receipt never changes: a step that consumes sequence 2 and also "
+    "rewrites the receipt of sequence 1 passes every invariant and step property, and a later "
+    "replay of sequence 1 then answers the rewritten answer"
+))
+def test_rewriting_an_earlier_receipt_is_caught():
+    pre = OPEN_ROTATED
+    frame = ApplyFrame("op-x", "p9", 1, REC, Cursor(STREAM, 2))  # consumed: project_not_in_replica
+    _, action, result, post = _run(pre, Deliver(frame))
+    assert isinstance(result, ApplyRefused) and result.consumed
+    old = post.receipts[(STREAM, 1)]
+    rewritten = replace(old, ok=False, code=RefusalCode.PROJECT_NOT_IN_REPLICA, result=None, record_version=None)
+    tampered = replace(post, receipts=post.receipts.set((STREAM, 1), rewritten))
+    assert step_violated(pre, action, result, tampered) or violated(tampered)
