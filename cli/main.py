@@ -1,10 +1,11 @@
-"""The ``envreplica`` command: check, diagram, replay.
+"""The ``envreplica`` command: check, simulate, diagram, replay.
 
 ``check`` model-checks a named bounds suite under a variant, prints the
 invariant table and the coverage table, writes each property's shortest
 counterexample as an ITF trace, and exits 1 on a violation (or on a
 "sometimes" property never witnessed, which would make the pass vacuous).
-``diagram`` draws the gate machine from the declared table, a trace's gate path
+``simulate`` takes seeded random walks with the gate moved by the
+``transitions`` machine. ``diagram`` draws the gate machine from the declared table, a trace's gate path
 highlighted. ``replay`` reruns a trace on the model and shows where it parts.
 """
 
@@ -126,6 +127,31 @@ def cmd_check(args) -> int:
     return 1 if failed else 0
 
 
+def cmd_simulate(args) -> int:
+    from envreplica.checker.simulate import simulate
+    from envreplica.model.state import GateEngine
+
+    variant = Variant(args.variant)
+    failed = False
+    table = Table(title=f"envreplica simulate --bounds {args.bounds} --variant {variant.value} "
+                        f"(gate moved by the transitions machine)")
+    for col in ("bounds", "walks", "steps", "distinct states", "steps/s", "violations"):
+        table.add_column(col)
+    for bounds in suite(args.bounds, variant):
+        sim = simulate(bounds, args.walks, args.depth, seed=args.seed, engine=GateEngine(args.engine))
+        table.add_row(bounds.name, str(sim.walks), f"{sim.steps:,}", f"{sim.distinct:,}",
+                      f"{sim.steps_per_second:,.0f}", ", ".join(sim.violations) or "none")
+        for name, violation in sim.violations.items():
+            failed = True
+            print_counterexample(violation)
+            path = itf.write(Path(args.out) / f"sim-{variant.value}-{bounds.name}-{name}.itf.json", violation.steps,
+                             f"{name}: {violation.prop.statement}", {"variant": variant.value, "bounds": bounds.name,
+                                                                     "violated": name, "ackPageBytes": bounds.ack_page_bytes})
+            console.print(f"  walk written to [bold]{path}[/]")
+    console.print(table)
+    return 1 if failed else 0
+
+
 def cmd_diagram(args) -> int:
     from envreplica.spec.diagram import render
 
@@ -182,6 +208,15 @@ def main(argv=None) -> int:
     c.add_argument("--out", default="out/traces", help="where counterexample traces go")
     c.add_argument("--quiet", action="store_true", help="no progress bar")
     c.set_defaults(func=cmd_check)
+    m = sub.add_parser("simulate", help="random walks over the model, beyond the checker's depth")
+    m.add_argument("--bounds", default="default", help=f"one of: {', '.join(PRESETS)}")
+    m.add_argument("--variant", default=Variant.FIXED.value, choices=[v.value for v in Variant])
+    m.add_argument("--walks", type=int, default=200)
+    m.add_argument("--depth", type=int, default=60)
+    m.add_argument("--seed", type=int, default=0)
+    m.add_argument("--engine", default="machine", choices=["machine", "table"], help="what moves the gate")
+    m.add_argument("--out", default="out/traces")
+    m.set_defaults(func=cmd_simulate)
     d = sub.add_parser("diagram", help="draw the gate machine from the declared table")
     d.add_argument("--format", default="svg", choices=["svg", "png", "dot"])
     d.add_argument("--trace", help="an ITF trace whose gate path to highlight")

@@ -32,6 +32,7 @@ validation (``spec.wire`` parses JSON into the typed frames taken here).
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import lru_cache
 from typing import Optional, Union
 
 from envreplica.model import store as value_store
@@ -45,6 +46,7 @@ from envreplica.model.rules import (
 from envreplica.model.state import (
     AwaitRead,
     Authority,
+    GateEngine,
     DeliveryInFlight,
     LiveRow,
     ModelConfig,
@@ -88,7 +90,7 @@ from envreplica.spec.domain import (
     Status,
     unavailable,
 )
-from envreplica.spec.gate import Gate, Trigger, fire
+from envreplica.spec.gate import Gate, MachineGate, Trigger, fire
 from envreplica.spec import wire
 
 R = RefusalCode
@@ -122,9 +124,24 @@ def authority_org_id(a: Authority) -> str:
     return a.org_id
 
 
-def _move_gate(a: Authority, trigger: Trigger, **changes) -> Authority:
-    """The only way the model changes the gate: fire a declared trigger (spec.gate)."""
-    return replace(a, gate=fire(trigger, a.gate), **changes)
+_MACHINE_GATE = None
+
+
+def _move_gate(cfg: ModelConfig, a: Authority, trigger: Trigger, **changes) -> Authority:
+    """The only way the model changes the gate: fire a declared trigger (spec.gate).
+
+    With ``GateEngine.MACHINE`` the ``transitions`` machine declared from
+    ``spec.gate.TRANSITIONS`` moves it; otherwise the same table compiled to a
+    dict does. A test runs both on the same walks and compares every state.
+    """
+    global _MACHINE_GATE
+    if cfg.gate_engine is GateEngine.MACHINE:
+        if _MACHINE_GATE is None:
+            _MACHINE_GATE = MachineGate()
+        gate = _MACHINE_GATE.fire(trigger, a.gate)
+    else:
+        gate = fire(trigger, a.gate)
+    return replace(a, gate=gate, **changes)
 
 
 def _committed(error: ReplicaError, state: State) -> ReplicaError:
@@ -371,7 +388,7 @@ def begin(cfg: ModelConfig, st: State, frame: BeginFrame, kept_epochs: tuple[int
         st = _reset_staged_project(st, attempt, project)
     sequence = 0 if changed_stream else a.applied_sequence
     authority = _move_gate(
-        a, Trigger.BEGIN,
+        cfg, a, Trigger.BEGIN,
         stream_id=frame.stream_id, applied_sequence=sequence, attempt_id=attempt,
         org_id=org_id, policy_epochs=tuple(kept_epochs),
     )
@@ -384,13 +401,23 @@ def begin(cfg: ModelConfig, st: State, frame: BeginFrame, kept_epochs: tuple[int
 # ---------------------------------------------------------------------------
 
 
+_MAX_REASON = "x" * 64
+
+
+@lru_cache(maxsize=65536)
+def _ack_entry_bytes(state: BindingState) -> int:
+    """Bytes of one page-ack result for ``state`` with the longest reason (as ``pageFits``)."""
+    kind = "withheld" if state.head.tombstone else "unavailable"
+    return wire.json_bytes_len({"state": wire.encode(state), "materialization": {"kind": kind, "reason": _MAX_REASON}})
+
+
 def page_fits(cfg: ModelConfig, frame: PageFrame, states, epochs: tuple[int, ...], applied: Cursor) -> bool:
-    """``pageFits``: the acknowledgement of this page, with the longest reasons, fits the bound."""
-    max_reason = "x" * 64
-    results = []
-    for state in states:
-        kind = "withheld" if state.head.tombstone else "unavailable"
-        results.append({"state": wire.encode(state), "materialization": {"kind": kind, "reason": max_reason}})
+    """``pageFits``: the acknowledgement of this page, with the longest reasons, fits the bound.
+
+    The byte count equals ``Buffer.byteLength(JSON.stringify(ack))`` of the
+    seed: the ack with an empty ``results`` list, plus each result's bytes,
+    plus the commas between them (each result's bytes are cached per record).
+    """
     ack = {
         "kind": "env.replica.ack",
         "opId": frame.op_id,
@@ -400,12 +427,13 @@ def page_fits(cfg: ModelConfig, frame: PageFrame, states, epochs: tuple[int, ...
         "projectId": frame.project_id,
         "after": frame.after,
         "recordVersion": frame.record_version,
-        "results": results,
+        "results": [],
         "complete": frame.complete,
         "policyEpochs": list(epochs),
-        "appliedThrough": wire.encode(applied),
+        "appliedThrough": {"streamId": applied.stream_id, "sequence": applied.sequence},
     }
-    return wire.json_bytes_len(ack) <= cfg.ack_page_bytes
+    total = wire.json_bytes_len(ack) + sum(_ack_entry_bytes(s) for s in states) + max(len(states) - 1, 0)
+    return total <= cfg.ack_page_bytes
 
 
 def _page_prepare(cfg: ModelConfig, st: State, frame: PageFrame):
@@ -734,7 +762,7 @@ def complete(cfg: ModelConfig, st: State, frame: CommitFrame):
         projects=FMap({p: sp.record_version for p, sp in staged_projects}),
         records=FMap({k: LiveRow(row.state, row.mat) for k, row in records}),
         values=FMap({k: v for k, v in values.items() if k in live_keys}),
-        authority=_move_gate(a, Trigger.COMPLETE, attempt_id=None),
+        authority=_move_gate(cfg, a, Trigger.COMPLETE, attempt_id=None),
     )
     return st, CommitOk(frame.attempt_id, epochs, applied)
 
@@ -742,7 +770,7 @@ def complete(cfg: ModelConfig, st: State, frame: CommitFrame):
 def close_gate(cfg: ModelConfig, st: State):
     """``closeProjectEnvReplicaGate``: purge the attempt and close the gate."""
     st = _clear_stage(st)
-    return replace(st, authority=_move_gate(st.authority, Trigger.CLOSE_GATE, attempt_id=None)), Done()
+    return replace(st, authority=_move_gate(cfg, st.authority, Trigger.CLOSE_GATE, attempt_id=None)), Done()
 
 
 def restart(cfg: ModelConfig, st: State):
@@ -752,7 +780,7 @@ def restart(cfg: ModelConfig, st: State):
     closes the replica on every (re)connection before any task read.
     """
     st = _clear_stage(st.durable())
-    return replace(st, authority=_move_gate(st.authority, Trigger.RESTART, attempt_id=None)), Done()
+    return replace(st, authority=_move_gate(cfg, st.authority, Trigger.RESTART, attempt_id=None)), Done()
 
 
 def store_off(cfg: ModelConfig, st: State):

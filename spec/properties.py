@@ -138,7 +138,7 @@ def receipts_cover_consumed(st) -> bool:
 def gate_open_has_no_staging(st) -> bool:
     """An open or idle gate has no staged projects: only an attempt stages."""
     if st.authority.gate in (Gate.OPEN, Gate.IDLE, Gate.INACTIVE):
-        return len(st.stage_projects) == 0 and len(st.stage_records) == 0
+        return not st.stage_projects and not st.stage_records and not st.stage_values
     return True
 
 
@@ -165,6 +165,8 @@ def replay_returns_same_answer(pre, action, result, post) -> bool:
     if not getattr(result, "replayed", False) or getattr(result, "code", None) is RefusalCode.DELIVERY_CONFLICT:
         return True
     frame = _delivery_frame(action)
+    if frame is None:
+        return False  # only a delivery can be answered as a replay
     receipt = pre.receipts.get((frame.delivery.stream_id, frame.delivery.sequence))
     if receipt is None or receipt.request != frame.request() or post != pre:
         return False
@@ -199,6 +201,55 @@ def consumed_answer_is_receipted(pre, action, result, post) -> bool:
     if isinstance(result, ApplyOk):
         return receipt.ok and receipt.result == result.result and receipt.record_version == result.record_version
     return (not receipt.ok) and receipt.code == result.code
+
+
+def receipts_are_never_rewritten(pre, action, result, post) -> bool:
+    """A receipt, once written, is never changed: receipts are only added, or all dropped with their stream."""
+    if pre.authority.stream_id != post.authority.stream_id:
+        return True
+    return all(post.receipts.get(k, r) == r for k, r in pre.receipts.items()) and (
+        len(post.receipts) == 0 or set(pre.receipts) <= set(post.receipts)
+    )
+
+
+def resume_changes_only_its_operation(pre, action, result, post) -> bool:
+    """A read that answers changes only its own operation's rows (and, for a delivery, its receipt and cursor)."""
+    from envreplica.model.actions import ActionKind
+    from envreplica.model.state import DeliveryInFlight, View
+
+    if getattr(action, "kind", None) is not ActionKind.RESUME:
+        return True
+    op = pre.inflight[action.slot]
+    rest = pre.inflight[: action.slot] + pre.inflight[action.slot + 1:]
+    if post.inflight[: len(rest)] != rest or len(post.inflight) > len(rest) + 1:
+        return False
+
+    def changed(table: str) -> set:
+        before, after = getattr(pre, table), getattr(post, table)
+        return {k for k in set(before) | set(after) if before.get(k) != after.get(k)}
+
+    if isinstance(op, DeliveryInFlight):
+        read = op.read
+        scope_live = {(read.project_id, read.key)} if read.view is View.LIVE else set()
+        scope_stage = {(read.attempt_id, read.project_id, read.key)} if read.view is View.STAGE else set()
+        consumed = isinstance(result, ApplyOk) and not result.replayed
+        cursor = op.frame.delivery
+        receipts_ok = changed("receipts") == ({(cursor.stream_id, cursor.sequence)} if consumed else set())
+        expected_seq = cursor.sequence if consumed else pre.authority.applied_sequence
+        authority_ok = post.authority == type(pre.authority)(**{
+            **{f: getattr(pre.authority, f) for f in pre.authority.__slots__}, "applied_sequence": expected_seq})
+    else:
+        scope_live = set()
+        scope_stage = {k for k in changed("stage_records") | changed("stage_values")
+                       if k[:2] == (op.frame.attempt_id, op.frame.project_id)}
+        receipts_ok = not changed("receipts")
+        authority_ok = post.authority == pre.authority
+    return (
+        receipts_ok and authority_ok
+        and not changed("projects") and not changed("stage_projects")
+        and changed("records") <= scope_live and changed("values") <= scope_live
+        and changed("stage_records") <= scope_stage and changed("stage_values") <= scope_stage
+    )
 
 
 def organisation_fixed_after_activation(pre, action, result, post) -> bool:
@@ -388,6 +439,8 @@ STEP_PROPERTIES = _props(
     replay_returns_same_answer,
     conflicting_replay_changes_nothing,
     consumed_answer_is_receipted,
+    receipts_are_never_rewritten,
+    resume_changes_only_its_operation,
     organisation_fixed_after_activation,
     live_record_version_never_decreases,
     commit_promotes_exactly_staged,
