@@ -1,0 +1,190 @@
+"""The replica's SQLite schema (SQLAlchemy Core), one table per table of the seed.
+
+Models: the seed's tables (authority, projects, records, values, the three
+staging tables, receipts) plus ``store_meta`` (the writer contract: which
+schema version the file holds). Keys and constraints make impossible rows
+impossible: exactly one authority row; an open gate has no attempt; a
+tombstone has no value reference; a materialization reason exists exactly when
+the record is not installed; a value needs its record and a record its
+project (foreign keys); a refused receipt has a code and no result, an applied
+one the reverse.
+
+Leaves out on purpose: the seed's ``updatedAt``/``createdAt`` columns (never
+read), and indexes beyond the primary keys (every query here is by key prefix,
+which the primary keys serve).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    Boolean,
+    CheckConstraint,
+    Column,
+    ForeignKeyConstraint,
+    Integer,
+    LargeBinary,
+    MetaData,
+    PrimaryKeyConstraint,
+    Table,
+    Text,
+)
+
+#: The schema version this code writes. Opening a newer file fails; an older
+#: file must be migrated (``envreplica migrate``) before this code writes it.
+SCHEMA_VERSION = 1
+
+MATERIALIZATIONS = ("installed", "withheld", "unavailable")
+
+metadata = MetaData()
+
+store_meta = Table(
+    "store_meta",
+    metadata,
+    Column("key", Text, primary_key=True),
+    Column("value", Text, nullable=False),
+)
+
+authority = Table(
+    "authority",
+    metadata,
+    Column("id", Text, primary_key=True),
+    Column("activated", Boolean, nullable=False),
+    Column("gate_open", Boolean, nullable=False),
+    Column("stream_id", Text),
+    Column("applied_sequence", Integer, nullable=False),
+    Column("attempt_id", Text),
+    Column("org_id", Text),
+    Column("policy_epochs_json", Text, nullable=False),
+    CheckConstraint("id = 'replica'", name="one_authority_row"),
+    CheckConstraint("applied_sequence >= 0", name="sequence_not_negative"),
+    CheckConstraint("NOT (gate_open AND attempt_id IS NOT NULL)", name="open_gate_has_no_attempt"),
+    CheckConstraint("activated OR (NOT gate_open AND attempt_id IS NULL)", name="inactive_is_closed"),
+    CheckConstraint("NOT activated OR (stream_id IS NOT NULL AND org_id IS NOT NULL)", name="active_has_stream_and_org"),
+)
+
+
+def _record_columns() -> list:
+    """The columns of a record (live or staged): a BindingState and its materialization."""
+    return [
+        Column("revision", Integer, nullable=False),
+        Column("generation", Integer, nullable=False),
+        Column("tombstone", Boolean, nullable=False),
+        Column("value_ref_json", Text),
+        Column("binding_json", Text),
+        Column("policy_epoch", Integer),
+        Column("listing_generation", Integer, nullable=False),
+        Column("materialization", Text, nullable=False),
+        Column("materialization_reason", Text),
+    ]
+
+
+def _record_checks(prefix: str) -> list:
+    kinds = ", ".join(f"'{k}'" for k in MATERIALIZATIONS)
+    return [
+        CheckConstraint("revision >= 0 AND generation >= 0 AND listing_generation >= 0", name=f"{prefix}_counts"),
+        CheckConstraint("tombstone = (value_ref_json IS NULL)", name=f"{prefix}_tombstone_has_no_ref"),
+        CheckConstraint(f"materialization IN ({kinds})", name=f"{prefix}_materialization_kind"),
+        CheckConstraint("(materialization = 'installed') = (materialization_reason IS NULL)",
+                        name=f"{prefix}_reason_unless_installed"),
+        CheckConstraint("NOT (tombstone AND materialization = 'installed')", name=f"{prefix}_tombstone_not_installed"),
+    ]
+
+
+def _value_columns() -> list:
+    """A sealed value and the head it was fetched for."""
+    return [
+        Column("revision", Integer, nullable=False),
+        Column("generation", Integer, nullable=False),
+        Column("value_ref_json", Text, nullable=False),
+        Column("value_enc", LargeBinary, nullable=False),  # impl.sealing: AES-256-GCM, bound to the record
+    ]
+
+
+projects = Table(
+    "projects",
+    metadata,
+    Column("project_id", Text, primary_key=True),
+    Column("record_version", Integer, nullable=False),
+    CheckConstraint("record_version >= 0", name="project_version_not_negative"),
+)
+
+records = Table(
+    "records",
+    metadata,
+    Column("project_id", Text, nullable=False),
+    Column("key", Text, nullable=False),
+    *_record_columns(),
+    PrimaryKeyConstraint("project_id", "key"),
+    ForeignKeyConstraint(["project_id"], ["projects.project_id"]),
+    *_record_checks("record"),
+)
+
+values = Table(
+    "record_values",
+    metadata,
+    Column("project_id", Text, nullable=False),
+    Column("key", Text, nullable=False),
+    *_value_columns(),
+    PrimaryKeyConstraint("project_id", "key"),
+    ForeignKeyConstraint(["project_id", "key"], ["records.project_id", "records.key"]),
+)
+
+stage_projects = Table(
+    "stage_projects",
+    metadata,
+    Column("attempt_id", Text, nullable=False),
+    Column("project_id", Text, nullable=False),
+    Column("record_version", Integer),
+    Column("last_key", Text),
+    Column("complete", Boolean, nullable=False),
+    PrimaryKeyConstraint("attempt_id", "project_id"),
+    CheckConstraint("record_version IS NULL OR record_version >= 0", name="stage_version_not_negative"),
+)
+
+stage_records = Table(
+    "stage_records",
+    metadata,
+    Column("attempt_id", Text, nullable=False),
+    Column("project_id", Text, nullable=False),
+    Column("key", Text, nullable=False),
+    *_record_columns(),
+    Column("present", Boolean, nullable=False),
+    PrimaryKeyConstraint("attempt_id", "project_id", "key"),
+    ForeignKeyConstraint(["attempt_id", "project_id"], ["stage_projects.attempt_id", "stage_projects.project_id"]),
+    *_record_checks("stage_record"),
+)
+
+stage_values = Table(
+    "stage_values",
+    metadata,
+    Column("attempt_id", Text, nullable=False),
+    Column("project_id", Text, nullable=False),
+    Column("key", Text, nullable=False),
+    *_value_columns(),
+    PrimaryKeyConstraint("attempt_id", "project_id", "key"),
+    ForeignKeyConstraint(
+        ["attempt_id", "project_id", "key"],
+        ["stage_records.attempt_id", "stage_records.project_id", "stage_records.key"],
+    ),
+)
+
+receipts = Table(
+    "receipts",
+    metadata,
+    Column("stream_id", Text, nullable=False),
+    Column("sequence", Integer, nullable=False),
+    Column("request_mac", Text, nullable=False),
+    Column("result_json", Text),
+    Column("record_version", Integer),
+    Column("ok", Boolean, nullable=False),
+    Column("code", Text),
+    PrimaryKeyConstraint("stream_id", "sequence"),
+    CheckConstraint("sequence >= 1", name="receipt_sequence_positive"),
+    CheckConstraint("length(request_mac) = 64", name="receipt_mac_is_sha256_hex"),
+    CheckConstraint("ok = (code IS NULL)", name="receipt_code_iff_refused"),
+    CheckConstraint("ok = (result_json IS NOT NULL) AND ok = (record_version IS NOT NULL)",
+                    name="receipt_result_iff_applied"),
+)
+
+#: Every replica table, in an order safe for inserts (parents first).
+TABLES = (store_meta, authority, projects, records, values, stage_projects, stage_records, stage_values, receipts)
