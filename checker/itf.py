@@ -164,8 +164,8 @@ class Replayed:
     """The outcome of replaying a trace on the model."""
 
     steps: list  # (action, result, state) per step, as replayed
-    diverged_at: Optional[int]  # the first state index whose replayed value differs, or None
-    differing_vars: list  # the variables that differ there
+    diverged_at: Optional[int]  # the first state index whose replayed state or result differs, or None
+    differing_vars: list  # what differs there: variable names, "result", or "missing <var>"
 
 
 def replay(doc: dict, cfg: Optional[ModelConfig] = None):
@@ -187,7 +187,10 @@ def replay(doc: dict, cfg: Optional[ModelConfig] = None):
         steps.append((action, result, st))
         if diverged is None:
             mine = state_vars(st)
-            differing = [k for k, v in mine.items() if k in recorded and recorded[k] != v]
+            differing = [f"missing {k}" if k not in recorded else k
+                         for k, v in mine.items() if recorded.get(k) != v]
+            if action_data is not None and recorded.get("#meta", {}).get("result") != result_json(result):
+                differing.append("result")
             if differing:
                 diverged = i
     return Replayed(steps, diverged, differing)

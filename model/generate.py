@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import enum
 import itertools
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Iterator, Optional
 
 from envreplica.model.actions import (
@@ -268,11 +268,11 @@ def _cloud_actions(bounds: Bounds, world: World) -> Iterator[Action]:
                 continue
             for key in bounds.keys:
                 for move, _ in moves(bounds, key, cloud.records.get((project, key))):
-                    yield _Mutate(project, key, move)
+                    yield CloudChange(project, key, move)
 
 
 @dataclass(frozen=True, slots=True)
-class _Mutate:
+class CloudChange:
     """A cloud-side record change (not a replica action: the replica sees it as a delivery later)."""
 
     project: str
@@ -301,7 +301,7 @@ def _next_page(bounds: Bounds, cloud: Cloud, st: State, attempt: str, project: s
 
 def _cloud_next(bounds: Bounds, world: World, action) -> World:
     cloud = world.cloud
-    if isinstance(action, _Mutate):
+    if isinstance(action, CloudChange):
         state = dict(moves(bounds, action.key, cloud.records.get((action.project, action.key))))[action.move]
         version = cloud.versions.get(action.project, 0) + 1
         cloud = replace(
@@ -395,7 +395,7 @@ def enabled(bounds: Bounds, world: World) -> Iterator:
 
 def next_state(bounds: Bounds, world: World, action, cfg: Optional[ModelConfig] = None):
     """Take ``action``; returns (next world, result). Cloud-side changes have result None."""
-    if isinstance(action, _Mutate):
+    if isinstance(action, CloudChange):
         return _cloud_next(bounds, world, action), None
     cfg = cfg or bounds.model_config()
     replica_next, result = step(cfg, world.replica, action)
@@ -404,5 +404,3 @@ def next_state(bounds: Bounds, world: World, action, cfg: Optional[ModelConfig] 
         world2 = _cloud_next(bounds, world2, action)
     return world2, result
 
-
-CloudChange = _Mutate

@@ -17,7 +17,7 @@ is defined by that read.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
 from envreplica.spec.domain import (
@@ -62,7 +62,7 @@ def nothing_served_unless_open(st) -> bool:
     return read_snapshot(st, sorted(st.projects)) is None
 
 
-def _installed_match(records, values, key_of) -> bool:
+def _installed_match(records, values) -> bool:
     for k, row in records.items():
         if row.mat.kind is MatKind.INSTALLED:
             value = values.get(k)
@@ -80,12 +80,12 @@ def _installed_match(records, values, key_of) -> bool:
 
 def installed_matches_head_live(st) -> bool:
     """An installed live value matches its record's head (revision, generation, value reference)."""
-    return _installed_match(st.records, st.values, None)
+    return _installed_match(st.records, st.values)
 
 
 def installed_matches_head_staged(st) -> bool:
     """An installed staged value matches its staged record's head (revision, generation, value reference)."""
-    return _installed_match(st.stage_records, st.stage_values, None)
+    return _installed_match(st.stage_records, st.stage_values)
 
 
 def unserved_records_carry_no_value(st) -> bool:
@@ -236,8 +236,7 @@ def resume_changes_only_its_operation(pre, action, result, post) -> bool:
         cursor = op.frame.delivery
         receipts_ok = changed("receipts") == ({(cursor.stream_id, cursor.sequence)} if consumed else set())
         expected_seq = cursor.sequence if consumed else pre.authority.applied_sequence
-        authority_ok = post.authority == type(pre.authority)(**{
-            **{f: getattr(pre.authority, f) for f in pre.authority.__slots__}, "applied_sequence": expected_seq})
+        authority_ok = post.authority == replace(pre.authority, applied_sequence=expected_seq)
     else:
         scope_live = set()
         scope_stage = {k for k in changed("stage_records") | changed("stage_values")
@@ -320,15 +319,10 @@ def refusals_change_only_what_seed_writes(pre, action, result, post) -> bool:
             return post == pre
         frame = action.frame
         added = set(post.receipts) - set(pre.receipts)
-        expected = type(pre)(
-            authority=type(pre.authority)(**{
-                **{f: getattr(pre.authority, f) for f in pre.authority.__slots__},
-                "applied_sequence": frame.delivery.sequence,
-            }),
-            projects=pre.projects, records=pre.records, values=pre.values,
-            stage_projects=pre.stage_projects, stage_records=pre.stage_records,
-            stage_values=pre.stage_values, receipts=post.receipts,
-            inflight=pre.inflight, store_on=pre.store_on,
+        expected = replace(
+            pre,
+            authority=replace(pre.authority, applied_sequence=frame.delivery.sequence),
+            receipts=post.receipts,
         )
         return added == {(frame.delivery.stream_id, frame.delivery.sequence)} and post == expected
     return True

@@ -1,0 +1,432 @@
+"""Test the testers: deliberately broken models must be caught by ``spec.properties``.
+
+Each mutant below is one realistic bug injected into ``envreplica.model.replica``
+(or ``envreplica.model.rules``) with ``monkeypatch``. Most mutants edit the
+real source of one function (``_source_mutant``: an exact text replacement
+that must match exactly once, so a refactor of the model makes the mutant fail
+loudly instead of silently turning into the original code). The rest are small
+hand-written replacements.
+
+For each mutant the checker runs on small bounds chosen so that the bug is
+reachable quickly. The test asserts that some property is violated, that the
+expected property is among the violated ones, and that its shortest
+counterexample is no longer than the length measured when this file was
+written. A control test runs every bounds used here on the unmutated model and
+asserts that nothing is violated, so each catch is the mutant's doing.
+
+A mutant that no property catches is a finding about the properties, not about
+the model: it is kept as ``xfail(strict=True)`` with the gap as its reason, and a
+separate (passing) test shows with a small extra "witness" property that the
+bug *is* reachable at those bounds, so the miss is not just a bounds problem.
+
+Run with ``-s`` to see the table of mutants, catch times and lengths.
+"""
+
+from __future__ import annotations
+
+import __future__
+import inspect
+import sys
+import textwrap
+from dataclasses import dataclass, replace
+from typing import Callable, Optional
+
+import pytest
+
+from envreplica.checker.bfs import check
+from envreplica.checker.run import build_model, run
+from envreplica.model import replica, rules
+from envreplica.model.actions import Commit, Resume
+from envreplica.model.generate import Bounds, Move
+from envreplica.model.presets import ADVERSARY, CLOUD, suite
+from envreplica.model.state import Variant
+from envreplica.spec.domain import ApplyOk, CommitOk
+from envreplica.spec.properties import Property
+
+# ---------------------------------------------------------------------------
+# Bounds: each small, each chosen so that some mutant's bug is reachable.
+# ---------------------------------------------------------------------------
+
+TINY_CLOUD, _TINY_ADVERSARY = suite("tiny", Variant.FIXED)
+#: the tiny adversary one level shallower (every adversary catch below is <= 4 steps)
+TINY_ADV = replace(_TINY_ADVERSARY, name="tiny-adversary-4", max_depth=4)
+#: two sequences on one stream: an adversary can skip one
+ADV_GAP = replace(ADVERSARY, name="adversary-seq2", max_sequence=2, max_depth=3)
+#: two organisations a begin may name
+ADV_ORGS = replace(ADVERSARY, name="adversary-orgs", orgs=("org", "org2"), max_depth=3)
+#: a record that can rotate: two pending states of one key (a stale read can land on the newer one)
+ADV_ROTATE = replace(ADVERSARY, name="adversary-rotate", moves=frozenset({Move.CREATE, Move.ROTATE}), max_depth=4)
+#: re-snapshot at a higher record version that omits a live key (no deliveries, no restarts)
+ADV_RESNAP = replace(
+    ADVERSARY, name="adversary-resnapshot", max_record_version=2, max_sequence=0, restarts=False,
+    epoch_sets=((1, 2),), alphabet_extra=False, max_depth=7,
+)
+#: the cloud two levels deeper than tiny, on one stream
+CLOUD_10 = replace(CLOUD, name="cloud-10", streams=("s1",), max_depth=10)
+#: the adversary one level below the preset, first-save records only: finding F1 is 6 steps here
+ADV_F1 = replace(ADVERSARY, name="adversary-f1", alphabet_extra=False, max_depth=6)
+
+for _b in (TINY_CLOUD, TINY_ADV, ADV_GAP, ADV_ORGS, ADV_ROTATE, ADV_RESNAP, CLOUD_10, ADV_F1):
+    assert _b.variant is Variant.FIXED, _b.name
+
+
+# ---------------------------------------------------------------------------
+# Mutation helpers
+# ---------------------------------------------------------------------------
+
+
+def _patch_everywhere(monkeypatch, module, name: str, mutant) -> None:
+    """Replace ``module.name`` and every ``from module import name`` copy in envreplica."""
+    original = getattr(module, name)
+    patched = 0
+    for mod_name, mod in list(sys.modules.items()):
+        if mod_name.startswith("envreplica.") and getattr(mod, name, None) is original:
+            monkeypatch.setattr(mod, name, mutant)
+            patched += 1
+    assert patched, f"{module.__name__}.{name} was not patched anywhere"
+
+
+def _source_mutant(module, name: str, *edits: tuple[str, str]) -> Callable:
+    """A patcher: ``module.name`` recompiled from its own source with ``edits`` (old, new) applied.
+
+    Each ``old`` must occur exactly once in the function's source. The mutant
+    is compiled into the module's namespace, so it calls the module's other
+    functions (and is called by them) exactly as the original is.
+    """
+
+    def patch(monkeypatch) -> None:
+        original = getattr(module, name)
+        src = textwrap.dedent(inspect.getsource(original))
+        for old, new in edits:
+            n = src.count(old)
+            assert n == 1, (
+                f"mutation target in {module.__name__}.{name} found {n} times (expected 1): {old!r}; "
+                "the model changed, update this mutant"
+            )
+            src = src.replace(old, new)
+        code = compile(
+            src, f"<mutant of {module.__name__}.{name}>", "exec",
+            flags=__future__.annotations.compiler_flag, dont_inherit=True,
+        )
+        namespace: dict = {}
+        exec(code, module.__dict__, namespace)
+        _patch_everywhere(monkeypatch, module, name, namespace[name])
+
+    return patch
+
+
+def _both(*patches: Callable) -> Callable:
+    def patch(monkeypatch) -> None:
+        for p in patches:
+            p(monkeypatch)
+
+    return patch
+
+
+# -- hand-written mutants ----------------------------------------------------
+
+
+def _restart_keeps_gate(monkeypatch) -> None:
+    """Crash recovery drops in-flight work and staging but forgets to close the gate."""
+    from envreplica.spec.domain import Done
+
+    def restart(cfg, st):
+        st = replica._clear_stage(st.durable())
+        return replace(st, authority=replace(st.authority, attempt_id=None)), Done()
+
+    monkeypatch.setattr(replica, "restart", restart)
+
+
+def _restart_keeps_inflight(monkeypatch) -> None:
+    """Restart closes the gate but keeps the operations that were suspended in a read."""
+    original = replica.restart
+
+    def restart(cfg, st):
+        after, done = original(cfg, st)
+        return replace(after, inflight=st.inflight), done
+
+    monkeypatch.setattr(replica, "restart", restart)
+
+
+def _replay_answers_from_current_row(monkeypatch) -> None:
+    """A replay recomputes its answer from today's record instead of the stored receipt."""
+    original = replica._delivery_prepare
+
+    def prepare(cfg, st, frame):
+        after, answer = original(cfg, st, frame)
+        if isinstance(answer, ApplyOk) and answer.replayed:
+            a = st.authority
+            key = (frame.project_id, frame.state.key)
+            row = st.records.get(key) if a.attempt_id is None else st.stage_records.get((a.attempt_id,) + key)
+            if row is not None:
+                answer = replace(answer, result=row.result())
+        return after, answer
+
+    monkeypatch.setattr(replica, "_delivery_prepare", prepare)
+
+
+# ---------------------------------------------------------------------------
+# Witness properties: only for showing that an uncaught mutant's bug is reachable
+# ---------------------------------------------------------------------------
+
+
+def resume_keeps_record_states(pre, action, result, post) -> bool:
+    """A value-store read answering changes materializations only, never a record's state."""
+    if not isinstance(action, Resume):
+        return True
+    for before, after in ((pre.records, post.records), (pre.stage_records, post.stage_records)):
+        for k, row in before.items():
+            new = after.get(k)
+            if new is not None and new.state != row.state:
+                return False
+    return True
+
+
+def commit_only_at_high_water(pre, action, result, post) -> bool:
+    """A commit succeeds only when its high-water mark is the replica's delivery cursor."""
+    if not isinstance(result, CommitOk) or not isinstance(action, Commit):
+        return True
+    a = pre.authority
+    return (action.frame.high_water.stream_id, action.frame.high_water.sequence) == (a.stream_id, a.applied_sequence)
+
+
+RESUME_KEEPS_STATES = Property("resume_keeps_record_states", resume_keeps_record_states, "step")
+COMMIT_AT_HIGH_WATER = Property("commit_only_at_high_water", commit_only_at_high_water, "step")
+
+
+# ---------------------------------------------------------------------------
+# The mutants
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    bug: str  # the bug, in one line
+    patch: Callable  # patch(monkeypatch) installs it
+    bounds: Bounds  # where the checker looks
+    expect: Optional[str]  # the property expected to catch it (None: not caught, see ``gap``)
+    max_length: int  # shortest counterexample measured (an upper bound for the test)
+    gap: Optional[str] = None  # why no property catches it (the test is then a strict xfail)
+    witness: Optional[Property] = None  # an extra property showing the bug is reachable (for a gap)
+
+
+R = replica
+MUTANTS = (
+    Mutant(
+        "close_gate_keeps_staging", "close_gate does not purge the staging tables",
+        _source_mutant(R, "close_gate", ("st = _clear_stage(st)\n", "st = st  # MUTANT: no purge\n")),
+        TINY_CLOUD, "staging_belongs_to_attempt", 2,
+    ),
+    Mutant(
+        "commit_ignores_high_water", "complete skips the high-water mark check (frame.high_water != cursor)",
+        _source_mutant(R, "complete", ("if frame.high_water != applied:", "if False:  # MUTANT")),
+        TINY_ADV, None, 2,
+        gap="no property relates a successful commit to the delivery cursor: a commit whose high-water "
+            "mark is not the applied cursor succeeds, and the state it leaves satisfies every invariant",
+        witness=COMMIT_AT_HIGH_WATER,
+    ),
+    Mutant(
+        "commit_promotes_absent_rows", "complete also promotes staged rows no page re-sent (present=False)",
+        _source_mutant(R, "complete", ("if att == frame.attempt_id and row.present", "if att == frame.attempt_id")),
+        ADV_RESNAP, "commit_promotes_exactly_staged", 6,
+    ),
+    Mutant(
+        "commit_copies_all_stage_values", "complete copies every staged value, not only those of promoted rows",
+        _source_mutant(
+            R, "complete",
+            ("values=FMap({k: v for k, v in values.items() if k in live_keys})", "values=FMap(values)"),
+        ),
+        ADV_RESNAP, "no_value_without_record", 7,
+    ),
+    Mutant(
+        "replay_skips_request_check", "a replay returns the receipt without comparing the request (MAC check skipped)",
+        _source_mutant(R, "_delivery_prepare", ("if receipt.request != frame.request():", "if False:  # MUTANT")),
+        TINY_ADV, "conflicting_replay_changes_nothing", 4,
+    ),
+    Mutant(
+        "replay_answers_from_current_row", "a replay answers with today's record instead of the stored receipt",
+        _replay_answers_from_current_row,
+        TINY_CLOUD, "replay_returns_same_answer", 8,
+    ),
+    Mutant(
+        "delivery_accepts_gap", "apply_delivery drops both `sequence != current + 1` checks",
+        _both(
+            _source_mutant(
+                R, "_delivery_prepare",
+                ("if frame.delivery.sequence != current.sequence + 1:", "if False:  # MUTANT"),
+            ),
+            _source_mutant(
+                R, "_delivery_final",
+                ("or frame.delivery.sequence != current.sequence + 1\n", "or False  # MUTANT\n"),
+            ),
+        ),
+        ADV_GAP, "receipts_cover_consumed", 3,
+    ),
+    Mutant(
+        "stage_after_ignores_state_change", "_stage_after installs without checking the staged state is unchanged",
+        _source_mutant(
+            R, "_stage_after",
+            ("if current is None or current.state != before:", "if current is None:  # MUTANT"),
+        ),
+        ADV_ROTATE, None, 4,
+        gap="a stale read rewrites the staged record back to the (older) state it read for, with that "
+            "state's value: the view is self-consistent, so no invariant sees it, and no step property "
+            "says a read's answer never changes a record's state (or that records never move backwards)",
+        witness=RESUME_KEEPS_STATES,
+    ),
+    Mutant(
+        "live_after_ignores_state_change", "_live_after installs without checking the live state is unchanged",
+        _source_mutant(
+            R, "_live_after",
+            ("if current is None or current.state != before:", "if current is None:  # MUTANT"),
+        ),
+        CLOUD_10, None, 10,
+        gap="as for staging, live: after a rotation a stale read reverts the live record to the rotated-out "
+            "generation and serves its value; served_values_are_live_bound_kept compares the value only "
+            "with the (reverted) live record, and no property compares the replica with the cloud's records",
+        witness=RESUME_KEEPS_STATES,
+    ),
+    Mutant(
+        "snapshot_serves_while_closed", "_snapshot serves whenever activated (ignores gate and attempt)",
+        _source_mutant(
+            R, "_snapshot",
+            ("if not a.gate.activated or not a.gate.is_open or a.attempt_id is not None:",
+             "if not a.gate.activated:  # MUTANT"),
+        ),
+        TINY_ADV, "nothing_served_unless_open", 1,
+    ),
+    Mutant(
+        "restart_keeps_gate", "restart does not close the gate",
+        _restart_keeps_gate, TINY_CLOUD, "restart_closes_gate", 2,
+    ),
+    Mutant(
+        "restart_keeps_inflight", "restart keeps the operations suspended in a value-store read",
+        _restart_keeps_inflight, TINY_CLOUD, "restart_closes_gate", 4,
+    ),
+    Mutant(
+        "begin_changes_organisation", "begin lets the organisation change after activation",
+        _source_mutant(R, "begin", ("if a.gate.activated and a.org_id != org_id:", "if False:  # MUTANT")),
+        ADV_ORGS, "organisation_fixed_after_activation", 2,
+    ),
+    Mutant(
+        "live_keeps_value_when_withheld", "_retain_live_state keeps the old value when a newer record is withheld",
+        _source_mutant(
+            R, "_retain_live_state",
+            ("row = LiveRow(incoming, desired)\n    st = replace(st, values=st.values.delete(k), records=",
+             "row = LiveRow(incoming, desired)\n    st = replace(st, records="),
+        ),
+        TINY_CLOUD, "unserved_records_carry_no_value", 8,
+    ),
+    Mutant(
+        "stage_keeps_value_when_withheld", "_retain_stage_state keeps the old value when a newer record is withheld",
+        _source_mutant(
+            R, "_retain_stage_state",
+            ("st = replace(st, stage_values=st.stage_values.delete(k), stage_records=st.stage_records.set(k, row))",
+             "st = replace(st, stage_records=st.stage_records.set(k, row))  # MUTANT"),
+        ),
+        TINY_CLOUD, "unserved_records_carry_no_value", 7,
+    ),
+    Mutant(
+        "begin_drops_receipts_same_stream", "begin deletes the receipts even when the stream is unchanged",
+        _source_mutant(R, "begin", ("receipts = EMPTY if changed_stream else st.receipts", "receipts = EMPTY")),
+        TINY_ADV, "receipts_cover_consumed", 4,
+    ),
+    Mutant(
+        "begin_resets_cursor_same_stream", "begin resets the delivery cursor even when the stream is unchanged",
+        _source_mutant(R, "begin", ("sequence = 0 if changed_stream else a.applied_sequence", "sequence = 0")),
+        TINY_ADV, "cursor_never_goes_back", 4,
+    ),
+    Mutant(
+        "desired_ignores_unkept_epoch", "desired_materialization fetches a record whose policy epoch is not kept",
+        _source_mutant(
+            rules, "desired_materialization",
+            ("if state.policy_epoch is None or state.policy_epoch not in epochs:",
+             "if state.policy_epoch is None:  # MUTANT"),
+        ),
+        TINY_ADV, "served_values_are_live_bound_kept", 4,
+    ),
+    Mutant(
+        "desired_ignores_withhold_binding", "desired_materialization fetches a record whose binding withholds it",
+        _source_mutant(
+            rules, "desired_materialization",
+            ("if isinstance(state.binding, BindWithhold):", "if False:  # MUTANT"),
+        ),
+        TINY_ADV, "served_values_are_live_bound_kept", 4,
+    ),
+    Mutant(
+        "stale_read_lands_after_epoch_change", "finding F1 re-introduced: a read lands on a row no longer awaiting it",
+        _source_mutant(R, "_still_awaits_value", ("if cfg.variant is Variant.SEED:", "if True:  # MUTANT")),
+        ADV_F1, "served_values_are_live_bound_kept", 6,
+    ),
+)
+
+BOUNDS_USED = {m.bounds.name: m.bounds for m in MUTANTS}
+
+#: rows of the summary table: (mutant, property, length, seconds, states)
+SUMMARY: list[tuple[str, str, str, float, int]] = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _print_summary():
+    yield
+    if not SUMMARY:
+        return
+    width = max(len(row[0]) for row in SUMMARY)
+    pwidth = max(len(row[1]) for row in SUMMARY)
+    lines = [
+        "",
+        f"{'mutant':<{width}}  {'caught by':<{pwidth}}  {'len':>3}  {'secs':>5}  {'states':>6}",
+    ]
+    for name, prop, length, seconds, states in SUMMARY:
+        lines.append(f"{name:<{width}}  {prop:<{pwidth}}  {length:>3}  {seconds:5.2f}  {states:>6}")
+    print("\n".join(lines))
+
+
+def _param(m: Mutant):
+    marks = [pytest.mark.xfail(strict=True, reason=f"NOT CAUGHT: {m.gap}")] if m.gap else []
+    return pytest.param(m, id=m.name, marks=marks)
+
+
+def test_mutants_are_many_and_distinct():
+    names = [m.name for m in MUTANTS]
+    assert len(names) == len(set(names))
+    assert sum(1 for m in MUTANTS if m.gap is None) >= 8
+
+
+@pytest.mark.parametrize("mutant", [_param(m) for m in MUTANTS])
+def test_mutant_is_caught(mutant: Mutant, monkeypatch):
+    mutant.patch(monkeypatch)
+    outcome = run(mutant.bounds).result
+    violated = outcome.violations
+    if violated:
+        first = min(violated.values(), key=lambda v: v.length)
+        shown = mutant.expect if mutant.expect in violated else first.prop.name
+        length = violated[shown].length
+    else:
+        shown, length = "NOT CAUGHT", "-"
+    SUMMARY.append((mutant.name, shown, str(length), outcome.seconds, outcome.states))
+
+    assert violated, f"{mutant.name} ({mutant.bug}) is not caught by any property on {mutant.bounds.name}"
+    assert mutant.expect in violated, f"{mutant.name}: expected {mutant.expect}, got {sorted(violated)}"
+    counterexample = violated[mutant.expect]
+    assert counterexample.steps[0].action is None  # starts from the initial state
+    assert 1 <= counterexample.length <= mutant.max_length, (mutant.name, counterexample.length)
+
+
+@pytest.mark.parametrize("mutant", [pytest.param(m, id=m.name) for m in MUTANTS if m.gap])
+def test_uncaught_mutant_is_reachable(mutant: Mutant, monkeypatch):
+    """An uncaught mutant's bug does happen within its bounds: the miss is the properties', not the bounds'."""
+    model = build_model(mutant.bounds, invariants=(), step_properties=(mutant.witness,), sometimes=())
+    assert check(model, max_depth=mutant.bounds.max_depth).ok, "the witness must hold of the unmutated model"
+    mutant.patch(monkeypatch)
+    model = build_model(mutant.bounds, invariants=(), step_properties=(mutant.witness,), sometimes=())
+    outcome = check(model, max_depth=mutant.bounds.max_depth)
+    assert mutant.witness.name in outcome.violations
+    assert outcome.violations[mutant.witness.name].length <= mutant.max_length
+
+
+@pytest.mark.parametrize("bounds", list(BOUNDS_USED.values()), ids=list(BOUNDS_USED))
+def test_control_unmutated_model_passes(bounds: Bounds):
+    outcome = run(bounds).result
+    assert outcome.violations == {}, {k: v.length for k, v in outcome.violations.items()}
