@@ -108,7 +108,7 @@ class Bounds:
     max_sequence: int = 2  # delivery sequence limit per stream
     page_size: int = 1  # records per page
     values: tuple[str, ...] = ("v",)  # plaintexts a store may hold
-    inflight: int = 1  # operations suspended at once (0: interleavings off)
+    inflight: int = 1  # operations that may start while others are suspended (0: interleavings off)
     store_off: bool = False  # the value store may go away
     restarts: bool = True  # the replica may crash and restart
     alphabet_extra: bool = True  # adversary: add older/conflicting records to the alphabet
@@ -385,7 +385,14 @@ def init(bounds: Bounds) -> World:
 
 
 def enabled(bounds: Bounds, world: World) -> Iterator:
-    """Every action the environment may take next."""
+    """Every action the environment may take next.
+
+    With ``Bounds.inflight == 0`` interleavings are off: while a read is in
+    flight, only its answer may come next, so every operation is atomic.
+    """
+    if bounds.inflight == 0 and world.replica.inflight:
+        yield from (a for a in _environment_actions(bounds, world.replica) if isinstance(a, Resume))
+        return
     if bounds.mode is Mode.CLOUD:
         yield from _cloud_actions(bounds, world)
     else:

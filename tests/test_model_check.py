@@ -95,3 +95,15 @@ def test_findings_replay(trace, variant, violated):
     assert P.served_values_are_live_bound_kept(final) is (not violated)
     if violated:
         assert replayed.diverged_at is None, "the saved trace no longer reproduces on its variant"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["cloud", "adversary"])
+def test_f1_needs_an_interleaving(name):
+    """With interleavings off (every operation atomic) the seed's F1 disappears: it is a race."""
+    from dataclasses import replace
+
+    bounds = next(b for b in suite("default", Variant.SEED) if b.name == name)
+    atomic = run(replace(bounds, inflight=0))
+    assert atomic.result.violations == {}
+    assert atomic.result.states < run(bounds).result.states

@@ -272,7 +272,7 @@ MUTANTS = (
         ADV_ROTATE, None, 4,
         gap="a stale read rewrites the staged record back to the (older) state it read for, with that "
             "state's value: the view is self-consistent, so no invariant sees it, and no step property "
-            "says a read's answer never changes a record's state (or that records never move backwards)",
+            "says that a read's answer never changes a record's state",
         witness=RESUME_KEEPS_STATES,
     ),
     Mutant(

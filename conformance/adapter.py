@@ -1,0 +1,162 @@
+"""The conformance adapter: JSON lines over stdio (wire-protocol.md section 5).
+
+``serve`` reads one request per line from ``stdin`` and writes exactly one
+response per line to ``stdout``, flushing after each, until end of input. A
+line that is not a JSON value (including a blank line, invalid UTF-8, and
+the non-JSON constants ``NaN`` / ``Infinity``) is answered with ``"id": null``
+and an ``invalid`` error; a driver bug is answered, never raised (see
+``conformance.drivers``). Responses are compact JSON with non-ASCII escaped.
+
+``main`` runs it from the command line::
+
+    python -m envreplica.conformance.adapter --impl model --variant fixed
+    python -m envreplica.conformance.adapter --impl sqlite --db /tmp/r.db --store embedded
+    envreplica adapter --impl sqlite ...        # once cli/main.py calls ``register``
+
+``--impl sqlite`` without ``--db`` uses a file in a fresh temporary directory,
+removed at exit. ``--store ssm`` reads AWS SSM Parameter Store through
+``impl.valuestores.SsmStore`` (region ``AWS_REGION``, endpoint
+``ENVREPLICA_SSM_ENDPOINT``, credentials from boto3's default chain); there
+``store.put`` writes real parameters (and answers ``unsupported`` for what SSM
+cannot produce), ``store.fail`` answers ``unsupported``, and ``reset`` does not
+delete parameters. The model keeps its own store, so ``--impl model`` takes
+``--store embedded`` only. While serving, ``sys.stdout`` is pointed at
+standard error so that a stray ``print`` cannot corrupt the protocol stream.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from typing import Any, Optional, TextIO
+
+from envreplica.conformance.drivers import Driver, ModelDriver, SqliteDriver
+from envreplica.model.state import Variant
+
+__all__ = ["serve", "main", "register", "build_driver"]
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _decode(line: Any) -> Any:
+    if isinstance(line, bytes):
+        line = line.decode("utf-8")  # UnicodeDecodeError is a ValueError
+    return json.loads(line, parse_constant=_reject_constant)
+
+
+def _dump(response: dict) -> str:
+    return json.dumps(response, separators=(",", ":"), ensure_ascii=True)
+
+
+def _respond(driver: Driver, line: Any) -> dict:
+    try:
+        request = _decode(line)
+    except (ValueError, RecursionError) as error:
+        reason = "it is not UTF-8" if isinstance(error, UnicodeDecodeError) else "it is not a JSON value"
+        return {"id": None, "ok": False, "error": {
+            "type": "invalid", "message": f"invalid request: the line could not be read: {reason}. "
+                                          "Send one JSON object per line."}}
+    try:
+        return driver.handle(request)
+    except Exception as error:  # Driver.handle answers everything; belt and braces
+        rid = request.get("id") if isinstance(request, dict) and type(request.get("id")) is int else None
+        return {"id": rid, "ok": False, "error": {
+            "type": "unsupported", "message": f"internal error: {type(error).__name__}: {error}"}}
+
+
+def serve(driver: Driver, stdin: Any, stdout: TextIO) -> int:
+    """Answer every line of ``stdin`` on ``stdout``; returns the number of requests answered."""
+    count = 0
+    while True:
+        line = stdin.readline()
+        if not line:
+            break
+        if isinstance(line, bytes):
+            line = line[:-1] if line.endswith(b"\n") else line
+            line = line[:-1] if line.endswith(b"\r") else line
+        else:
+            line = line.rstrip("\r\n") if line.endswith("\n") else line
+        response = _respond(driver, line)
+        try:
+            text = _dump(response)
+        except (TypeError, ValueError) as error:  # a result that is not JSON: a driver bug
+            text = _dump({"id": response.get("id"), "ok": False, "error": {
+                "type": "unsupported", "message": f"internal error: unencodable response: {error}"}})
+        stdout.write(text + "\n")
+        stdout.flush()
+        count += 1
+    return count
+
+
+# ---------------------------------------------------------------------------
+# Command line.
+# ---------------------------------------------------------------------------
+
+
+def _add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--impl", choices=["sqlite", "model"], default="sqlite",
+                        help="what answers the requests: the SQLite implementation or the model")
+    parser.add_argument("--variant", default=Variant.FIXED.value, choices=[v.value for v in Variant],
+                        help="protocol variant (default: fixed)")
+    parser.add_argument("--db", help="SQLite database file (default: a file in a fresh temporary directory)")
+    parser.add_argument("--store", choices=["embedded", "ssm"], default="embedded",
+                        help="value store: in-process (default) or AWS SSM Parameter Store")
+
+
+def build_driver(args: argparse.Namespace, tmpdir: Optional[str] = None) -> Driver:
+    """The driver the parsed arguments ask for."""
+    if args.impl == "model":
+        if args.store != "embedded":
+            raise SystemExit("envreplica adapter: --impl model keeps its own value store; use --store embedded")
+        return ModelDriver(args.variant)
+    db = args.db or os.path.join(tmpdir or tempfile.mkdtemp(prefix="envreplica-adapter-"), "replica.db")
+    factory = None
+    if args.store == "ssm":
+        from envreplica.impl.valuestores import SsmStore
+
+        def factory():
+            return SsmStore(region_name=os.environ.get("AWS_REGION"),
+                            endpoint_url=os.environ.get("ENVREPLICA_SSM_ENDPOINT"))
+    return SqliteDriver(args.variant, db, store_factory=factory)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve standard input to standard output with the driver ``args`` names."""
+    out = sys.stdout
+    with tempfile.TemporaryDirectory(prefix="envreplica-adapter-") as tmpdir:
+        driver = build_driver(args, tmpdir)
+        sys.stdout = sys.stderr  # only responses go to the protocol stream
+        try:
+            serve(driver, sys.stdin.buffer, out)
+        finally:
+            sys.stdout = out
+            close = getattr(driver, "close", None)
+            if close is not None:
+                close()
+    return 0
+
+
+def register(subparsers) -> argparse.ArgumentParser:
+    """Add the ``adapter`` subcommand to an ``argparse`` subparsers object (for cli/main.py)."""
+    parser = subparsers.add_parser(
+        "adapter", help="serve the conformance adapter protocol (JSON lines on stdin/stdout)",
+        description=__doc__.splitlines()[0])
+    _add_arguments(parser)
+    parser.set_defaults(func=run)
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m envreplica.conformance.adapter",
+                                     description=__doc__.splitlines()[0])
+    _add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

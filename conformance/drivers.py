@@ -1,0 +1,626 @@
+"""Drivers: one adapter request in, one adapter response out (wire-protocol.md section 5).
+
+A ``Driver`` answers exactly one request of the conformance adapter with
+exactly one response, ``{"id", "ok": true, "result"}`` or ``{"id", "ok":
+false, "error": {"type", "message"}}``, plus ``"nested"`` when the request
+carried ``duringFetch``. Two drivers speak it:
+
+* ``ModelDriver``: the pure model (``envreplica.model``) and a value store
+  kept as a dict of the model's ``Answer`` values. A page or delivery that
+  suspends in a value-store read (``Pending``) is resumed here: the answer is
+  looked up when the read begins, the ``duringFetch`` requests run (first read
+  of the operation only), then the operation resumes with that answer.
+* ``SqliteDriver``: ``envreplica.impl.replica.SqliteReplica`` on a file, with
+  an ``EmbeddedStore`` (or any ``ValueReader``) and a ``Sealer``;
+  ``duringFetch`` becomes the replica's ``during_fetch`` callback.
+
+Both drivers share the request checks, frame parsing (``spec.wire``) and
+result encoding (``spec.wire.encode``) below, so the same request gives the
+same JSON from both whenever the two replicas agree.
+
+Decisions where wire-protocol.md section 5 is silent (each is tested in
+``tests/test_adapter.py``):
+
+* Requests are exact objects, like frames: ``id`` and ``op`` are required, an
+  op's own fields are required unless the table says optional, and any other
+  key is ``invalid``. ``duringFetch`` is accepted on ``page`` and ``delivery``
+  only. A request whose ``id`` is missing or not an integer (booleans are not
+  integers) is answered with ``"id": null``.
+* ``nested`` is present exactly when the request carried ``duringFetch`` (even
+  when the request then failed). It is ``[]`` when the operation made no
+  value-store read (a refusal, a tombstone, no store, ...): the nested requests
+  then did not run at all. Nested requests may carry ``duringFetch`` of their
+  own; they are handled by the same ``handle``.
+* **An operation lost in a nested restart.** When a nested ``restart`` (or
+  ``reset``) runs inside an operation's value-store read, the crash takes that
+  operation with it, as it would in the seed's process: its read answer is
+  never used and it commits nothing more (what it committed before the read
+  stays). The outer request is answered with the error ``{"type":
+  "unsupported", "message": "operation lost: the replica restarted inside its
+  value-store read"}`` (``... was reset ...`` for a nested ``reset``), with the
+  nested responses beside it. The remaining nested requests still run first.
+* ``store.put`` / ``store.fail`` name a value by ``projectId``, ``key`` and
+  ``ref`` (the same parameter names as the model: section 4). A legacy ``ref``
+  whose key has no legacy parameter name (a Key that is not a Segment, such as
+  ``_X``) cannot be stored and is ``invalid``; so is ``reportedVersion`` with a
+  staged ``ref``. ``reportedVersion`` is a Count >= 1. ``store.fail`` of a
+  legacy ``ref`` affects that version only. ``mode`` is ``"missing"`` or
+  ``"error"``.
+* ``reset`` ``config`` is an exact object with optional ``ackPageBytes``
+  (Count), ``masterKeyHex`` (64 hex digits) and ``prefix`` (a string); omitted
+  keys take their defaults (262144, ``DEFAULT_MASTER_KEY_HEX``,
+  ``/envreplica``). A driver starts as after ``reset`` with no config. A
+  ``reset`` also turns the value store back on (``store.off`` is undone) and
+  clears it.
+* ``store.off`` survives ``restart`` (the model's ``State.durable`` keeps
+  ``store_on``; the process still has no store after it reopens).
+* ``close`` is the seed's ``closeProjectEnvReplicaGate``.
+* An exception that is neither ``InvalidFrame`` nor ``CorruptReplica`` is a
+  driver bug; it is answered with ``{"type": "unsupported", "message":
+  "internal error: ..."}`` rather than crashing the adapter.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, Callable, Optional, Protocol, Union, runtime_checkable
+
+from envreplica.model.actions import (
+    Begin,
+    CloseGate,
+    Commit,
+    Deliver,
+    Page,
+    Restart,
+    Resume,
+    StoreOff,
+    step,
+)
+from envreplica.model import replica as model_replica
+from envreplica.model.state import (
+    DEFAULT_ACK_PAGE_BYTES,
+    DEFAULT_PREFIX,
+    INITIAL,
+    ModelConfig,
+    ReadRequest,
+    State,
+    Variant,
+)
+from envreplica.model.store import (
+    Answer,
+    Found,
+    Missing,
+    Raises,
+    legacy_parameter_name,
+    staged_parameter_name,
+)
+from envreplica.spec import wire
+from envreplica.spec.domain import (
+    Done,
+    Failed,
+    InvalidFrame,
+    LegacyRef,
+    Pending,
+    ReplicaError,
+    StagedRef,
+    ValueRef,
+)
+
+__all__ = [
+    "DEFAULT_MASTER_KEY_HEX",
+    "Driver",
+    "ModelDriver",
+    "SqliteDriver",
+    "OPERATION_LOST_RESTART",
+    "OPERATION_LOST_RESET",
+    "OPS",
+]
+
+#: The master key of a driver whose reset config has no ``masterKeyHex``: a
+#: fixed, public TEST key (bytes 0x00..0x1f). Never use it for real values.
+DEFAULT_MASTER_KEY_HEX = bytes(range(32)).hex()
+
+OPERATION_LOST_RESTART = "operation lost: the replica restarted inside its value-store read"
+OPERATION_LOST_RESET = "operation lost: the replica was reset inside its value-store read"
+
+
+@runtime_checkable
+class Driver(Protocol):
+    """Answers one adapter request (a decoded JSON object) with one response."""
+
+    def handle(self, request: Any) -> dict:
+        ...
+
+
+# ---------------------------------------------------------------------------
+# Request checks, shared by every driver.
+# ---------------------------------------------------------------------------
+
+#: op -> (required fields, optional fields), beside "id" and "op".
+OPS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "reset": ((), ("config",)),
+    "store.put": (("projectId", "key", "ref", "raw"), ("reportedVersion",)),
+    "store.fail": (("projectId", "key", "ref", "mode"), ()),
+    "store.off": ((), ()),
+    "begin": (("frame", "keptPolicyEpochs", "orgId"), ()),
+    "page": (("frame",), ("duringFetch",)),
+    "delivery": (("frame",), ("duringFetch",)),
+    "commit": (("frame",), ()),
+    "close": ((), ()),
+    "status": ((), ()),
+    "snapshot": (("projectIds",), ()),
+    "receipts": ((), ()),
+    "restart": ((), ()),
+}
+
+_CONFIG_KEYS = ("ackPageBytes", "masterKeyHex", "prefix")
+_MASTER_KEY_HEX = re.compile(r"[0-9a-fA-F]{64}")
+_FAIL_MODES = ("missing", "error")
+
+
+def _bad(path: str, rule: str, got: str, fix: str) -> InvalidFrame:
+    return InvalidFrame(f"invalid request: {path} {rule}; got {got}. {fix}")
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _request_id(request: Any) -> Optional[int]:
+    if isinstance(request, dict):
+        rid = request.get("id")
+        if type(rid) is int:
+            return rid
+    return None
+
+
+def check_request(request: Any) -> tuple[str, dict]:
+    """The op and fields of a well-formed request; ``InvalidFrame`` otherwise. Changes nothing."""
+    if type(request) is not dict:
+        raise _bad("request", "must be a JSON object with keys 'id' and 'op'", _show(request), "Send an object.")
+    if "id" not in request:
+        raise _bad("request.id", "is required", "nothing (the key is absent)", "Add an integer 'id'.")
+    if type(request["id"]) is not int:
+        raise _bad("request.id", "must be a JSON integer", _show(request["id"]), "Send an integer id.")
+    if "op" not in request:
+        raise _bad("request.op", "is required", "nothing (the key is absent)", "Add the key 'op'.")
+    op = request["op"]
+    if not isinstance(op, str) or op not in OPS:
+        raise _bad("request.op", f"must be one of {', '.join(OPS)}", _show(op), "Send a known op.")
+    required, optional = OPS[op]
+    for key in required:
+        if key not in request:
+            raise _bad(f"request.{key}", f"is required for op {op!r}", "nothing (the key is absent)",
+                       f"Add the key {key!r}.")
+    allowed = ("id", "op") + required + optional
+    extra = sorted(k for k in request if k not in allowed)
+    if extra:
+        raise _bad(f"request.{extra[0]}", f"is not allowed for op {op!r} (allowed keys: {', '.join(allowed)})",
+                   _show(request[extra[0]]), "Remove the key.")
+    if "duringFetch" in request and type(request["duringFetch"]) is not list:
+        raise _bad("request.duringFetch", "must be a JSON array of requests", _show(request["duringFetch"]),
+                   "Send an array.")
+    return op, request
+
+
+def _count(value: Any, path: str, minimum: int = 0) -> int:
+    if type(value) is not int or not minimum <= value <= wire.MAX_COUNT:
+        raise _bad(path, f"must be a Count >= {minimum} (a JSON integer, not a boolean or float)", _show(value),
+                   f"Send an integer from {minimum} to 9007199254740991.")
+    return value
+
+
+def _key(value: Any, path: str) -> str:
+    if not isinstance(value, str) or wire.KEY.regex.fullmatch(value) is None:
+        raise _bad(path, wire.KEY.rule, _show(value), wire.KEY.fix)
+    return value
+
+
+def parse_config(value: Any) -> tuple[int, str, str]:
+    """``reset``'s config: (ack page bytes, master key hex, prefix)."""
+    if value is None:
+        value = {}
+    if type(value) is not dict:
+        raise _bad("request.config", f"must be a JSON object with optional keys {', '.join(_CONFIG_KEYS)}",
+                   _show(value), "Send an object.")
+    extra = sorted(k for k in value if k not in _CONFIG_KEYS)
+    if extra:
+        raise _bad(f"request.config.{extra[0]}", f"is not allowed (allowed keys: {', '.join(_CONFIG_KEYS)})",
+                   _show(value[extra[0]]), "Remove the key.")
+    ack = DEFAULT_ACK_PAGE_BYTES
+    if "ackPageBytes" in value:
+        ack = _count(value["ackPageBytes"], "request.config.ackPageBytes")
+    key_hex = DEFAULT_MASTER_KEY_HEX
+    if "masterKeyHex" in value:
+        key_hex = value["masterKeyHex"]
+        if not isinstance(key_hex, str) or _MASTER_KEY_HEX.fullmatch(key_hex) is None:
+            shown = f"a {type(key_hex).__name__}" if not isinstance(key_hex, str) else f"{len(key_hex)} characters"
+            raise _bad("request.config.masterKeyHex", "must be 64 hexadecimal characters (a 32-byte key)",
+                       f"{shown} (not shown)", "Send 64 hex digits.")
+    prefix = DEFAULT_PREFIX
+    if "prefix" in value:
+        prefix = value["prefix"]
+        if not isinstance(prefix, str):
+            raise _bad("request.config.prefix", "must be a string", _show(prefix), "Send a string such as '/envreplica'.")
+    return ack, key_hex.lower(), prefix
+
+
+def _store_target(fields: dict, prefix: str) -> tuple[str, str, ValueRef, str]:
+    """(projectId, key, ref, parameter name) of a ``store.put`` / ``store.fail``."""
+    project_id = wire.parse_org_id(fields["projectId"], path="request.projectId")
+    key = _key(fields["key"], "request.key")
+    ref = wire.parse_value_ref(fields["ref"], path="request.ref")
+    if isinstance(ref, StagedRef):
+        return project_id, key, ref, staged_parameter_name(prefix, project_id, key, ref.staging_id)
+    name = legacy_parameter_name(prefix, project_id, key)
+    if name is None:
+        raise _bad("request.key", "must be a Segment for a legacy ref (it has no legacy parameter name)",
+                   _show(key), "A replica reads such a record as value_reference_invalid; store nothing.")
+    return project_id, key, ref, name
+
+
+def _put_args(fields: dict, prefix: str):
+    project_id, key, ref, name = _store_target(fields, prefix)
+    raw = fields["raw"]
+    if not isinstance(raw, str):
+        raise _bad("request.raw", "must be a string", _show(raw), "Send the parameter's text.")
+    reported = None
+    if "reportedVersion" in fields:
+        if isinstance(ref, StagedRef):
+            raise _bad("request.reportedVersion", "is allowed for a legacy ref only",
+                       _show(fields["reportedVersion"]), "Remove the key.")
+        reported = _count(fields["reportedVersion"], "request.reportedVersion", minimum=1)
+    return project_id, key, ref, name, raw, reported
+
+
+def _fail_args(fields: dict, prefix: str):
+    project_id, key, ref, name = _store_target(fields, prefix)
+    mode = fields["mode"]
+    if not isinstance(mode, str) or mode not in _FAIL_MODES:
+        raise _bad("request.mode", "must be 'missing' or 'error'", _show(mode), "Send 'missing' or 'error'.")
+    return project_id, key, ref, name, mode
+
+
+def _begin_args(fields: dict):
+    frame = wire.parse_begin(fields["frame"])
+    epochs = wire.parse_policy_epochs(fields["keptPolicyEpochs"])
+    org_id = wire.parse_org_id(fields["orgId"])
+    return frame, epochs, org_id
+
+
+class _Unsupported(Exception):
+    """The driver cannot do this request (an ``unsupported`` error)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class _OperationLost(Exception):
+    """Raised out of a ``during_fetch`` callback: a nested restart/reset took the operation."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def _error(rid: Optional[int], kind: str, message: str) -> dict:
+    return {"id": rid, "ok": False, "error": {"type": kind, "message": message}}
+
+
+class _BaseDriver:
+    """Dispatch, error mapping and encoding; subclasses implement ``_op_<name>``."""
+
+    def handle(self, request: Any) -> dict:
+        rid = _request_id(request)
+        try:
+            op, fields = check_request(request)
+        except InvalidFrame as error:
+            return _error(rid, "invalid", error.message)
+        nested: Optional[list] = [] if "duringFetch" in fields else None
+        method = getattr(self, "_op_" + op.replace(".", "_"))
+        try:
+            result = method(fields, nested)
+        except ReplicaError as error:  # InvalidFrame and CorruptReplica
+            response = _error(rid, error.wire_type, error.message)
+        except (_Unsupported, _OperationLost) as error:
+            response = _error(rid, "unsupported", error.message)
+        except Exception as error:  # a driver bug: answer, never crash the adapter
+            response = _error(rid, "unsupported", f"internal error: {type(error).__name__}: {error}")
+        else:
+            if isinstance(result, Failed):
+                response = _error(rid, result.kind, result.message)
+            else:
+                response = {"id": rid, "ok": True, "result": wire.encode(result)}
+        if nested is not None:
+            response["nested"] = nested
+        return response
+
+    def _run_nested(self, requests: list, nested: list) -> None:
+        for request in requests:
+            nested.append(self.handle(request))
+
+
+# ---------------------------------------------------------------------------
+# The model.
+# ---------------------------------------------------------------------------
+
+
+class ModelDriver(_BaseDriver):
+    """The model of ``envreplica.model`` behind the adapter protocol."""
+
+    def __init__(self, variant: Union[str, Variant] = Variant.FIXED) -> None:
+        self.variant = Variant(variant)
+        self._lives = 0  # bumped by every restart and reset: detects lost operations
+        self._last_drop = OPERATION_LOST_RESTART
+        self._reset(None)
+
+    # -- state --------------------------------------------------------------
+
+    def _reset(self, config: Any) -> None:
+        ack, _key_hex, prefix = parse_config(config)
+        self.cfg = ModelConfig(variant=self.variant, ack_page_bytes=ack, prefix=prefix)
+        self.state: State = INITIAL
+        #: (parameter name, legacy version or None) -> what a read of it answers
+        self.store: dict[tuple[str, Optional[int]], Answer] = {}
+        self._lives += 1
+        self._last_drop = OPERATION_LOST_RESET
+
+    def _answer(self, request: ReadRequest) -> Answer:
+        ref = request.ref
+        version = ref.ssm_version if isinstance(ref, LegacyRef) else None
+        return self.store.get((request.name, version), Missing())
+
+    def _step(self, action):
+        self.state, result = step(self.cfg, self.state, action)
+        return result
+
+    def _run(self, action, fields: dict, nested: Optional[list]):
+        """Run a page or delivery to its end, answering each value-store read from the store."""
+        result = self._step(action)
+        first = True
+        while isinstance(result, Pending):
+            op = self.state.inflight[result.slot]
+            answer = self._answer(op.read.request)  # the moment the read begins
+            if first and nested is not None:
+                self._run_nested(fields["duringFetch"], nested)
+            first = False
+            slot = next((i for i, o in enumerate(self.state.inflight) if o is op), None)
+            if slot is None:
+                raise _OperationLost(self._last_drop)
+            result = self._step(Resume(slot, answer))
+        return result
+
+    # -- ops ----------------------------------------------------------------
+
+    def _op_reset(self, fields, nested):
+        self._reset(fields.get("config"))
+        return Done()
+
+    def _op_store_put(self, fields, nested):
+        _p, _k, ref, name, raw, reported = _put_args(fields, self.cfg.prefix)
+        version = ref.ssm_version if isinstance(ref, LegacyRef) else None
+        self.store[(name, version)] = Found(raw, reported)
+        return Done()
+
+    def _op_store_fail(self, fields, nested):
+        _p, _k, ref, name, mode = _fail_args(fields, self.cfg.prefix)
+        version = ref.ssm_version if isinstance(ref, LegacyRef) else None
+        self.store[(name, version)] = Missing() if mode == "missing" else Raises()
+        return Done()
+
+    def _op_store_off(self, fields, nested):
+        return self._step(StoreOff())
+
+    def _op_begin(self, fields, nested):
+        frame, epochs, org_id = _begin_args(fields)
+        return self._step(Begin(frame, epochs, org_id))
+
+    def _op_page(self, fields, nested):
+        return self._run(Page(wire.parse_page(fields["frame"])), fields, nested)
+
+    def _op_delivery(self, fields, nested):
+        return self._run(Deliver(wire.parse_apply(fields["frame"])), fields, nested)
+
+    def _op_commit(self, fields, nested):
+        return self._step(Commit(wire.parse_commit(fields["frame"])))
+
+    def _op_close(self, fields, nested):
+        return self._step(CloseGate())
+
+    def _op_status(self, fields, nested):
+        return model_replica.read_status(self.state)
+
+    def _op_snapshot(self, fields, nested):
+        return model_replica.read_snapshot(self.state, wire.parse_project_ids(fields["projectIds"]))
+
+    def _op_receipts(self, fields, nested):
+        return list(model_replica.list_receipts(self.state))
+
+    def _op_restart(self, fields, nested):
+        result = self._step(Restart())
+        self._lives += 1
+        self._last_drop = OPERATION_LOST_RESTART
+        return result
+
+
+# ---------------------------------------------------------------------------
+# The SQLite implementation.
+# ---------------------------------------------------------------------------
+
+
+def _embedded_store():
+    from envreplica.impl.valuestores import EmbeddedStore
+
+    return EmbeddedStore()
+
+
+class SqliteDriver(_BaseDriver):
+    """``SqliteReplica`` on ``db_path`` behind the adapter protocol.
+
+    ``store_factory`` builds the value store at every ``reset`` (default: a
+    fresh ``EmbeddedStore``). With another store (``SsmStore``), ``store.put``
+    writes through ``put_for_ref`` and answers ``unsupported`` when that
+    store cannot produce the answer asked for; ``store.fail`` is
+    ``unsupported``.
+    """
+
+    def __init__(self, variant: Union[str, Variant], db_path: Union[str, os.PathLike],
+                 store_factory: Optional[Callable[[], Any]] = None) -> None:
+        self.variant = Variant(variant)
+        self.db_path = os.fspath(db_path)
+        self._store_factory = store_factory or _embedded_store
+        self._replica = None
+        self._lives = 0
+        self._last_drop = OPERATION_LOST_RESTART
+        self._reset(None)
+
+    # -- lifecycle ----------------------------------------------------------
+
+    def _open(self):
+        from envreplica.impl.replica import SqliteReplica
+
+        reader = self.store if self._store_on else None
+        return SqliteReplica(self.db_path, sealer=self.sealer, reader=reader, config=self.cfg)
+
+    def _close_replica(self) -> None:
+        replica, self._replica = self._replica, None
+        if replica is not None:
+            replica.close()
+
+    def _remove_files(self) -> None:
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            try:
+                os.remove(self.db_path + suffix)
+            except FileNotFoundError:
+                pass
+
+    def _reset(self, config: Any) -> None:
+        from envreplica.impl.sealing import Sealer
+
+        ack, key_hex, prefix = parse_config(config)
+        self._close_replica()
+        self._remove_files()
+        self.cfg = ModelConfig(variant=self.variant, ack_page_bytes=ack, prefix=prefix)
+        self.sealer = Sealer(bytes.fromhex(key_hex))
+        self.store = self._store_factory()
+        if hasattr(self.store, "clear"):
+            self.store.clear()
+        self._store_on = True
+        self._replica = self._open()
+        self._lives += 1
+        self._last_drop = OPERATION_LOST_RESET
+
+    @property
+    def replica(self):
+        return self._replica
+
+    def close(self) -> None:
+        """Close the database (the adapter calls this at end of input)."""
+        self._close_replica()
+
+    def _callback(self, fields: dict, nested: Optional[list]):
+        if nested is None:
+            return None
+        lives = self._lives
+
+        def during_fetch() -> None:
+            self._run_nested(fields["duringFetch"], nested)
+            if self._lives != lives:
+                raise _OperationLost(self._last_drop)
+
+        return during_fetch
+
+    def _guarded(self, call, fields, nested):
+        """Run a page/delivery; an operation taken by a nested restart answers ``unsupported``."""
+        lives = self._lives
+        try:
+            return call(self._callback(fields, nested))
+        except _OperationLost:
+            raise
+        except Exception:
+            if self._lives != lives:  # the old replica was closed under it: its unwinding is moot
+                raise _OperationLost(self._last_drop) from None
+            raise
+
+    # -- ops ----------------------------------------------------------------
+
+    def _op_reset(self, fields, nested):
+        self._reset(fields.get("config"))
+        return Done()
+
+    def _op_store_put(self, fields, nested):
+        from envreplica.impl.valuestores import EmbeddedStore, ValueStoreError, put_for_ref
+
+        project_id, key, ref, _name, raw, reported = _put_args(fields, self.cfg.prefix)
+        if isinstance(self.store, EmbeddedStore):
+            put_for_ref(self.store, self.cfg.prefix, project_id, key, ref, raw, reported)
+            return Done()
+        try:
+            put_for_ref(self.store, self.cfg.prefix, project_id, key, ref, raw, reported)
+        except (ValueError, TypeError, ValueStoreError) as error:
+            raise _Unsupported(f"this value store cannot hold that answer: {error}") from None
+        return Done()
+
+    def _op_store_fail(self, fields, nested):
+        from envreplica.impl.valuestores import EmbeddedStore
+
+        _p, _k, ref, name, mode = _fail_args(fields, self.cfg.prefix)
+        if not isinstance(self.store, EmbeddedStore):
+            raise _Unsupported(f"store.fail needs the embedded value store; this one is {type(self.store).__name__}")
+        self.store.fail(name, mode, ref.ssm_version if isinstance(ref, LegacyRef) else None)
+        return Done()
+
+    def _op_store_off(self, fields, nested):
+        self._store_on = False
+        self._set_reader(None)
+        return Done()
+
+    def _set_reader(self, reader) -> None:
+        """Later operations read through ``reader`` (None: no value store)."""
+        replica = self._replica
+        if hasattr(replica, "set_reader"):
+            replica.set_reader(reader)
+        else:
+            replica.reader = reader
+
+    def _op_begin(self, fields, nested):
+        frame, epochs, org_id = _begin_args(fields)
+        return self._replica.begin(frame, epochs, org_id)
+
+    def _op_page(self, fields, nested):
+        frame = wire.parse_page(fields["frame"])
+        replica = self._replica
+        return self._guarded(lambda cb: replica.apply_page(frame, during_fetch=cb), fields, nested)
+
+    def _op_delivery(self, fields, nested):
+        frame = wire.parse_apply(fields["frame"])
+        replica = self._replica
+        return self._guarded(lambda cb: replica.apply_delivery(frame, during_fetch=cb), fields, nested)
+
+    def _op_commit(self, fields, nested):
+        return self._replica.complete(wire.parse_commit(fields["frame"]))
+
+    def _op_close(self, fields, nested):
+        self._replica.close_gate()
+        return Done()
+
+    def _op_status(self, fields, nested):
+        return self._replica.read_status()
+
+    def _op_snapshot(self, fields, nested):
+        return self._replica.read_snapshot(wire.parse_project_ids(fields["projectIds"]))
+
+    def _op_receipts(self, fields, nested):
+        return list(self._replica.list_receipts())
+
+    def _op_restart(self, fields, nested):
+        # As model.replica.restart: in-flight work is lost, then startup closes the gate.
+        self._close_replica()
+        self._replica = self._open()
+        self._lives += 1
+        self._last_drop = OPERATION_LOST_RESTART
+        self._replica.close_gate()
+        return Done()

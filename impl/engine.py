@@ -1,0 +1,118 @@
+"""The SQLite engine of the replica: one file, WAL, explicit write and read transactions.
+
+What it does: ``open_engine`` builds a SQLAlchemy ``Engine`` on a file with the
+pysqlite recipe of SQLAlchemy's SQLite dialect documentation. The ``connect``
+event turns off pysqlite's own transaction handling
+(``dbapi_con.isolation_level = None``, so pysqlite never runs statements
+outside the transaction we asked for, nor begins one we did not) and sets the
+per-connection pragmas; the ``begin`` event emits the ``BEGIN`` itself.
+``write_transaction`` and ``read_transaction`` are context managers on a held
+``Connection``:
+
+* a write transaction starts with ``BEGIN IMMEDIATE``: it takes the write lock
+  at its start, so a read-then-write inside it can never lose an update to
+  another connection or process (a deferred ``BEGIN`` that read a stale WAL
+  snapshot and then writes fails at once with "database is locked");
+* a read transaction starts with a plain (deferred) ``BEGIN``: its reads see
+  one consistent WAL snapshot and take no write lock.
+
+Either commits when the block ends normally and rolls back when it raises.
+
+The durability choices:
+
+* ``synchronous=FULL`` (the default): a committed delivery receipt is an
+  acknowledgement the cloud relies on; it will not resend that sequence. With
+  ``NORMAL`` in WAL mode, a commit can be lost on power failure (not on a
+  process crash), and a delivery acknowledged and then lost would be a silent
+  divergence between cloud and replica. ``FULL`` syncs the WAL on every commit.
+  ``NORMAL`` is accepted for benchmarks and for callers who decide otherwise.
+* ``journal_mode=WAL``: readers (task loaders reading the served snapshot) do
+  not block the writer nor it them, and each read transaction sees a
+  consistent snapshot.
+* ``busy_timeout``: two processes (a sidecar and a restarted one, a CLI
+  inspecting the file) may hold the file at once; a writer waits up to this
+  long for the other's write lock instead of failing at once.
+* ``foreign_keys=ON``: the schema's foreign keys are enforced (SQLite's
+  default is off, per connection).
+
+Leaves out on purpose: connection pooling beyond SQLAlchemy's default (the
+replica holds one connection), in-memory databases (``:memory:`` is per
+connection; the replica is a file by definition), and retrying "database is
+locked" after the busy timeout (the caller's error to see).
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, Union
+
+from sqlalchemy import Connection, Engine, create_engine, event
+
+__all__ = ["SYNCHRONOUS_LEVELS", "open_engine", "write_transaction", "read_transaction"]
+
+#: The ``PRAGMA synchronous`` settings accepted.
+SYNCHRONOUS_LEVELS = ("OFF", "NORMAL", "FULL", "EXTRA")
+
+#: The execution option that tells the ``begin`` event which BEGIN to emit.
+_BEGIN_OPTION = "envreplica_begin"
+_IMMEDIATE = "BEGIN IMMEDIATE"
+_DEFERRED = "BEGIN"
+
+
+def open_engine(
+    path: Union[str, Path], *, synchronous: str = "FULL", busy_timeout_ms: int = 5000
+) -> Engine:
+    """An ``Engine`` on the SQLite file ``path`` (created if absent), with the replica's pragmas."""
+    level = str(synchronous).upper()
+    if level not in SYNCHRONOUS_LEVELS:
+        raise ValueError(f"synchronous must be one of {', '.join(SYNCHRONOUS_LEVELS)}; got {synchronous!r}")
+    if isinstance(busy_timeout_ms, bool) or not isinstance(busy_timeout_ms, int) or busy_timeout_ms < 0:
+        raise ValueError("busy_timeout_ms must be a non-negative integer")
+    path = Path(path)
+    if str(path) in ("", ":memory:"):
+        raise ValueError("the replica needs a file path, not an in-memory database")
+    engine = create_engine(
+        f"sqlite+pysqlite:///{path}",
+        # The replica serialises use of its one connection with a lock; the
+        # connection may be used from the thread that waits for readiness.
+        connect_args={"check_same_thread": False},
+    )
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_con, _record) -> None:
+        # pysqlite must not begin or commit anything on its own.
+        dbapi_con.isolation_level = None
+        cur = dbapi_con.cursor()
+        try:
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute(f"PRAGMA synchronous={level}")
+            cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+            cur.execute("PRAGMA foreign_keys=ON")
+        finally:
+            cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        conn.exec_driver_sql(conn.get_execution_options().get(_BEGIN_OPTION, _IMMEDIATE))
+
+    return engine
+
+
+@contextmanager
+def _transaction(conn: Connection, begin: str) -> Iterator[Connection]:
+    if conn.in_transaction():
+        raise RuntimeError("a replica transaction is already open on this connection")
+    conn.execution_options(**{_BEGIN_OPTION: begin})
+    with conn.begin():
+        yield conn
+
+
+def write_transaction(conn: Connection):
+    """``BEGIN IMMEDIATE`` ... ``COMMIT`` (``ROLLBACK`` when the block raises)."""
+    return _transaction(conn, _IMMEDIATE)
+
+
+def read_transaction(conn: Connection):
+    """``BEGIN`` (deferred: one consistent WAL snapshot) ... ``COMMIT`` (``ROLLBACK`` on error)."""
+    return _transaction(conn, _DEFERRED)
