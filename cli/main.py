@@ -25,7 +25,6 @@ from envreplica.checker.run import run
 from envreplica.model.presets import PRESETS, suite
 from envreplica.model.state import Variant
 from envreplica.spec import properties as P
-from envreplica.spec import wire
 
 console = Console(width=None if sys.stdout.isatty() else 150)
 

@@ -52,8 +52,15 @@ Decisions where wire-protocol.md section 5 is silent (each is tested in
   ``/envreplica``). A driver starts as after ``reset`` with no config. A
   ``reset`` also turns the value store back on (``store.off`` is undone) and
   clears it.
-* ``store.off`` survives ``restart`` (the model's ``State.durable`` keeps
-  ``store_on``; the process still has no store after it reopens).
+* ``store.off`` is for operations that start after it: a page or delivery
+  already inside its read (``store.off`` nested in its ``duringFetch``) keeps
+  reading through the store it started with, as the seed's operations take
+  their reader as a call argument and the model's ``PageInFlight`` keeps
+  ``reader_on``. (``SqliteReplica`` reads its ``reader`` attribute at every
+  read, so ``SqliteDriver`` restores it for the running operation after the
+  nested requests.) ``store.off`` survives ``restart`` (the model's
+  ``State.durable`` keeps ``store_on``; the process still has no store after
+  it reopens).
 * ``close`` is the seed's ``closeProjectEnvReplicaGate``.
 * An exception that is neither ``InvalidFrame`` nor ``CorruptReplica`` is a
   driver bug; it is answered with ``{"type": "unsupported", "message":
@@ -482,8 +489,7 @@ class SqliteDriver(_BaseDriver):
     def _open(self):
         from envreplica.impl.replica import SqliteReplica
 
-        reader = self.store if self._store_on else None
-        return SqliteReplica(self.db_path, sealer=self.sealer, reader=reader, config=self.cfg)
+        return SqliteReplica(self.db_path, sealer=self.sealer, reader=self._reader(), config=self.cfg)
 
     def _close_replica(self) -> None:
         replica, self._replica = self._replica, None
@@ -521,29 +527,42 @@ class SqliteDriver(_BaseDriver):
         """Close the database (the adapter calls this at end of input)."""
         self._close_replica()
 
-    def _callback(self, fields: dict, nested: Optional[list]):
+    def _callback(self, replica, fields: dict, nested: Optional[list]):
         if nested is None:
             return None
         lives = self._lives
+        reader = replica.reader  # what this operation reads through (the seed's per-call reader)
 
         def during_fetch() -> None:
             self._run_nested(fields["duringFetch"], nested)
             if self._lives != lives:
                 raise _OperationLost(self._last_drop)
+            # A nested store.off is for operations that start later: this one keeps its
+            # reader, as the seed's operation keeps the reader it was called with (and the
+            # model's PageInFlight.reader_on). SqliteReplica reads ``self.reader`` at each read.
+            replica.reader = reader
 
         return during_fetch
 
     def _guarded(self, call, fields, nested):
         """Run a page/delivery; an operation taken by a nested restart answers ``unsupported``."""
         lives = self._lives
+        replica = self._replica
+        replica.reader = self._reader()
         try:
-            return call(self._callback(fields, nested))
+            return call(replica, self._callback(replica, fields, nested))
         except _OperationLost:
             raise
         except Exception:
             if self._lives != lives:  # the old replica was closed under it: its unwinding is moot
                 raise _OperationLost(self._last_drop) from None
             raise
+        finally:
+            if self._lives == lives:
+                replica.reader = self._reader()
+
+    def _reader(self):
+        return self.store if self._store_on else None
 
     # -- ops ----------------------------------------------------------------
 
@@ -575,16 +594,8 @@ class SqliteDriver(_BaseDriver):
 
     def _op_store_off(self, fields, nested):
         self._store_on = False
-        self._set_reader(None)
+        self._replica.reader = None
         return Done()
-
-    def _set_reader(self, reader) -> None:
-        """Later operations read through ``reader`` (None: no value store)."""
-        replica = self._replica
-        if hasattr(replica, "set_reader"):
-            replica.set_reader(reader)
-        else:
-            replica.reader = reader
 
     def _op_begin(self, fields, nested):
         frame, epochs, org_id = _begin_args(fields)
@@ -592,13 +603,11 @@ class SqliteDriver(_BaseDriver):
 
     def _op_page(self, fields, nested):
         frame = wire.parse_page(fields["frame"])
-        replica = self._replica
-        return self._guarded(lambda cb: replica.apply_page(frame, during_fetch=cb), fields, nested)
+        return self._guarded(lambda replica, cb: replica.apply_page(frame, during_fetch=cb), fields, nested)
 
     def _op_delivery(self, fields, nested):
         frame = wire.parse_apply(fields["frame"])
-        replica = self._replica
-        return self._guarded(lambda cb: replica.apply_delivery(frame, during_fetch=cb), fields, nested)
+        return self._guarded(lambda replica, cb: replica.apply_delivery(frame, during_fetch=cb), fields, nested)
 
     def _op_commit(self, fields, nested):
         return self._replica.complete(wire.parse_commit(fields["frame"]))

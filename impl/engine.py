@@ -85,9 +85,11 @@ def open_engine(
         dbapi_con.isolation_level = None
         cur = dbapi_con.cursor()
         try:
+            # The busy timeout first: switching a fresh file to WAL takes a
+            # lock that another process opening the file may hold.
+            cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
             cur.execute("PRAGMA journal_mode=WAL")
             cur.execute(f"PRAGMA synchronous={level}")
-            cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
             cur.execute("PRAGMA foreign_keys=ON")
         finally:
             cur.close()

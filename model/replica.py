@@ -90,7 +90,7 @@ from envreplica.spec.domain import (
     Status,
     unavailable,
 )
-from envreplica.spec.gate import Gate, MachineGate, Trigger, fire
+from envreplica.spec.gate import MachineGate, Trigger, fire
 from envreplica.spec import wire
 
 R = RefusalCode

@@ -16,7 +16,7 @@ implementation's concern), and sealing (values are plaintext in the model;
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional, Union
 
 from envreplica.model.fmap import EMPTY, FMap

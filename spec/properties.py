@@ -30,7 +30,7 @@ from envreplica.spec.domain import (
     PageRefused,
     RefusalCode,
 )
-from envreplica.spec.gate import GATE_NEXT, Gate, Trigger
+from envreplica.spec.gate import GATE_NEXT, Gate
 
 # ---------------------------------------------------------------------------
 # State invariants
@@ -251,6 +251,33 @@ def resume_changes_only_its_operation(pre, action, result, post) -> bool:
     )
 
 
+def reads_change_only_materialization(pre, action, result, post) -> bool:
+    """A value-store read that answers changes materializations and values only, never a record's state."""
+    from envreplica.model.actions import ActionKind
+
+    if getattr(action, "kind", None) is not ActionKind.RESUME:
+        return True
+    for before, after in ((pre.records, post.records), (pre.stage_records, post.stage_records)):
+        if set(before) != set(after):
+            return False
+        if any(after[k].state != row.state for k, row in before.items()):
+            return False
+    return True
+
+
+def commit_only_at_high_water(pre, action, result, post) -> bool:
+    """A commit succeeds only at the replica's delivery cursor and with the staged record versions."""
+    if not isinstance(result, CommitOk):
+        return True
+    a = pre.authority
+    frame = action.frame
+    staged = {p: sp.record_version for (att, p), sp in pre.stage_projects.items() if att == frame.attempt_id}
+    return (
+        (frame.high_water.stream_id, frame.high_water.sequence) == (a.stream_id, a.applied_sequence)
+        and staged == {v.project_id: v.record_version for v in frame.versions}
+    )
+
+
 def organisation_fixed_after_activation(pre, action, result, post) -> bool:
     """The organisation never changes after activation."""
     return not pre.authority.gate.activated or post.authority.org_id == pre.authority.org_id
@@ -435,9 +462,11 @@ STEP_PROPERTIES = _props(
     consumed_answer_is_receipted,
     receipts_are_never_rewritten,
     resume_changes_only_its_operation,
+    reads_change_only_materialization,
     organisation_fixed_after_activation,
     live_record_version_never_decreases,
     commit_promotes_exactly_staged,
+    commit_only_at_high_water,
     refusals_change_only_what_seed_writes,
     restart_closes_gate,
     gate_moves_only_by_declared_transitions,

@@ -416,6 +416,19 @@ def _step_cases() -> dict[str, tuple[tuple, tuple]]:
     pre, action, result, post = good
     bad_post = replace(post, records=FMap({LIVE_K: LiveRow(REC, INSTALLED)}), values=FMap({LIVE_K: VAL}))
     cases["resume_changes_only_its_operation"] = ((pre, action, result, bad_post), good)
+
+    # reads: the answer of a staged read also rewrites the staged record's state.
+    rewritten = replace(post.stage_records[STAGE_K], state=REC_ROT)
+    cases["reads_change_only_materialization"] = (
+        (pre, action, result, replace(post, stage_records=post.stage_records.set(STAGE_K, rewritten))), good)
+
+    # commit: succeeds although its high-water mark is not the replica's cursor.
+    commit = Commit(CommitFrame(ATTEMPT, Cursor(STREAM, 0), (ProjectVersion(PROJECT, 2),)))
+    good = _run(STAGING, commit)
+    pre, action, result, post = good
+    assert isinstance(result, CommitOk)
+    wrong = Commit(CommitFrame(ATTEMPT, Cursor(STREAM, 5), (ProjectVersion(PROJECT, 2),)))
+    cases["commit_only_at_high_water"] = ((pre, wrong, result, post), good)
     return cases
 
 
@@ -441,7 +454,11 @@ def test_step_property_accepts_good_step(name):
 
 
 # A conflicting frame applied as new answers without a fresh receipt, so it breaks both.
-STEP_ALSO_BROKEN = {"conflicting_replay_changes_nothing": {"consumed_answer_is_receipted"}}
+STEP_ALSO_BROKEN = {
+    "conflicting_replay_changes_nothing": {"consumed_answer_is_receipted"},
+    # adding a live row in a staged read's answer also adds a record: a state change
+    "resume_changes_only_its_operation": {"reads_change_only_materialization"},
+}
 
 
 @pytest.mark.parametrize("name", sorted(STEP_CASES))

@@ -1,0 +1,539 @@
+"""The conformance adapter (wire-protocol.md section 5) on the model and on SQLite.
+
+One suite, parametrised over the drivers: every case runs a list of JSON
+requests through ``Driver.handle`` of the driver under test and of the model,
+asserts that the two answer with identical JSON, and asserts the specific
+refusal code, materialization reason or error the case is about. The SQLite
+parameters are skipped only while ``impl/replica.py`` does not exist.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import pytest
+
+from envreplica.conformance.adapter import register, serve
+from envreplica.conformance.drivers import (
+    OPERATION_LOST_RESTART,
+    ModelDriver,
+    SqliteDriver,
+)
+from envreplica.model.store import legacy_envelope, staged_envelope
+
+HAVE_SQLITE = importlib.util.find_spec("envreplica.impl.replica") is not None
+SKIP_SQLITE = pytest.mark.skipif(
+    not HAVE_SQLITE, reason="impl/replica.py (SqliteReplica) is not written yet; only the model runs"
+)
+DRIVERS = [pytest.param("model", id="model"), pytest.param("sqlite", id="sqlite", marks=SKIP_SQLITE)]
+
+SID = "0f8fad5b-d9cb-469f-a165-70867728950e"
+SID2 = "1f8fad5b-d9cb-469f-a165-70867728950e"
+
+
+# ---------------------------------------------------------------------------
+# Request builders.
+# ---------------------------------------------------------------------------
+
+
+def staged(sid: str = SID) -> dict:
+    return {"kind": "staged", "stagingId": sid}
+
+
+def legacy(version: int) -> dict:
+    return {"kind": "legacy", "ssmVersion": version}
+
+
+def rec(key: str = "A", rev: int = 1, gen: int = 1, ref: Optional[dict] = None, tomb: bool = False,
+        binding: Any = None, epoch: Optional[int] = 1, listing: int = 0) -> dict:
+    if ref is None and not tomb:
+        ref = staged()
+    return {"key": key, "head": {"revision": rev, "generation": gen, "tombstone": tomb, "valueRef": ref},
+            "binding": binding, "policyEpoch": epoch, "listingGeneration": listing}
+
+
+def reset(**config) -> dict:
+    return {"op": "reset", "config": config} if config else {"op": "reset"}
+
+
+def begin(attempt: str = "a1", stream: str = "s1", projects=("p1",), epochs=(1,), org: str = "o1") -> dict:
+    return {"op": "begin", "frame": {"attempt": {"streamId": stream, "attemptId": attempt},
+                                     "projectIds": list(projects)},
+            "keptPolicyEpochs": list(epochs), "orgId": org}
+
+
+def page(records=(), attempt: str = "a1", project: str = "p1", after: Optional[str] = None, version: int = 0,
+         complete: bool = True, during: Optional[list] = None) -> dict:
+    out = {"op": "page", "frame": {"opId": "op-page", "attemptId": attempt, "projectId": project, "after": after,
+                                   "recordVersion": version, "records": list(records), "complete": complete}}
+    if during is not None:
+        out["duringFetch"] = during
+    return out
+
+
+def delivery(state: dict, sequence: int = 1, version: int = 1, project: str = "p1", stream: str = "s1",
+             attempt: Optional[str] = None, during: Optional[list] = None) -> dict:
+    frame = {"kind": "env.replica.apply", "opId": f"op-{sequence}", "projectId": project,
+             "recordVersion": version, "state": state, "delivery": {"streamId": stream, "sequence": sequence}}
+    if attempt is not None:
+        frame["reconciliationAttemptId"] = attempt
+    out = {"op": "delivery", "frame": frame}
+    if during is not None:
+        out["duringFetch"] = during
+    return out
+
+
+def commit(attempt: str = "a1", stream: str = "s1", sequence: int = 0, versions=(("p1", 0),)) -> dict:
+    return {"op": "commit", "frame": {"attemptId": attempt, "highWater": {"streamId": stream, "sequence": sequence},
+                                      "versions": [{"projectId": p, "recordVersion": v} for p, v in versions]}}
+
+
+def put(key: str = "A", ref: Optional[dict] = None, raw: Optional[str] = None, project: str = "p1",
+        value: str = "secret-A", **extra) -> dict:
+    ref = ref or staged()
+    if raw is None:
+        raw = (staged_envelope("o1", project, key, ref["stagingId"], value) if ref["kind"] == "staged"
+               else legacy_envelope(project, key, value))
+    return {"op": "store.put", "projectId": project, "key": key, "ref": ref, "raw": raw, **extra}
+
+
+def fail(mode: str, key: str = "A", ref: Optional[dict] = None, project: str = "p1") -> dict:
+    return {"op": "store.fail", "projectId": project, "key": key, "ref": ref or staged(), "mode": mode}
+
+
+def op(name: str, **fields) -> dict:
+    return {"op": name, **fields}
+
+
+#: An activated replica with an open gate: p1 live at record version 0, no records.
+BOOT = [reset(), begin(), page(), commit()]
+
+
+# ---------------------------------------------------------------------------
+# Running a case on a driver.
+# ---------------------------------------------------------------------------
+
+
+def with_ids(requests: list, start: int = 1) -> list:
+    """Number the requests (nested ones from 1000 up) so every response can be matched."""
+    out = []
+    nested_id = [1000]
+    for i, request in enumerate(requests):
+        request = dict(request, id=request.get("id", start + i))
+        if isinstance(request.get("duringFetch"), list):
+            inner = []
+            for n in request["duringFetch"]:
+                inner.append(dict(n, id=nested_id[0]) if "id" not in n else n)
+                nested_id[0] += 1
+            request["duringFetch"] = inner
+        out.append(request)
+    return out
+
+
+def make_driver(kind: str, tmp_path: Path):
+    if kind == "model":
+        return ModelDriver("fixed")
+    return SqliteDriver("fixed", tmp_path / f"replica-{len(list(tmp_path.iterdir()))}.db")
+
+
+def play(kind: str, requests: list, tmp_path: Path) -> list[dict]:
+    driver = make_driver(kind, tmp_path)
+    try:
+        # A JSON round trip: the driver sees exactly what the adapter would decode.
+        return [json.loads(json.dumps(driver.handle(json.loads(json.dumps(r))))) for r in requests]
+    finally:
+        close = getattr(driver, "close", None)
+        if close:
+            close()
+
+
+def run_case(kind: str, requests: list, tmp_path: Path) -> list[dict]:
+    """Responses of ``kind``; asserts they are the model's, response by response."""
+    requests = with_ids(requests)
+    got = play(kind, requests, tmp_path)
+    assert [r["id"] for r in got] == [r["id"] if type(r["id"]) is int else None for r in requests]
+    if kind != "model":
+        want = play("model", requests, tmp_path)
+        for request, g, w in zip(requests, got, want):
+            assert json.dumps(g, sort_keys=True) == json.dumps(w, sort_keys=True), (
+                f"{kind} and model differ on request {json.dumps(request)}")
+    return got
+
+
+def result(response: dict) -> Any:
+    assert response["ok"] is True, response
+    return response["result"]
+
+
+def refused(response: dict, code: str) -> None:
+    r = result(response)
+    assert r["ok"] is False and r["code"] == code, r
+
+
+def materialization(response: dict) -> dict:
+    r = result(response)
+    if "results" in r:  # a page
+        return r["results"][0]["materialization"]
+    if "projects" in r:  # a snapshot
+        return r["projects"][0]["entries"][0]["materialization"]
+    return r["result"]["materialization"]
+
+
+@pytest.fixture(params=DRIVERS)
+def kind(request) -> str:
+    return request.param
+
+
+# ---------------------------------------------------------------------------
+# Every reachable refusal code.
+# ---------------------------------------------------------------------------
+
+A = rec("A")
+A_LISTED = rec("A", listing=1)
+
+REFUSALS: dict[str, list] = {
+    "reconciliation_attempt_mismatch": [reset(), begin(), page(attempt="a2")],
+    "ack_page_too_large": [reset(ackPageBytes=300), begin(), page([rec("A"), rec("B")], version=1)],
+    "project_not_in_attempt": [reset(), begin(), page(project="p2")],
+    "record_version_stale": [reset(), begin(), page(version=2), commit(versions=[("p1", 2)]),
+                             begin("a2"), page(attempt="a2", version=1)],
+    "snapshot_page_mismatch": [reset(), begin(), page([rec("B")], after="A", version=1)],
+    "snapshot_version_conflict": BOOT + [begin("a2"), page([A], attempt="a2", version=0)],
+    "delivery_incomplete": [reset(), begin(), page(), commit(sequence=5)],
+    "record_version_changed": [reset(), begin(), page(), commit(versions=[("p1", 3)])],
+    "stream_mismatch": BOOT + [delivery(A, stream="s2")],
+    "delivery_gap": BOOT + [delivery(A, sequence=2)],
+    "snapshot_incomplete": [reset(), begin(), delivery(A, attempt="a1")],
+    "record_version_gap": BOOT + [delivery(A, version=2)],
+    # The read of the outer delivery is in flight while the same delivery runs to its end.
+    "replica_state_changed": BOOT + [put(), delivery(A, during=[delivery(A)])],
+    # A begin inside the read moves the stream: the outer delivery's cursor is gone.
+    "replica_state_changed_by_begin": BOOT + [put(), delivery(A, during=[begin("a2", stream="s2")])],
+    # A begin with the same attempt id inside the read re-creates the staged view without A.
+    "replica_state_missing": [reset(), begin(), page(), put(),
+                              delivery(A, attempt="a1", during=[begin()])],
+    "delivery_conflict": BOOT + [delivery(A), delivery(A_LISTED)],
+    "record_version_conflict": BOOT + [delivery(rec("A", rev=2, gen=2))],
+    "project_not_in_replica": BOOT + [delivery(A, project="p9")],
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSALS))
+def test_refusal_code(kind, case, tmp_path):
+    responses = run_case(kind, REFUSALS[case], tmp_path)
+    code = case.removesuffix("_by_begin")
+    refused(responses[-1], code)
+    for response in responses[:-1]:
+        assert response["ok"] is True, response
+    if "duringFetch" in REFUSALS[case][-1]:
+        nested = responses[-1]["nested"]
+        assert len(nested) == 1 and nested[0]["ok"] is True, nested
+
+
+def test_consumed_refusals_are_receipts(kind, tmp_path):
+    """A consumed refusal is a receipt; a transient one is not (and the cursor stays)."""
+    responses = run_case(kind, BOOT + [delivery(A, project="p9"), delivery(A, sequence=3), op("receipts"),
+                                       op("status")], tmp_path)
+    assert result(responses[-4])["consumed"] is True
+    assert result(responses[-3])["consumed"] is False
+    receipts = result(responses[-2])
+    assert receipts == [{"streamId": "s1", "sequence": 1, "ok": False, "code": "project_not_in_replica",
+                         "result": None, "recordVersion": None}]
+    assert result(responses[-1])["appliedThrough"] == {"streamId": "s1", "sequence": 1}
+
+
+# ---------------------------------------------------------------------------
+# Every materialization reason.
+# ---------------------------------------------------------------------------
+
+LEGACY_A = rec("LEG", ref=legacy(3))
+
+MATERIALIZATIONS: dict[str, tuple[list, dict]] = {
+    "installed": (BOOT + [put(), delivery(A)], {"kind": "installed"}),
+    "installed_legacy": (BOOT + [put("LEG", legacy(3)), delivery(LEGACY_A)], {"kind": "installed"}),
+    "installed_page": ([reset(), put(), begin(), page([A], version=1)], {"kind": "installed"}),
+    "withheld_tombstone": (BOOT + [delivery(rec("A", gen=0, tomb=True))], {"kind": "withheld", "reason": "tombstone"}),
+    "withheld_policy_epoch_unknown": (BOOT + [put(), delivery(rec("A", epoch=7))],
+                                      {"kind": "withheld", "reason": "policy_epoch_unknown"}),
+    "withheld_policy_epoch_null": (BOOT + [delivery(rec("A", epoch=None))],
+                                   {"kind": "withheld", "reason": "policy_epoch_unknown"}),
+    "withheld_binding_omits": (BOOT + [delivery(rec("A", binding={"kind": "omit"}))],
+                               {"kind": "withheld", "reason": "binding_omits"}),
+    "withheld_binding_reason": (BOOT + [delivery(rec("A", binding={"kind": "withhold", "reason": "legal_hold"}))],
+                                {"kind": "withheld", "reason": "legal_hold"}),
+    # A commit inside the page's read promotes A still pending; the read's answer then lands nowhere.
+    "unavailable_materialization_pending": (
+        [reset(), put(), begin(), page([A], version=1, during=[commit(versions=[("p1", 1)])]),
+         op("snapshot", projectIds=["p1"])],
+        {"kind": "unavailable", "reason": "materialization_pending"}),
+    "unavailable_credential_store_unavailable": (BOOT + [put(), op("store.off"), delivery(A)],
+                                                 {"kind": "unavailable", "reason": "credential_store_unavailable"}),
+    "unavailable_value_missing": (BOOT + [delivery(A)], {"kind": "unavailable", "reason": "value_missing"}),
+    "unavailable_value_missing_after_fail": (BOOT + [put(), fail("missing"), delivery(A)],
+                                             {"kind": "unavailable", "reason": "value_missing"}),
+    "unavailable_value_envelope_mismatch": (
+        BOOT + [put(raw=staged_envelope("o2", "p1", "A", SID, "x")), delivery(A)],
+        {"kind": "unavailable", "reason": "value_envelope_mismatch"}),
+    "unavailable_value_envelope_mismatch_legacy": (
+        BOOT + [put("LEG", legacy(3), raw=legacy_envelope("p1", "OTHER", "x")), delivery(LEGACY_A)],
+        {"kind": "unavailable", "reason": "value_envelope_mismatch"}),
+    "unavailable_value_reference_invalid": (BOOT + [delivery(rec("_X", ref=legacy(1)))],
+                                            {"kind": "unavailable", "reason": "value_reference_invalid"}),
+    "unavailable_value_version_mismatch": (BOOT + [put("LEG", legacy(3), reportedVersion=4), delivery(LEGACY_A)],
+                                           {"kind": "unavailable", "reason": "value_version_mismatch"}),
+    "unavailable_value_unavailable": (BOOT + [put(), fail("error"), delivery(A)],
+                                      {"kind": "unavailable", "reason": "value_unavailable"}),
+    "unavailable_value_unavailable_not_json": (BOOT + [put(raw="{not json"), delivery(A)],
+                                               {"kind": "unavailable", "reason": "value_unavailable"}),
+    "unavailable_value_unavailable_legacy_error": (BOOT + [put("LEG", legacy(3)), fail("error", "LEG", legacy(3)),
+                                                           delivery(LEGACY_A)],
+                                                   {"kind": "unavailable", "reason": "value_unavailable"}),
+}
+
+
+@pytest.mark.parametrize("case", list(MATERIALIZATIONS))
+def test_materialization_reason(kind, case, tmp_path):
+    requests, expected = MATERIALIZATIONS[case]
+    responses = run_case(kind, requests, tmp_path)
+    for response in responses:
+        assert response["ok"] is True, response
+    assert materialization(responses[-1]) == expected
+
+
+def test_installed_value_is_served(kind, tmp_path):
+    """A delivered, fetched value is what the open replica's snapshot serves."""
+    responses = run_case(kind, BOOT + [put(value="hunter2"), delivery(A), op("snapshot", projectIds=["p1"]),
+                                       op("snapshot", projectIds=["p1", "p2"])], tmp_path)
+    snapshot = result(responses[-2])
+    assert snapshot["projects"][0]["recordVersion"] == 1
+    assert snapshot["projects"][0]["entries"][0]["value"] == "hunter2"
+    assert result(responses[-1]) is None
+
+
+def test_materialization_pending_commit_refuses_page(kind, tmp_path):
+    """The page whose read a commit overtook is refused; the nested commit succeeded."""
+    requests, _ = MATERIALIZATIONS["unavailable_materialization_pending"]
+    responses = run_case(kind, requests, tmp_path)
+    refused(responses[-2], "reconciliation_attempt_mismatch")
+    assert result(responses[-2]["nested"][0])["ok"] is True
+
+
+# ---------------------------------------------------------------------------
+# Invalid requests and frames, and corrupt replicas.
+# ---------------------------------------------------------------------------
+
+
+def _page_unsorted():
+    p = page([rec("B"), rec("A")], version=1)
+    return p
+
+
+def _apply_without(key: str):
+    d = delivery(A)
+    del d["frame"][key]
+    return d
+
+
+def _apply_null_attempt():
+    d = delivery(A)
+    d["frame"]["reconciliationAttemptId"] = None
+    return d
+
+
+def _commit_extra():
+    c = commit()
+    c["frame"]["extra"] = 1
+    return c
+
+
+def _page_bool_count():
+    p = page()
+    p["frame"]["recordVersion"] = True
+    return p
+
+
+INVALID: dict[str, tuple[dict, str]] = {
+    "bad_id": (begin(attempt="-bad"), "begin.attempt.attemptId must be an Id"),
+    "bool_as_count": (_page_bool_count(), "page.recordVersion must be a Count"),
+    "float_as_count": (dict(begin(), keptPolicyEpochs=[1.0]), "keptPolicyEpochs[0] must be a Count"),
+    "extra_key": (_commit_extra(), "commit.extra is not allowed"),
+    "missing_key": (_apply_without("opId"), "apply.opId is required"),
+    "unsorted_page_keys": (_page_unsorted(), "page keys are strictly ascending"),
+    "reconciliation_attempt_null": (_apply_null_attempt(), "apply.reconciliationAttemptId must be an Id when present"),
+    "tombstone_with_ref": (delivery(rec("A", tomb=True, ref=staged())), "tombstone <=> valueRef is null"),
+    "unknown_op": (op("explode"), "request.op must be one of"),
+    "missing_request_field": (op("snapshot"), "request.projectIds is required"),
+    "extra_request_field": (dict(op("status"), verbose=True), "request.verbose is not allowed"),
+    "during_fetch_on_commit": (dict(commit(), duringFetch=[]), "request.duringFetch is not allowed"),
+    "during_fetch_not_list": (dict(page(), duringFetch={}), "request.duringFetch must be a JSON array"),
+    "store_put_legacy_no_name": (put("_X", legacy(1), raw="x"), "request.key must be a Segment for a legacy ref"),
+    "store_put_staged_reported": (put(reportedVersion=2), "request.reportedVersion is allowed for a legacy ref only"),
+    "store_fail_mode": (fail("sometimes"), "request.mode must be 'missing' or 'error'"),
+    "reset_bad_config": (reset(ackPageBytes=-1), "request.config.ackPageBytes must be a Count"),
+    "reset_bad_key": (reset(masterKeyHex="00"), "request.config.masterKeyHex must be 64 hexadecimal"),
+}
+
+
+@pytest.mark.parametrize("case", list(INVALID))
+def test_invalid_request(kind, case, tmp_path):
+    bad, fragment = INVALID[case]
+    responses = run_case(kind, BOOT + [op("status"), bad, op("status")], tmp_path)
+    error = responses[-2]
+    assert error["ok"] is False and error["error"]["type"] == "invalid", error
+    assert fragment in error["error"]["message"], error["error"]["message"]
+    assert responses[-1] == dict(responses[-3], id=responses[-1]["id"]), "an invalid request changed the replica"
+
+
+def test_request_without_integer_id(kind, tmp_path):
+    responses = run_case(kind, [reset(), {"op": "status", "id": "seven"}, {"op": "status", "id": True}], tmp_path)
+    for response in responses[1:]:
+        assert response["id"] is None and response["error"]["type"] == "invalid", response
+
+
+CORRUPT: dict[str, tuple[list, str]] = {
+    "delivery_before_begin": ([reset(), delivery(A)], "replica delivery arrived before activation"),
+    "begin_other_org": (BOOT + [begin("a2", org="o2")], "replica organization cannot change after activation"),
+    "page_before_begin": ([reset(), page()], "project environment replica has not been activated"),
+}
+
+
+@pytest.mark.parametrize("case", list(CORRUPT))
+def test_corrupt_error(kind, case, tmp_path):
+    requests, message = CORRUPT[case]
+    responses = run_case(kind, requests + [op("status")], tmp_path)
+    error = responses[-2]
+    assert error == {"id": error["id"], "ok": False, "error": {"type": "corrupt", "message": message}}
+
+
+# ---------------------------------------------------------------------------
+# Nested operations, restart, store.off.
+# ---------------------------------------------------------------------------
+
+
+def test_restart_inside_read_loses_the_operation(kind, tmp_path):
+    responses = run_case(kind, BOOT + [put(), delivery(A, during=[op("restart"), op("status")]), op("status"),
+                                       op("receipts")], tmp_path)
+    lost = responses[-3]
+    assert lost["ok"] is False
+    assert lost["error"] == {"type": "unsupported", "message": OPERATION_LOST_RESTART}
+    assert [n["ok"] for n in lost["nested"]] == [True, True]
+    status = result(responses[-2])
+    assert status["gateOpen"] is False and status["appliedThrough"] == {"streamId": "s1", "sequence": 0}
+    assert result(responses[-1]) == []
+
+
+def test_only_first_read_runs_nested_and_answers_are_read_when_asked(kind, tmp_path):
+    """A page reading A then B: duringFetch runs inside A's read only. A's answer was read
+    before the nested puts (old value); B's read begins after them (new value)."""
+    b = rec("B", ref=staged(SID2))
+    responses = run_case(kind, [reset(), put(value="old"), begin(),
+                                page([A, b], version=1, during=[put(value="new"), put("B", staged(SID2), value="b2")]),
+                                commit(versions=[("p1", 1)]), op("snapshot", projectIds=["p1"])], tmp_path)
+    assert [r["materialization"] for r in result(responses[-3])["results"]] == [{"kind": "installed"}] * 2
+    assert [n["ok"] for n in responses[-3]["nested"]] == [True, True]
+    entries = result(responses[-1])["projects"][0]["entries"]
+    assert [e["value"] for e in entries] == ["old", "b2"]
+
+
+def test_store_off_inside_a_read_is_for_later_operations(kind, tmp_path):
+    """The seed passes its reader per call: a page already running keeps reading B after a
+    nested store.off, while a page started after it (nested too) has no store."""
+    b = rec("B", ref=staged(SID2))
+    c = rec("C")
+    responses = run_case(kind, [reset(), put(), put("B", staged(SID2)), put("C", project="p2"),
+                                begin(projects=["p1", "p2"]),
+                                page([A, b], version=1, during=[op("store.off"), page([c], project="p2", version=1)]),
+                                page([c], project="p2", version=1)], tmp_path)
+    outer = responses[-2]
+    assert [r["materialization"] for r in result(outer)["results"]] == [{"kind": "installed"}] * 2
+    pending = {"kind": "unavailable", "reason": "credential_store_unavailable"}
+    assert materialization(outer["nested"][1]) == pending
+    assert materialization(responses[-1]) == pending
+
+
+def test_no_read_means_nested_not_run(kind, tmp_path):
+    """``nested`` is [] when the operation never reads (here: a refusal)."""
+    responses = run_case(kind, BOOT + [delivery(A, sequence=5, during=[op("close")]), op("status")], tmp_path)
+    assert responses[-2]["nested"] == []
+    assert result(responses[-1])["gateOpen"] is True
+
+
+def test_restart_keeps_tables_and_closes_gate(kind, tmp_path):
+    responses = run_case(kind, BOOT + [put(value="v1"), delivery(A), op("restart"), op("status"),
+                                       op("snapshot", projectIds=["p1"]), op("receipts"),
+                                       begin("a2"), page([A], attempt="a2", version=1),
+                                       commit("a2", sequence=1, versions=[("p1", 1)]),
+                                       op("snapshot", projectIds=["p1"])], tmp_path)
+    status = result(responses[-7])
+    assert status["activated"] is True and status["gateOpen"] is False and status["projectIds"] == ["p1"]
+    assert result(responses[-6]) is None  # a closed gate serves nothing
+    assert len(result(responses[-5])) == 1
+    assert result(responses[-1])["projects"][0]["entries"][0]["value"] == "v1"
+
+
+def test_store_off_survives_restart_and_reset_restores(kind, tmp_path):
+    responses = run_case(kind, BOOT + [op("store.off"), op("restart"), begin("a2"), put(),
+                                       page([A], attempt="a2", version=1),
+                                       reset(), put(), begin(), page([A], version=1)], tmp_path)
+    assert materialization(responses[-5]) == {"kind": "unavailable", "reason": "credential_store_unavailable"}
+    assert materialization(responses[-1]) == {"kind": "installed"}
+
+
+def test_reset_config_prefix_names_parameters(kind, tmp_path):
+    responses = run_case(kind, [reset(prefix="/other"), put(), begin(), page([A], version=1)], tmp_path)
+    assert materialization(responses[-1]) == {"kind": "installed"}
+
+
+# ---------------------------------------------------------------------------
+# The stdio loop and the command line.
+# ---------------------------------------------------------------------------
+
+
+def test_serve_answers_every_line(tmp_path):
+    lines = [json.dumps({"id": 1, "op": "reset"}), "not json", "", "NaN", json.dumps([1, 2]),
+             json.dumps({"id": 2, "op": "status"})]
+    out = io.StringIO()
+    assert serve(ModelDriver("fixed"), io.StringIO("\n".join(lines) + "\n"), out) == 6
+    responses = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [r["id"] for r in responses] == [1, None, None, None, None, 2]
+    assert [r["ok"] for r in responses] == [True, False, False, False, False, True]
+    assert all(r["error"]["type"] == "invalid" for r in responses[1:5])
+
+
+def test_serve_bytes_and_bad_utf8():
+    out = io.StringIO()
+    serve(ModelDriver("fixed"), io.BytesIO(b'{"id": 1, "op": "status"}\r\n\xff\xfe\n'), out)
+    first, second = (json.loads(line) for line in out.getvalue().splitlines())
+    assert first["id"] == 1 and first["ok"] is True
+    assert second["id"] is None and "UTF-8" in second["error"]["message"]
+
+
+def test_register_adds_adapter_subcommand():
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["adapter", "--impl", "model", "--variant", "seed"])
+    assert args.command == "adapter" and args.impl == "model" and args.variant == "seed" and callable(args.func)
+
+
+@pytest.mark.parametrize("impl", DRIVERS)
+def test_adapter_process_end_to_end(impl, tmp_path):
+    requests = with_ids([reset(), begin(), page(), commit(), op("status")], start=11)
+    argv = [sys.executable, "-m", "envreplica.conformance.adapter", "--impl", impl, "--variant", "fixed"]
+    if impl == "sqlite":
+        argv += ["--db", str(tmp_path / "e2e.db")]
+    proc = subprocess.run(argv, input="".join(json.dumps(r) + "\n" for r in requests), capture_output=True,
+                          text=True, timeout=60, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 5, proc.stdout
+    responses = [json.loads(line) for line in lines]
+    assert [r["id"] for r in responses] == [11, 12, 13, 14, 15]
+    assert all(r["ok"] for r in responses), responses
+    assert responses[-1]["result"]["gateOpen"] is True

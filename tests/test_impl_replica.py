@@ -1,0 +1,622 @@
+"""The SQLite replica (``envreplica.impl.replica``) judged by the model.
+
+Every scenario runs the same operations on the model (``model.actions.step``
+over a ``State``) and on a ``SqliteReplica`` reading an ``EmbeddedStore``,
+and after every operation asserts equal results and
+``with_macs(model_state, sealer) == replica.to_model_state()``, plus equal
+reads (status, snapshot, diagnostics, receipts, readiness). A value-store
+read in flight on the model side is a ``Pending`` result resumed with the
+answer the same store gives; ``during_fetch`` on the implementation side runs
+the nested operations where the model runs them, between ``Pending`` and
+``Resume``.
+
+Then what the model cannot say: no plaintext on disk, a moved sealed blob
+fails closed, a reopened file holds exactly what was committed, a constraint
+violation is ``CorruptReplica``, readiness wakes its waiter, and two processes
+hammering one file leave it intact.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import sqlite3
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Optional
+
+import pytest
+
+from envreplica.impl.replica import SqliteReplica, request_mac, with_macs
+from envreplica.impl.sealing import Sealer
+from envreplica.impl.valuestores import EmbeddedStore, answer_of, put_for_ref
+from envreplica.model import replica as M
+from envreplica.model.actions import Begin, CloseGate, Commit, Deliver, Page, Resume, step
+from envreplica.model.state import INITIAL, ModelConfig, State, Variant
+from envreplica.model.store import staged_envelope
+from envreplica.spec import properties as P
+from envreplica.spec.domain import (
+    INSTALLED,
+    ApplyFrame,
+    ApplyOk,
+    ApplyRefused,
+    BeginFrame,
+    BeginResult,
+    BindingState,
+    BindWithhold,
+    CommitFrame,
+    CommitOk,
+    CorruptReplica,
+    Cursor,
+    Done,
+    Failed,
+    Head,
+    MatKind,
+    PageFrame,
+    PageOk,
+    PageRefused,
+    Pending,
+    ProjectVersion,
+    RefusalCode,
+    ReplicaError,
+    StagedRef,
+    UnavailableReason,
+    WithheldReason,
+    unavailable,
+    withheld,
+)
+
+MASTER = bytes(range(32))
+ORG = "org"
+S1, S2 = "s1", "s2"
+A1, A2 = "a1", "a2"
+P1 = "p1"
+KEY = "API_KEY"
+KEY_B = "B_KEY"
+
+UUID_1 = "0f8fad5b-d9cb-469f-a165-70867728950e"
+UUID_2 = "7c9e6679-7425-40de-944b-e07fc1f90ae7"
+UUID_3 = "16fd2706-8baf-433b-82eb-8c7fada847da"
+REF_1, REF_2, REF_3 = StagedRef(UUID_1), StagedRef(UUID_2), StagedRef(UUID_3)
+
+#: A first save under kept epoch 1, its rotation, its deletion; another key.
+REC = BindingState(KEY, Head(1, 1, False, REF_1), None, 1, 0)
+REC_ROT = BindingState(KEY, Head(1, 2, False, REF_2), None, 1, 0)
+REC_DEL = BindingState(KEY, Head(2, 2, True, None), None, 1, 0)
+REC_B = BindingState(KEY_B, Head(1, 1, False, REF_3), None, 1, 0)
+
+SECRET = "secret-value-8f3a91c2e7"
+ROTATED = "rotated-value-5b0d44e19a"
+SECRET_B = "other-secret-value-c1d9e2"
+
+
+def begin_action(stream=S1, attempt=A1, projects=(P1,), epochs=(1, 2), org=ORG) -> Begin:
+    return Begin(BeginFrame(stream, attempt, tuple(projects)), tuple(epochs), org)
+
+
+def page_action(attempt=A1, version=1, records=(REC,), after=None, complete=True, project=P1) -> Page:
+    return Page(PageFrame(f"op-page-{attempt}-{version}", attempt, project, after, version, tuple(records), complete))
+
+
+def commit_action(attempt=A1, high=(S1, 0), versions=((P1, 1),)) -> Commit:
+    return Commit(CommitFrame(attempt, Cursor(*high), tuple(ProjectVersion(p, v) for p, v in versions)))
+
+
+def deliver_action(sequence, version, state, stream=S1, attempt=None, op="op-d", project=P1) -> Deliver:
+    return Deliver(ApplyFrame(f"{op}{sequence}", project, version, state, Cursor(stream, sequence), attempt))
+
+
+# ---------------------------------------------------------------------------
+# The twin: the model and the implementation side by side
+# ---------------------------------------------------------------------------
+
+
+class Twin:
+    """Runs each action on the model and on a ``SqliteReplica``, comparing everything after each."""
+
+    def __init__(self, path: Path, variant: Variant = Variant.FIXED, store_on: bool = True) -> None:
+        self.cfg = ModelConfig(variant=variant)
+        self.sealer = Sealer(MASTER)
+        self.store = EmbeddedStore()
+        self.path = path
+        self.store_on = store_on
+        self.impl = SqliteReplica(path, sealer=self.sealer, reader=self.store if store_on else None, config=self.cfg)
+        self.st: State = INITIAL if store_on else replace(INITIAL, store_on=False)
+        self.projects: tuple[str, ...] = (P1,)
+        self.check()
+
+    def put(self, state: BindingState, value: str, project: str = P1, org: str = ORG) -> None:
+        """The value store answers ``state``'s reference with a well-formed envelope of ``value``."""
+        ref = state.head.value_ref
+        put_for_ref(self.store, self.cfg.prefix, project, state.key, ref,
+                    staged_envelope(org, project, state.key, ref.staging_id, value))
+
+    # -- model side --------------------------------------------------------
+
+    def _mstep(self, action):
+        self.st, result = step(self.cfg, self.st, action)
+        return result
+
+    def _model(self, action, nested=()):
+        result = self._mstep(action)
+        nested_results = []
+        fired = False
+        while isinstance(result, Pending):
+            slot = result.slot
+            if not fired:
+                fired = True
+                nested_results = [self._model(n)[0] for n in nested]
+            request = self.st.inflight[slot].read.request
+            result = self._mstep(Resume(slot, answer_of(self.store, request)))
+        return result, nested_results, fired
+
+    # -- implementation side ----------------------------------------------
+
+    def _impl(self, action, during=None):
+        r = self.impl
+        try:
+            if isinstance(action, Begin):
+                return r.begin(action.frame, action.kept_epochs, action.org_id)
+            if isinstance(action, Page):
+                return r.apply_page(action.frame, during)
+            if isinstance(action, Deliver):
+                return r.apply_delivery(action.frame, during)
+            if isinstance(action, Commit):
+                return r.complete(action.frame)
+            if isinstance(action, CloseGate):
+                assert r.close_gate() is None
+                return Done()
+        except ReplicaError as error:
+            return Failed(error.wire_type, error.message)
+        raise TypeError(action)
+
+    # -- both ----------------------------------------------------------------
+
+    def do(self, action, nested=(), *, expect_window: Optional[bool] = None):
+        impl_nested = []
+        calls = []
+
+        def during():
+            calls.append(1)
+            impl_nested.extend(self._impl(n) for n in nested)
+
+        impl_result = self._impl(action, during)
+        model_result, model_nested, fired = self._model(action, nested)
+        assert impl_result == model_result, (action, impl_result, model_result)
+        assert impl_nested == model_nested
+        assert len(calls) == (1 if fired else 0), "during_fetch runs exactly at the model's first Pending"
+        if expect_window is not None:
+            assert fired is expect_window
+        self.check()
+        return impl_result
+
+    def check(self) -> None:
+        assert self.st.inflight == ()
+        assert with_macs(self.st, self.sealer) == self.impl.to_model_state()
+        ids = sorted(set(self.projects) | set(self.st.projects))
+        for request in (list(self.projects), ids):
+            assert self.impl.read_snapshot(request) == M.read_snapshot(self.st, request)
+            assert self.impl.snapshot_diagnostics(request) == M.snapshot_diagnostics(self.st, request)
+        if self.st.authority.gate.activated:
+            assert self.impl.read_status() == M.read_status(self.st)
+        assert self.impl.list_receipts() == M.list_receipts(self.st)
+        assert self.impl.is_ready() == M.is_ready(self.st)
+
+    def served(self) -> dict[str, Optional[str]]:
+        snapshot = self.impl.read_snapshot([P1])
+        assert snapshot is not None
+        return {e.state.key: e.value for p in snapshot.projects for e in p.entries}
+
+    def open_with(self, records=(REC,), values=(SECRET,)) -> None:
+        """begin a1, page p1 v1 with ``records`` (values fetched), commit: open and serving."""
+        for rec, value in zip(records, values):
+            self.put(rec, value)
+        assert isinstance(self.do(begin_action()), BeginResult)
+        assert isinstance(self.do(page_action(records=records)), PageOk)
+        assert isinstance(self.do(commit_action()), CommitOk)
+
+
+@pytest.fixture
+def twin(tmp_path):
+    t = Twin(tmp_path / "replica.db")
+    yield t
+    t.impl.close()
+
+
+def _twin(tmp_path, **kw) -> Twin:
+    return Twin(tmp_path / f"replica-{len(list(tmp_path.iterdir()))}.db", **kw)
+
+
+# ---------------------------------------------------------------------------
+# Scenarios against the model
+# ---------------------------------------------------------------------------
+
+
+def test_begin_page_read_commit_serve(twin):
+    twin.put(REC, SECRET)
+    assert not twin.impl.is_ready()
+    begun = twin.do(begin_action())
+    assert begun == BeginResult(Cursor(S1, 0), (1, 2))
+    page = twin.do(page_action(), expect_window=True)
+    assert isinstance(page, PageOk) and page.results[0].materialization == INSTALLED
+    assert twin.impl.read_snapshot([P1]) is None  # staged, not served
+    assert isinstance(twin.do(commit_action()), CommitOk)
+    assert twin.served() == {KEY: SECRET}
+    assert twin.impl.is_ready()
+    twin.impl.await_ready(0.01)
+
+
+def test_live_delivery_replay_and_conflict(twin):
+    twin.open_with()
+    twin.put(REC_ROT, ROTATED)
+    rotate = deliver_action(1, 2, REC_ROT)
+    applied = twin.do(rotate, expect_window=True)
+    assert isinstance(applied, ApplyOk) and not applied.replayed and applied.result.materialization == INSTALLED
+    assert twin.served() == {KEY: ROTATED}
+
+    replayed = twin.do(replace(rotate, frame=replace(rotate.frame, op_id="op-again", reconciliation_attempt_id=None)))
+    assert isinstance(replayed, ApplyOk) and replayed.replayed and replayed.result == applied.result
+    conflict = twin.do(deliver_action(1, 3, REC_DEL))
+    assert isinstance(conflict, ApplyRefused) and conflict.code is RefusalCode.DELIVERY_CONFLICT
+
+    # Transient refusals, then consumed ones (receipted, cursor moves), then a replay of a refusal.
+    assert twin.do(deliver_action(3, 3, REC_DEL)).code is RefusalCode.DELIVERY_GAP
+    assert twin.do(deliver_action(2, 3, REC_DEL, stream=S2)).code is RefusalCode.STREAM_MISMATCH
+    assert twin.do(deliver_action(2, 3, REC_DEL, attempt=A1)).code is RefusalCode.RECONCILIATION_ATTEMPT_MISMATCH
+    assert twin.do(deliver_action(2, 4, REC_DEL)).code is RefusalCode.RECORD_VERSION_GAP
+    gone = twin.do(deliver_action(2, 1, REC_DEL, project="p9"))
+    assert gone.code is RefusalCode.PROJECT_NOT_IN_REPLICA and gone.consumed
+    assert twin.do(deliver_action(3, 2, REC_B)).code is RefusalCode.RECORD_VERSION_CONFLICT
+    again = twin.do(deliver_action(2, 1, REC_DEL, project="p9"))
+    assert again.replayed and again.code is RefusalCode.PROJECT_NOT_IN_REPLICA
+    # An older state is answered with what is retained (and receipted).
+    older = twin.do(deliver_action(4, 2, REC))
+    assert isinstance(older, ApplyOk) and older.result.state == REC_ROT
+    deleted = twin.do(deliver_action(5, 3, REC_DEL))
+    assert deleted.result.materialization == withheld(WithheldReason.TOMBSTONE)
+    assert twin.served() == {KEY: None}
+    assert [r.sequence for r in twin.impl.list_receipts()] == [1, 2, 3, 4, 5]
+
+
+def test_delivery_during_staging_and_wrong_envelope(twin):
+    twin.open_with()
+    twin.do(begin_action(attempt=A2))
+    twin.do(page_action(attempt=A2, version=1, records=(REC,)))
+    # Staged delivery of a new key whose envelope names another organisation.
+    twin.put(REC_B, SECRET_B, org="org2")
+    early = twin.do(deliver_action(1, 2, REC_B, attempt=A2))
+    assert isinstance(early, ApplyOk)
+    assert early.result.materialization == unavailable(UnavailableReason.VALUE_ENVELOPE_MISMATCH)
+    assert twin.do(commit_action(attempt=A2, high=(S1, 1), versions=((P1, 2),))).ok
+    assert twin.served() == {KEY: SECRET, KEY_B: None}
+
+
+def test_snapshot_version_conflict_keeps_its_staged_write(twin):
+    twin.open_with()
+    twin.do(begin_action(attempt=A2))
+    relisted = replace(REC, listing_generation=1)  # same live version, not the same record
+    refused = twin.do(page_action(attempt=A2, version=1, records=(relisted,)))
+    assert isinstance(refused, PageRefused) and refused.code is RefusalCode.SNAPSHOT_VERSION_CONFLICT
+    staged = twin.impl.to_model_state().stage_records[(A2, P1, KEY)]
+    assert staged.state == relisted and staged.present  # the refusal committed the staged write
+    # Other refusals change nothing.
+    for action, code in (
+        (page_action(attempt=A2, version=0), RefusalCode.RECORD_VERSION_STALE),
+        (page_action(attempt=A2, project="p9"), RefusalCode.PROJECT_NOT_IN_ATTEMPT),
+        (page_action(attempt=A1), RefusalCode.RECONCILIATION_ATTEMPT_MISMATCH),
+        (page_action(attempt=A2, after="A"), RefusalCode.SNAPSHOT_PAGE_MISMATCH),
+    ):
+        before = twin.impl.to_model_state()
+        assert twin.do(action).code is code
+        assert twin.impl.to_model_state() == before
+    assert twin.do(commit_action(attempt=A2)).code is RefusalCode.RECORD_VERSION_CHANGED
+    assert twin.do(commit_action(attempt=A2, high=(S1, 3))).code is RefusalCode.DELIVERY_INCOMPLETE
+
+
+def test_store_off_gives_credential_store_unavailable(tmp_path):
+    twin = _twin(tmp_path, store_on=False)
+    twin.do(begin_action())
+    page = twin.do(page_action(), expect_window=False)  # answered without I/O: no window
+    assert page.results[0].materialization == unavailable(UnavailableReason.CREDENTIAL_STORE_UNAVAILABLE)
+    twin.do(commit_action())
+    assert twin.served() == {KEY: None}
+    twin.impl.close()
+
+
+def test_errors_match_the_model(twin):
+    corrupt = twin.do(deliver_action(1, 1, REC))
+    assert corrupt == Failed("corrupt", "replica delivery arrived before activation")
+    assert twin.do(page_action()) == Failed("corrupt", "project environment replica has not been activated")
+    twin.do(CloseGate())  # an inactive replica stays inactive
+    twin.do(begin_action())
+    assert twin.do(begin_action(attempt=A2, org="org2")) == Failed(
+        "corrupt", "replica organization cannot change after activation")
+
+
+def test_close_gate_and_begin_inside_the_read_window(twin):
+    twin.put(REC, SECRET)
+    twin.do(begin_action())
+    page = twin.do(page_action(), nested=(CloseGate(), begin_action(attempt=A2)), expect_window=True)
+    assert page.code is RefusalCode.RECONCILIATION_ATTEMPT_MISMATCH
+    assert twin.impl.read_status().attempt_id == A2
+    # A live delivery whose read window sees the gate close: the receipt is still written.
+    twin.do(page_action(attempt=A2))
+    twin.do(commit_action(attempt=A2))
+    twin.put(REC_ROT, ROTATED)
+    applied = twin.do(deliver_action(1, 2, REC_ROT), nested=(CloseGate(),), expect_window=True)
+    assert isinstance(applied, ApplyOk) and applied.result.materialization == INSTALLED
+    assert not twin.impl.is_ready()
+    # A staged delivery whose read window sees a new begin: replica_state_changed.
+    twin.do(begin_action(attempt="a3"))
+    twin.do(page_action(attempt="a3", version=2, records=(REC_ROT,)))
+    twin.put(REC_B, SECRET_B)
+    changed = twin.do(deliver_action(2, 3, REC_B, attempt="a3"), nested=(begin_action(attempt="a4"),),
+                      expect_window=True)
+    assert changed.code is RefusalCode.REPLICA_STATE_CHANGED and not changed.consumed
+
+
+def _f1_cloud(twin: Twin) -> ApplyRefused:
+    """docs/findings.md, F1 on a consistent cloud (9 steps)."""
+    twin.do(begin_action(epochs=(1, 2)))
+    twin.do(page_action(version=0, records=()))
+    twin.do(commit_action(versions=((P1, 0),)))
+    twin.put(REC, SECRET)
+    result = twin.do(
+        deliver_action(1, 1, REC),
+        nested=(
+            begin_action(stream=S2, attempt=A2, epochs=(2,)),
+            page_action(attempt=A2, version=1, records=(REC,)),
+            commit_action(attempt=A2, high=(S2, 0), versions=((P1, 1),)),
+        ),
+        expect_window=True,
+    )
+    assert result.code is RefusalCode.REPLICA_STATE_CHANGED
+    return result
+
+
+def test_f1_seed_serves_under_an_unkept_epoch(tmp_path):
+    twin = _twin(tmp_path, variant=Variant.SEED)
+    _f1_cloud(twin)
+    assert twin.served() == {KEY: SECRET}  # epoch 1 is no longer kept: the seed's bug
+    state = twin.impl.to_model_state()
+    assert not P.served_values_are_live_bound_kept(state)
+    twin.impl.close()
+
+
+@pytest.mark.parametrize("variant", [Variant.FIX_F1, Variant.FIXED])
+def test_f1_fixed_does_not_serve(tmp_path, variant):
+    twin = _twin(tmp_path, variant=variant)
+    _f1_cloud(twin)
+    assert twin.served() == {KEY: None}
+    assert twin.impl.to_model_state().records[(P1, KEY)].mat == withheld(WithheldReason.POLICY_EPOCH_UNKNOWN)
+    assert all(p.check(twin.impl.to_model_state()) for p in P.INVARIANTS)
+    twin.impl.close()
+
+
+@pytest.mark.parametrize("variant, serves", [(Variant.FIX_F1, True), (Variant.FIXED, False)])
+def test_f2_retained_conflict_under_narrowed_epochs(tmp_path, variant, serves):
+    """docs/findings.md, F2 (7 steps): fix-f1 still serves, fixed withholds."""
+    twin = _twin(tmp_path, variant=variant)
+    twin.put(REC, SECRET)
+    twin.do(begin_action(epochs=(1, 2)))
+    twin.do(page_action(version=1, records=(REC,)))
+    twin.do(commit_action())
+    twin.do(begin_action(epochs=(2,)))
+    twin.do(page_action(version=2, records=(replace(REC, binding=BindWithhold("other")),)))
+    assert twin.do(commit_action(versions=((P1, 2),))).ok
+    assert twin.served() == {KEY: SECRET if serves else None}
+    twin.impl.close()
+
+
+# ---------------------------------------------------------------------------
+# What the model cannot say
+# ---------------------------------------------------------------------------
+
+
+def _files(path: Path) -> list[Path]:
+    return [p for p in (path, Path(f"{path}-wal")) if p.exists()]
+
+
+def test_no_plaintext_on_disk(twin):
+    twin.open_with(records=(REC, REC_B), values=(SECRET, SECRET_B))
+    twin.put(REC_ROT, ROTATED)
+    twin.do(deliver_action(1, 2, REC_ROT))
+    twin.do(begin_action(attempt=A2))  # copies sealed values into staging too
+    assert twin.impl.to_model_state().stage_values[(A2, P1, KEY)].value == ROTATED
+    files = _files(twin.path)
+    assert Path(f"{twin.path}-wal") in files
+    for f in files:
+        data = f.read_bytes()
+        for value in (SECRET, SECRET_B, ROTATED):
+            assert value.encode() not in data, f"plaintext in {f.name}"
+    twin.impl.close()
+    for f in _files(twin.path):
+        assert all(v.encode() not in f.read_bytes() for v in (SECRET, SECRET_B, ROTATED))
+
+
+def test_moved_blob_fails_closed(twin):
+    twin.open_with(records=(REC, REC_B), values=(SECRET, SECRET_B))
+    assert twin.served() == {KEY: SECRET, KEY_B: SECRET_B}
+    raw = sqlite3.connect(twin.path)
+    with raw:
+        raw.execute(
+            "UPDATE record_values SET value_enc = (SELECT value_enc FROM record_values WHERE key = ?) WHERE key = ?",
+            (KEY_B, KEY),
+        )
+    raw.close()
+    assert twin.impl.read_snapshot([P1]) is None
+    why = twin.impl.snapshot_diagnostics([P1])
+    assert why is not None and "does not open" in why and f"record_values {P1}/{KEY}" in why
+    assert SECRET not in why and SECRET_B not in why
+    with pytest.raises(CorruptReplica) as error:
+        twin.impl.to_model_state()
+    assert SECRET_B not in str(error.value)
+
+
+def test_malformed_row_is_corrupt_naming_table_and_key(twin):
+    twin.open_with()
+    raw = sqlite3.connect(twin.path)
+    with raw:
+        raw.execute("UPDATE records SET binding_json = '{\"kind\": \"nope\"}' WHERE key = ?", (KEY,))
+    raw.close()
+    assert twin.impl.read_snapshot([P1]) is None
+    assert twin.impl.snapshot_diagnostics([P1]) == f"stored replica record is invalid (records {P1}/{KEY})"
+
+
+def test_reopened_replica_finds_exactly_what_was_committed(tmp_path):
+    twin = _twin(tmp_path)
+    twin.open_with()
+    twin.put(REC_ROT, ROTATED)
+
+    class Crash(Exception):
+        pass
+
+    def crash():
+        raise Crash()
+
+    # The delivery's first transaction commits; the process dies inside the read window.
+    frame = deliver_action(1, 2, REC_ROT).frame
+    with pytest.raises(Crash):
+        twin.impl.apply_delivery(frame, during_fetch=crash)
+    pending_state, result = step(twin.cfg, twin.st, Deliver(frame))
+    assert isinstance(result, Pending)
+    twin.impl.close()
+
+    reopened = SqliteReplica(twin.path, sealer=Sealer(MASTER), reader=twin.store, config=twin.cfg)
+    assert reopened.to_model_state() == with_macs(pending_state.durable(), twin.sealer)
+    # The host closes the gate on every (re)connection: the model's restart.
+    reopened.close_gate()
+    restarted, _ = M.restart(twin.cfg, pending_state)
+    assert reopened.to_model_state() == with_macs(restarted, twin.sealer)
+    reopened.close()
+
+
+def test_constraint_violation_is_corrupt_and_rolls_back_its_transaction(twin):
+    twin.open_with()
+    raw = sqlite3.connect(twin.path)
+    with raw:
+        raw.execute("CREATE TRIGGER no_receipts BEFORE INSERT ON receipts BEGIN SELECT RAISE(ABORT, 'refused'); END")
+    raw.close()
+    before = twin.impl.to_model_state()
+    with pytest.raises(CorruptReplica, match="constraint"):
+        twin.impl.apply_delivery(deliver_action(1, 1, REC_B, op="x").frame)  # consumed: record_version_conflict
+    assert twin.impl.to_model_state() == before
+
+
+def test_receipt_mac_covers_the_semantic_request():
+    sealer = Sealer(MASTER)
+    frame = deliver_action(1, 2, REC_ROT).frame
+    assert '"kind":"env.replica.apply"' in __import__("envreplica.spec.wire", fromlist=["x"]).canonical_json(
+        frame.request())
+    assert request_mac(sealer, frame) == request_mac(sealer, replace(frame, op_id="other", reconciliation_attempt_id="a9"))
+    assert request_mac(sealer, frame) != request_mac(sealer, replace(frame, record_version=3))
+
+
+def test_await_ready_wakes_on_commit_and_times_out(twin):
+    with pytest.raises(TimeoutError):
+        twin.impl.await_ready(0.06)
+    twin.put(REC, SECRET)
+    twin.do(begin_action())
+    twin.do(page_action())
+    woke = []
+
+    def waiter():
+        t0 = time.monotonic()
+        twin.impl.await_ready(5.0)
+        woke.append(time.monotonic() - t0)
+
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    time.sleep(0.1)
+    assert not woke
+    twin.do(commit_action())
+    thread.join(5.0)
+    assert woke and woke[0] < 2.0
+
+
+def test_await_ready_sees_another_connection(tmp_path):
+    twin = _twin(tmp_path)
+    twin.put(REC, SECRET)
+    twin.do(begin_action())
+    twin.do(page_action())
+    other = SqliteReplica(twin.path, sealer=Sealer(MASTER), reader=None)
+
+    def commit_later():
+        time.sleep(0.1)
+        twin.impl.complete(commit_action().frame)
+
+    thread = threading.Thread(target=commit_later)
+    thread.start()
+    other.await_ready(5.0)  # no in-process notification reaches ``other``: the 50 ms re-check does
+    thread.join()
+    assert other.is_ready()
+    other.close()
+    twin.impl.close()
+
+
+# ---------------------------------------------------------------------------
+# Two processes on one file
+# ---------------------------------------------------------------------------
+
+STRESS_UUIDS = [f"{i:08x}-0000-4000-8000-000000000000" for i in range(200)]
+
+
+def _stress_worker(path: str, kind: str, cycles: int) -> int:
+    """A process driving the replica: ``gate`` cycles close/begin/page/commit, ``deliver`` delivers."""
+    store = EmbeddedStore()
+    prefix = ModelConfig().prefix
+    for i, uuid in enumerate(STRESS_UUIDS):
+        key = f"K{i}"
+        put_for_ref(store, prefix, P1, key, StagedRef(uuid), staged_envelope(ORG, P1, key, uuid, f"v{i}"))
+    replica = SqliteReplica(path, sealer=Sealer(MASTER), reader=store, synchronous="NORMAL")
+    done = 0
+    for i in range(cycles):
+        if kind == "gate":
+            replica.close_gate()
+            attempt = f"g{i}"
+            replica.begin(BeginFrame(S1, attempt, (P1,)), (1, 2), ORG)
+            st = replica.to_model_state()
+            version = st.projects.get(P1, 0)
+            records = tuple(row.state for (p, _), row in sorted(st.records.items()) if p == P1)
+            page = replica.apply_page(PageFrame(f"op{i}", attempt, P1, None, version, records, True))
+            if page.ok:
+                status = replica.read_status()
+                result = replica.complete(CommitFrame(attempt, status.applied_through, (ProjectVersion(P1, version),)))
+                done += bool(result.ok)
+        else:
+            st = replica.to_model_state()
+            a = st.authority
+            version = (st.stage_projects.get((a.attempt_id, P1)) if a.attempt_id else None)
+            version = version.record_version if version is not None else st.projects.get(P1, 0)
+            state = BindingState(f"K{i}", Head(1, 1, False, StagedRef(STRESS_UUIDS[i])), None, 1, 0)
+            frame = ApplyFrame(f"op{i}", P1, (version or 0) + 1, state, Cursor(a.stream_id, a.applied_sequence + 1),
+                               a.attempt_id)
+            result = replica.apply_delivery(frame)
+            done += bool(result.ok)
+    replica.close()
+    return done
+
+
+def test_two_processes_do_not_corrupt_the_file(tmp_path):
+    path = tmp_path / "shared.db"
+    twin = Twin(path)
+    twin.do(begin_action())
+    twin.do(page_action(version=0, records=()))
+    twin.do(commit_action(versions=((P1, 0),)))
+    twin.impl.close()
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(2) as pool:
+        jobs = [pool.apply_async(_stress_worker, (str(path), kind, 100)) for kind in ("gate", "deliver")]
+        done = [job.get(timeout=120) for job in jobs]
+    assert done[1] > 0, "no delivery ever applied: the stress did not interleave"
+    raw = sqlite3.connect(path)
+    assert raw.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    assert raw.execute("PRAGMA foreign_key_check").fetchall() == []
+    raw.close()
+    replica = SqliteReplica(path, sealer=Sealer(MASTER), reader=None)
+    state = replica.to_model_state()
+    broken = [p.name for p in P.INVARIANTS if not p.check(state)]
+    assert broken == []
+    assert [r.sequence for r in replica.list_receipts()] == list(range(1, state.authority.applied_sequence + 1))
+    replica.close()
