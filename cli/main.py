@@ -1,4 +1,4 @@
-"""The ``envreplica`` command: check, simulate, diagram, replay.
+"""The ``envreplica`` command: check, simulate, diagram, replay, adapter, migrate.
 
 ``check`` model-checks a named bounds suite under a variant, prints the
 invariant table and the coverage table, writes each property's shortest
@@ -224,6 +224,15 @@ def main(argv=None) -> int:
     r = sub.add_parser("replay", help="replay an ITF trace against the model")
     r.add_argument("file")
     r.set_defaults(func=cmd_replay)
+    from envreplica.conformance import adapter
+
+    adapter.register(sub)
+    try:
+        from envreplica.impl import writer
+    except ImportError:  # pragma: no cover - the writer contract is optional until it lands
+        writer = None
+    if writer is not None and hasattr(writer, "register"):
+        writer.register(sub)
     args = parser.parse_args(argv)
     return args.func(args)
 

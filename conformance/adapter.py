@@ -6,6 +6,7 @@ line that is not a JSON value (including a blank line, invalid UTF-8, and
 the non-JSON constants ``NaN`` / ``Infinity``) is answered with ``"id": null``
 and an ``invalid`` error; a driver bug is answered, never raised (see
 ``conformance.drivers``). Responses are compact JSON with non-ASCII escaped.
+A JSON object with a repeated key keeps the last one (as ``JSON.parse``).
 
 ``main`` runs it from the command line::
 
@@ -115,14 +116,15 @@ def build_driver(args: argparse.Namespace, tmpdir: Optional[str] = None) -> Driv
             raise SystemExit("envreplica adapter: --impl model keeps its own value store; use --store embedded")
         return ModelDriver(args.variant)
     db = args.db or os.path.join(tmpdir or tempfile.mkdtemp(prefix="envreplica-adapter-"), "replica.db")
-    factory = None
-    if args.store == "ssm":
-        from envreplica.impl.valuestores import SsmStore
+    if args.store != "ssm":
+        return SqliteDriver(args.variant, db)
+    from envreplica.impl.valuestores import SsmStore
 
-        def factory():
-            return SsmStore(region_name=os.environ.get("AWS_REGION"),
-                            endpoint_url=os.environ.get("ENVREPLICA_SSM_ENDPOINT"))
-    return SqliteDriver(args.variant, db, store_factory=factory)
+    def ssm_store():
+        return SsmStore(region_name=os.environ.get("AWS_REGION"),
+                        endpoint_url=os.environ.get("ENVREPLICA_SSM_ENDPOINT"))
+
+    return SqliteDriver(args.variant, db, store_factory=ssm_store)
 
 
 def run(args: argparse.Namespace) -> int:

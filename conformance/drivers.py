@@ -26,8 +26,9 @@ Decisions where wire-protocol.md section 5 is silent (each is tested in
   key is ``invalid``. ``duringFetch`` is accepted on ``page`` and ``delivery``
   only. A request whose ``id`` is missing or not an integer (booleans are not
   integers) is answered with ``"id": null``.
-* ``nested`` is present exactly when the request carried ``duringFetch`` (even
-  when the request then failed). It is ``[]`` when the operation made no
+* ``nested`` is present exactly when a well-formed request carried
+  ``duringFetch`` (even when the operation then failed: invalid frame, corrupt
+  replica, operation lost). It is ``[]`` when the operation made no
   value-store read (a refusal, a tombstone, no store, ...): the nested requests
   then did not run at all. Nested requests may carry ``duringFetch`` of their
   own; they are handled by the same ``handle``.
@@ -49,18 +50,18 @@ Decisions where wire-protocol.md section 5 is silent (each is tested in
 * ``reset`` ``config`` is an exact object with optional ``ackPageBytes``
   (Count), ``masterKeyHex`` (64 hex digits) and ``prefix`` (a string); omitted
   keys take their defaults (262144, ``DEFAULT_MASTER_KEY_HEX``,
-  ``/envreplica``). A driver starts as after ``reset`` with no config. A
-  ``reset`` also turns the value store back on (``store.off`` is undone) and
-  clears it.
+  ``/envreplica``). ``ModelDriver`` checks ``masterKeyHex`` and otherwise
+  ignores it (the model neither seals nor MACs). A driver starts as after
+  ``reset`` with no config. A ``reset`` also clears the value store and turns
+  it back on (``store.off`` is undone).
 * ``store.off`` is for operations that start after it: a page or delivery
   already inside its read (``store.off`` nested in its ``duringFetch``) keeps
   reading through the store it started with, as the seed's operations take
   their reader as a call argument and the model's ``PageInFlight`` keeps
-  ``reader_on``. (``SqliteReplica`` reads its ``reader`` attribute at every
-  read, so ``SqliteDriver`` restores it for the running operation after the
-  nested requests.) ``store.off`` survives ``restart`` (the model's
-  ``State.durable`` keeps ``store_on``; the process still has no store after
-  it reopens).
+  ``reader_on``. (``SqliteReplica`` likewise fixes each operation's reader
+  when it starts; ``SqliteDriver`` sets its ``reader`` attribute to None.)
+  ``store.off`` survives ``restart`` (the model's ``State.durable`` keeps
+  ``store_on``; the process still has no store after it reopens).
 * ``close`` is the seed's ``closeProjectEnvReplicaGate``.
 * An exception that is neither ``InvalidFrame`` nor ``CorruptReplica`` is a
   driver bug; it is answered with ``{"type": "unsupported", "message":
@@ -531,16 +532,11 @@ class SqliteDriver(_BaseDriver):
         if nested is None:
             return None
         lives = self._lives
-        reader = replica.reader  # what this operation reads through (the seed's per-call reader)
 
         def during_fetch() -> None:
             self._run_nested(fields["duringFetch"], nested)
             if self._lives != lives:
                 raise _OperationLost(self._last_drop)
-            # A nested store.off is for operations that start later: this one keeps its
-            # reader, as the seed's operation keeps the reader it was called with (and the
-            # model's PageInFlight.reader_on). SqliteReplica reads ``self.reader`` at each read.
-            replica.reader = reader
 
         return during_fetch
 
@@ -548,7 +544,6 @@ class SqliteDriver(_BaseDriver):
         """Run a page/delivery; an operation taken by a nested restart answers ``unsupported``."""
         lives = self._lives
         replica = self._replica
-        replica.reader = self._reader()
         try:
             return call(replica, self._callback(replica, fields, nested))
         except _OperationLost:
@@ -557,9 +552,6 @@ class SqliteDriver(_BaseDriver):
             if self._lives != lives:  # the old replica was closed under it: its unwinding is moot
                 raise _OperationLost(self._last_drop) from None
             raise
-        finally:
-            if self._lives == lives:
-                replica.reader = self._reader()
 
     def _reader(self):
         return self.store if self._store_on else None
@@ -593,6 +585,8 @@ class SqliteDriver(_BaseDriver):
         return Done()
 
     def _op_store_off(self, fields, nested):
+        # SqliteReplica fixes an operation's reader when it starts (the seed's per-call
+        # reader), so this affects only operations that start later.
         self._store_on = False
         self._replica.reader = None
         return Done()

@@ -49,6 +49,8 @@ from typing import Iterator, Union
 
 from sqlalchemy import Connection, Engine, create_engine, event
 
+from envreplica.impl.writer import register_writer
+
 __all__ = ["SYNCHRONOUS_LEVELS", "open_engine", "write_transaction", "read_transaction"]
 
 #: The ``PRAGMA synchronous`` settings accepted.
@@ -93,6 +95,9 @@ def open_engine(
             cur.execute("PRAGMA foreign_keys=ON")
         finally:
             cur.close()
+        # Declare this connection a writer of this envreplica version: the
+        # store's fence triggers refuse writes from any other (impl.writer).
+        register_writer(dbapi_con)
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:

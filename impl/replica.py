@@ -45,7 +45,7 @@ Leaves out on purpose: notifications to other processes (a waiter re-checks
 the file every 50 ms), timestamps (never read), restart (a new
 ``SqliteReplica`` on the same file is the restarted process; the host then
 calls ``close_gate``, as the model's ``restart`` does), and schema migration
-(the writer-version fence of ``impl.writer`` hooks into ``_check_writer``).
+(the writer-version contract of ``impl.writer`` is checked when the file is opened; its triggers fence every write).
 """
 
 from __future__ import annotations
@@ -58,11 +58,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Union
 
-from sqlalchemy import delete, insert, literal, select, update
+from sqlalchemy import Text, bindparam, delete, insert, select, update
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
 
 from envreplica.impl import schema as S
+from envreplica.impl import writer
 from envreplica.impl.engine import open_engine, read_transaction, write_transaction
 from envreplica.impl.sealing import Sealer, SealError
 from envreplica.impl.valuestores import ValueReader, answer_of
@@ -176,10 +177,6 @@ def _ref_json(ref: ValueRef) -> str:
     return _json(wire.encode(ref))
 
 
-def _where(table, **keys):
-    return [table.c[name] == value for name, value in keys.items()]
-
-
 def _state_columns(state: BindingState) -> dict:
     ref = state.head.value_ref
     return {
@@ -269,7 +266,7 @@ def _value_matches_head(vrow, head, table: str, ident: tuple) -> bool:
         return False
     try:
         return _value_ref_of_row(vrow, table, ident) == head.value_ref
-    except CorruptReplica:
+    except CorruptReplica:  # an unreadable reference matches no head
         return False
 
 
@@ -299,6 +296,65 @@ def _receipt_of_row(row) -> Receipt:
 # ---------------------------------------------------------------------------
 
 
+def _key_where(table, *names):
+    """``WHERE name = :w_name AND ...`` (bound parameters, so the statement is built once)."""
+    return [table.c[n] == bindparam(f"w_{n}") for n in names]
+
+
+def _upsert(table, keys: tuple[str, ...]):
+    """``INSERT ... ON CONFLICT (keys) DO UPDATE SET <every other column> = excluded.<column>``."""
+    stmt = sqlite_insert(table)
+    return stmt.on_conflict_do_update(
+        index_elements=list(keys),
+        set_={c.name: stmt.excluded[c.name] for c in table.c if c.name not in keys},
+    )
+
+
+class _Sql:
+    """The statements of the replica, built once (SQLAlchemy then caches their compiled form)."""
+
+    authority = select(S.authority).where(S.authority.c.id == _AUTHORITY_ID)
+    set_authority = update(S.authority).where(S.authority.c.id == _AUTHORITY_ID)
+
+    project_version = select(S.projects.c.record_version).where(*_key_where(S.projects, "project_id"))
+    projects = select(S.projects)
+    set_project_version = (
+        update(S.projects).where(*_key_where(S.projects, "project_id")).values(record_version=bindparam("v_version"))
+    )
+
+    live_record = select(S.records).where(*_key_where(S.records, "project_id", "key"))
+    live_records = select(S.records).where(*_key_where(S.records, "project_id"))
+    put_live_record = _upsert(S.records, ("project_id", "key"))
+    live_values = select(S.values).where(*_key_where(S.values, "project_id"))
+    delete_live_value = delete(S.values).where(*_key_where(S.values, "project_id", "key"))
+    put_live_value = _upsert(S.values, ("project_id", "key"))
+
+    stage_project = select(S.stage_projects).where(*_key_where(S.stage_projects, "attempt_id", "project_id"))
+    put_stage_project = _upsert(S.stage_projects, ("attempt_id", "project_id"))
+    stage_record = select(S.stage_records).where(*_key_where(S.stage_records, "attempt_id", "project_id", "key"))
+    stage_records = select(S.stage_records).where(*_key_where(S.stage_records, "attempt_id"))
+    stage_records_of_project = select(S.stage_records).where(
+        *_key_where(S.stage_records, "attempt_id", "project_id"))
+    put_stage_record = _upsert(S.stage_records, ("attempt_id", "project_id", "key"))
+    delete_stage_value = delete(S.stage_values).where(
+        *_key_where(S.stage_values, "attempt_id", "project_id", "key"))
+    put_stage_value = _upsert(S.stage_values, ("attempt_id", "project_id", "key"))
+    delete_stage_project_values = delete(S.stage_values).where(
+        *_key_where(S.stage_values, "attempt_id", "project_id"))
+    delete_stage_project_records = delete(S.stage_records).where(
+        *_key_where(S.stage_records, "attempt_id", "project_id"))
+    copy_live_values_to_stage = insert(S.stage_values).from_select(
+        ["attempt_id", "project_id", "key", "revision", "generation", "value_ref_json", "value_enc"],
+        select(
+            bindparam("v_attempt", type_=Text), S.values.c.project_id, S.values.c.key, S.values.c.revision,
+            S.values.c.generation, S.values.c.value_ref_json, S.values.c.value_enc,
+        ).where(*_key_where(S.values, "project_id")),
+    )
+
+    receipt = select(S.receipts).where(*_key_where(S.receipts, "stream_id", "sequence"))
+    put_receipt = insert(S.receipts)
+
+
 class _Tx:
     """The table operations of one transaction (the seed's ``tx`` helpers)."""
 
@@ -308,20 +364,20 @@ class _Tx:
         self.conn = conn
         self.notify = False  # the authority row or the live view changed
 
-    def _one(self, stmt):
-        return self.conn.execute(stmt).first()
+    def _one(self, stmt, params=None):
+        return self.conn.execute(stmt, params).first()
 
-    def _all(self, stmt):
-        return self.conn.execute(stmt).all()
+    def _all(self, stmt, params=None):
+        return self.conn.execute(stmt, params).all()
 
-    def _run(self, stmt) -> None:
-        self.conn.execute(stmt)
+    def _run(self, stmt, params=None) -> None:
+        self.conn.execute(stmt, params)
 
     # -- authority -------------------------------------------------------
 
     def authority(self) -> Authority:
         """``authorityRow`` read as the model's ``Authority``; a malformed row is corrupt."""
-        row = self._one(select(S.authority).where(S.authority.c.id == _AUTHORITY_ID))
+        row = self._one(_Sql.authority)
         if row is None:
             raise CorruptReplica("project environment replica authority row is missing")
         text = row.policy_epochs_json
@@ -355,76 +411,67 @@ class _Tx:
         return Authority(gate, stream, sequence, attempt, org, epochs)
 
     def set_authority(self, **columns) -> None:
-        self._run(update(S.authority).where(S.authority.c.id == _AUTHORITY_ID).values(**columns))
+        self._run(_Sql.set_authority, columns)
         self.notify = True
 
     # -- projects --------------------------------------------------------
 
     def project_version(self, project: str) -> Optional[int]:
-        row = self._one(select(S.projects.c.record_version).where(S.projects.c.project_id == project))
+        row = self._one(_Sql.project_version, {"w_project_id": project})
         return None if row is None else row.record_version
 
     def projects(self) -> dict[str, int]:
-        return {r.project_id: r.record_version for r in self._all(select(S.projects))}
+        return {r.project_id: r.record_version for r in self._all(_Sql.projects)}
 
     def set_project_version(self, project: str, version: int) -> None:
-        self._run(update(S.projects).where(S.projects.c.project_id == project).values(record_version=version))
+        self._run(_Sql.set_project_version, {"w_project_id": project, "v_version": version})
         self.notify = True
 
     # -- live records and values ----------------------------------------
 
     def live_record(self, project: str, key: str) -> Optional[LiveRow]:
-        row = self._one(select(S.records).where(*_where(S.records, project_id=project, key=key)))
+        row = self._one(_Sql.live_record, {"w_project_id": project, "w_key": key})
         if row is None:
             return None
         return LiveRow(*_record_of_row(row, "records", (project, key)))
 
     def live_records(self, project: str) -> list[tuple[str, LiveRow]]:
         """The project's live records, sorted by key (``ORDER BY key``)."""
-        rows = self._all(select(S.records).where(S.records.c.project_id == project))
+        rows = self._all(_Sql.live_records, {"w_project_id": project})
         out = [(r.key, LiveRow(*_record_of_row(r, "records", (project, r.key)))) for r in rows]
         out.sort(key=lambda kv: kv[0])
         return out
 
     def put_live_record(self, project: str, state: BindingState, mat: Materialization) -> None:
-        cols = {**_state_columns(state), **_mat_columns(mat)}
-        stmt = sqlite_insert(S.records).values(project_id=project, key=state.key, **cols)
-        self._run(stmt.on_conflict_do_update(index_elements=["project_id", "key"], set_=cols))
+        self._run(_Sql.put_live_record,
+                  {"project_id": project, "key": state.key, **_state_columns(state), **_mat_columns(mat)})
         self.notify = True
 
     def live_value_rows(self, project: str) -> dict[str, Any]:
-        return {r.key: r for r in self._all(select(S.values).where(S.values.c.project_id == project))}
+        return {r.key: r for r in self._all(_Sql.live_values, {"w_project_id": project})}
 
     def delete_live_value(self, project: str, key: str) -> None:
-        self._run(delete(S.values).where(*_where(S.values, project_id=project, key=key)))
+        self._run(_Sql.delete_live_value, {"w_project_id": project, "w_key": key})
         self.notify = True
 
     def put_live_value(self, project: str, key: str, head, blob: bytes) -> None:
-        cols = {
-            "revision": head.revision,
-            "generation": head.generation,
-            "value_ref_json": _ref_json(head.value_ref),
-            "value_enc": blob,
-        }
-        stmt = sqlite_insert(S.values).values(project_id=project, key=key, **cols)
-        self._run(stmt.on_conflict_do_update(index_elements=["project_id", "key"], set_=cols))
+        self._run(_Sql.put_live_value, {"project_id": project, "key": key, **_value_columns(head, blob)})
         self.notify = True
 
     # -- staged projects, records and values ----------------------------
 
     def stage_project(self, attempt: str, project: str) -> Optional[StageProject]:
-        row = self._one(select(S.stage_projects).where(
-            *_where(S.stage_projects, attempt_id=attempt, project_id=project)))
+        row = self._one(_Sql.stage_project, {"w_attempt_id": attempt, "w_project_id": project})
         return None if row is None else _stage_project_of_row(row)
 
     def put_stage_project(self, attempt: str, project: str, sp: StageProject) -> None:
-        cols = {"record_version": sp.record_version, "last_key": sp.last_key, "complete": sp.complete}
-        stmt = sqlite_insert(S.stage_projects).values(attempt_id=attempt, project_id=project, **cols)
-        self._run(stmt.on_conflict_do_update(index_elements=["attempt_id", "project_id"], set_=cols))
+        self._run(_Sql.put_stage_project, {
+            "attempt_id": attempt, "project_id": project,
+            "record_version": sp.record_version, "last_key": sp.last_key, "complete": sp.complete,
+        })
 
     def stage_record(self, attempt: str, project: str, key: str) -> Optional[StageRow]:
-        row = self._one(select(S.stage_records).where(
-            *_where(S.stage_records, attempt_id=attempt, project_id=project, key=key)))
+        row = self._one(_Sql.stage_record, {"w_attempt_id": attempt, "w_project_id": project, "w_key": key})
         if row is None:
             return None
         state, mat = _record_of_row(row, "stage_records", (attempt, project, key))
@@ -432,35 +479,29 @@ class _Tx:
 
     def stage_records(self, attempt: str, project: Optional[str] = None) -> list[tuple[tuple[str, str], StageRow]]:
         """Staged records of the attempt (and project), sorted by (project, key)."""
-        conds = [S.stage_records.c.attempt_id == attempt]
-        if project is not None:
-            conds.append(S.stage_records.c.project_id == project)
+        if project is None:
+            rows = self._all(_Sql.stage_records, {"w_attempt_id": attempt})
+        else:
+            rows = self._all(_Sql.stage_records_of_project, {"w_attempt_id": attempt, "w_project_id": project})
         out = []
-        for r in self._all(select(S.stage_records).where(*conds)):
+        for r in rows:
             state, mat = _record_of_row(r, "stage_records", (attempt, r.project_id, r.key))
             out.append(((r.project_id, r.key), StageRow(state, mat, bool(r.present))))
         out.sort(key=lambda kv: kv[0])
         return out
 
     def put_stage_record(self, attempt: str, project: str, row: StageRow) -> None:
-        cols = {**_state_columns(row.state), **_mat_columns(row.mat), "present": row.present}
-        stmt = sqlite_insert(S.stage_records).values(
-            attempt_id=attempt, project_id=project, key=row.state.key, **cols)
-        self._run(stmt.on_conflict_do_update(index_elements=["attempt_id", "project_id", "key"], set_=cols))
+        self._run(_Sql.put_stage_record, {
+            "attempt_id": attempt, "project_id": project, "key": row.state.key,
+            **_state_columns(row.state), **_mat_columns(row.mat), "present": row.present,
+        })
 
     def delete_stage_value(self, attempt: str, project: str, key: str) -> None:
-        self._run(delete(S.stage_values).where(
-            *_where(S.stage_values, attempt_id=attempt, project_id=project, key=key)))
+        self._run(_Sql.delete_stage_value, {"w_attempt_id": attempt, "w_project_id": project, "w_key": key})
 
     def put_stage_value(self, attempt: str, project: str, key: str, head, blob: bytes) -> None:
-        cols = {
-            "revision": head.revision,
-            "generation": head.generation,
-            "value_ref_json": _ref_json(head.value_ref),
-            "value_enc": blob,
-        }
-        stmt = sqlite_insert(S.stage_values).values(attempt_id=attempt, project_id=project, key=key, **cols)
-        self._run(stmt.on_conflict_do_update(index_elements=["attempt_id", "project_id", "key"], set_=cols))
+        self._run(_Sql.put_stage_value,
+                  {"attempt_id": attempt, "project_id": project, "key": key, **_value_columns(head, blob)})
 
     def clear_stage(self) -> None:
         """Delete every staged row (values, records, projects: children first)."""
@@ -470,22 +511,30 @@ class _Tx:
 
     def reset_staged_project(self, attempt: str, project: str) -> None:
         """``resetStagedProject``: the project's staged view becomes a copy of its live view."""
-        self._run(delete(S.stage_values).where(*_where(S.stage_values, attempt_id=attempt, project_id=project)))
-        self._run(delete(S.stage_records).where(*_where(S.stage_records, attempt_id=attempt, project_id=project)))
+        where = {"w_attempt_id": attempt, "w_project_id": project}
+        self._run(_Sql.delete_stage_project_values, where)
+        self._run(_Sql.delete_stage_project_records, where)
         for _, live in self.live_records(project):
             self.put_stage_record(attempt, project, StageRow(live.state, live.mat, False))
-        v = S.values.c
-        self._run(insert(S.stage_values).from_select(
-            ["attempt_id", "project_id", "key", "revision", "generation", "value_ref_json", "value_enc"],
-            select(
-                literal(attempt), v.project_id, v.key, v.revision, v.generation, v.value_ref_json, v.value_enc,
-            ).where(v.project_id == project),
-        ))
+        # Sealed blobs are copied as they are: their seal binds project, key and head, not the view.
+        self._run(_Sql.copy_live_values_to_stage, {"v_attempt": attempt, "w_project_id": project})
 
     # -- receipts --------------------------------------------------------
 
     def receipt_row(self, stream: str, sequence: int):
-        return self._one(select(S.receipts).where(*_where(S.receipts, stream_id=stream, sequence=sequence)))
+        return self._one(_Sql.receipt, {"w_stream_id": stream, "w_sequence": sequence})
+
+    def put_receipt(self, **columns) -> None:
+        self._run(_Sql.put_receipt, columns)
+
+
+def _value_columns(head, blob: bytes) -> dict:
+    return {
+        "revision": head.revision,
+        "generation": head.generation,
+        "value_ref_json": _ref_json(head.value_ref),
+        "value_enc": blob,
+    }
 
 
 def _stage_project_of_row(row) -> StageProject:
@@ -504,11 +553,13 @@ def _stage_project_of_row(row) -> StageProject:
 
 
 class _ReadWindow:
-    """Calls ``during_fetch`` once per operation, at its first real value-store read."""
+    """One operation's reads: its reader (fixed when it starts, as the seed's ``reader``
+    argument), and ``during_fetch``, called once at its first real value-store read."""
 
-    __slots__ = ("callback", "fired")
+    __slots__ = ("reader", "callback", "fired")
 
-    def __init__(self, callback: Optional[Callable[[], None]]) -> None:
+    def __init__(self, reader: Optional[ValueReader], callback: Optional[Callable[[], None]]) -> None:
+        self.reader = reader
         self.callback = callback
         self.fired = False
 
@@ -542,13 +593,24 @@ class SqliteReplica:
         self._changed = threading.Condition()
         self._generation = 0  # bumped after each committed change to the authority row or live view
         self._closed = False
-        with self._write(setup=True):
-            pass
+        try:
+            with self._write(setup=True):
+                pass
+        except BaseException:
+            self.close()
+            raise
 
     # -- plumbing --------------------------------------------------------
 
     def _setup(self, conn) -> None:
-        """Create absent tables and the initial authority row (inactive, closed, no stream)."""
+        """Check the writer contract, then create absent tables and the initial authority row.
+
+        A fresh file is stamped with this schema and writer version and gets
+        the fence triggers (``impl.writer``); a file of a newer envreplica is
+        refused, an older one must be migrated first (``WriterVersionError``).
+        """
+        if writer.check_writer(conn) is None:
+            writer.stamp(conn)
         S.metadata.create_all(conn)
         conn.execute(
             sqlite_insert(S.authority)
@@ -558,10 +620,6 @@ class SqliteReplica:
             )
             .on_conflict_do_nothing(index_elements=["id"])
         )
-
-    def _check_writer(self, conn) -> None:
-        """The writer-version fence (``impl.writer``): every write transaction passes here. No-op for now."""
-        return None
 
     @contextmanager
     def _write(self, *, setup: bool = False) -> Iterator[_Tx]:
@@ -573,7 +631,6 @@ class SqliteReplica:
                 with write_transaction(self._conn) as conn:
                     if setup:
                         self._setup(conn)
-                    self._check_writer(conn)
                     tx = _Tx(conn)
                     yield tx
             except IntegrityError as error:
@@ -605,8 +662,10 @@ class SqliteReplica:
             value_ref=wire.encode(head.value_ref),
         )
 
-    def _open_value(self, vrow, table: str, ident: tuple, project: str, key: str) -> StoredValue:
-        ref = _value_ref_of_row(vrow, table, ident)
+    def _open_value(self, vrow, table: str, ident: tuple, project: str, key: str,
+                    ref: Optional[ValueRef] = None) -> StoredValue:
+        """Open a value row's sealed blob for its own record fields (``ref``: already parsed)."""
+        ref = _value_ref_of_row(vrow, table, ident) if ref is None else ref
         if not _count_of(vrow.revision) or not _count_of(vrow.generation):
             raise CorruptReplica(f"stored replica value is invalid ({_where_text(table, ident)})")
         try:
@@ -624,10 +683,10 @@ class SqliteReplica:
 
     def _fetch(self, project: str, state: BindingState, org: str, window: _ReadWindow) -> Fetched:
         """``readMaterializedValue``: the model's plan, the reader's answer, the model's interpretation."""
-        planned = plan(self.config.prefix, project, state, reader_on=self.reader is not None)
+        planned = plan(self.config.prefix, project, state, reader_on=window.reader is not None)
         if not isinstance(planned, ReadRequest):
             return planned  # answered without I/O: not a window
-        answer = answer_of(self.reader, planned)
+        answer = answer_of(window.reader, planned)
         window.read_returned()
         return interpret(org, project, state, planned, answer)
 
@@ -797,7 +856,7 @@ class SqliteReplica:
     def apply_page(self, frame: PageFrame, during_fetch: Optional[Callable[[], None]] = None) -> PageResult:
         """``applyProjectEnvReplicaPage``: install one canonical page into the closed staging view."""
         frame = wire.parse_page(wire.encode(frame))
-        window = _ReadWindow(during_fetch)
+        window = _ReadWindow(self.reader, during_fetch)
         with self._write() as tx:
             prepared = self._page_prepare(tx, frame)
         if isinstance(prepared, PageRefused):
@@ -892,18 +951,18 @@ class SqliteReplica:
         k = (frame.delivery.stream_id, frame.delivery.sequence)
         if tx.receipt_row(*k) is not None:  # the primary key would reject it
             raise CorruptReplica(f"replica receipt {k} already exists")
-        tx._run(insert(S.receipts).values(
+        tx.put_receipt(
             stream_id=k[0], sequence=k[1], request_mac=mac,
             result_json=None if result is None else _json(wire.encode(result)),
             record_version=record_version, ok=ok, code=None if code is None else code.value,
-        ))
+        )
         tx.set_authority(applied_sequence=frame.delivery.sequence)
 
     def apply_delivery(self, frame: ApplyFrame, during_fetch: Optional[Callable[[], None]] = None) -> ApplyResult:
         """``applyProjectEnvReplicaDelivery``: apply or replay exactly one ordered delta."""
         frame = wire.parse_apply(wire.encode(frame))
         mac = request_mac(self.sealer, frame)
-        window = _ReadWindow(during_fetch)
+        window = _ReadWindow(self.reader, during_fetch)
         with self._write() as tx:
             prepared = self._delivery_prepare(tx, frame, mac)
         if not isinstance(prepared, tuple):
@@ -1158,7 +1217,8 @@ class SqliteReplica:
                 if row.mat.kind is MatKind.INSTALLED:
                     if not _value_matches_head(vrow, head, "record_values", (project, key)):
                         raise CorruptReplica("installed replica value does not match its head")
-                    value = self._open_value(vrow, "record_values", (project, key), project, key).value
+                    value = self._open_value(vrow, "record_values", (project, key), project, key,
+                                             head.value_ref).value
                 elif vrow is not None:
                     raise CorruptReplica("withheld replica record still has a value")
                 entries.append(SnapshotEntry(row.state, row.mat, value))

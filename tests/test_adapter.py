@@ -16,7 +16,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import pytest
 
@@ -401,6 +401,9 @@ CORRUPT: dict[str, tuple[list, str]] = {
     "delivery_before_begin": ([reset(), delivery(A)], "replica delivery arrived before activation"),
     "begin_other_org": (BOOT + [begin("a2", org="o2")], "replica organization cannot change after activation"),
     "page_before_begin": ([reset(), page()], "project environment replica has not been activated"),
+    # A begin with the same attempt id inside the page's read wipes the staged record it answers with.
+    "page_record_gone_in_read": ([reset(), put(), begin(), page([A], version=1, during=[begin()])],
+                                 "staged replica page record disappeared"),
 }
 
 
@@ -408,8 +411,11 @@ CORRUPT: dict[str, tuple[list, str]] = {
 def test_corrupt_error(kind, case, tmp_path):
     requests, message = CORRUPT[case]
     responses = run_case(kind, requests + [op("status")], tmp_path)
-    error = responses[-2]
+    error = dict(responses[-2])
+    nested = error.pop("nested", [])
     assert error == {"id": error["id"], "ok": False, "error": {"type": "corrupt", "message": message}}
+    assert all(n["ok"] for n in nested), nested
+    assert responses[-1]["ok"] is True  # a corrupt error does not break the replica's reads
 
 
 # ---------------------------------------------------------------------------

@@ -19,6 +19,7 @@ hammering one file leave it intact.
 from __future__ import annotations
 
 import multiprocessing
+import random
 import sqlite3
 import threading
 import time
@@ -28,13 +29,16 @@ from typing import Optional
 
 import pytest
 
+from envreplica.impl import writer
 from envreplica.impl.replica import SqliteReplica, request_mac, with_macs
 from envreplica.impl.sealing import Sealer
-from envreplica.impl.valuestores import EmbeddedStore, answer_of, put_for_ref
+from envreplica.impl.valuestores import EmbeddedStore, ValueStoreError, answer_of, put_for_ref
+from envreplica.model import generate as G
+from envreplica.model import presets
 from envreplica.model import replica as M
-from envreplica.model.actions import Begin, CloseGate, Commit, Deliver, Page, Resume, step
+from envreplica.model.actions import Begin, CloseGate, Commit, Deliver, Page, Restart, Resume, StoreOff, step
 from envreplica.model.state import INITIAL, ModelConfig, State, Variant
-from envreplica.model.store import staged_envelope
+from envreplica.model.store import Found, Missing, Raises, staged_envelope
 from envreplica.spec import properties as P
 from envreplica.spec.domain import (
     INSTALLED,
@@ -52,7 +56,7 @@ from envreplica.spec.domain import (
     Done,
     Failed,
     Head,
-    MatKind,
+    InvalidFrame,
     PageFrame,
     PageOk,
     PageRefused,
@@ -83,7 +87,7 @@ REF_1, REF_2, REF_3 = StagedRef(UUID_1), StagedRef(UUID_2), StagedRef(UUID_3)
 #: A first save under kept epoch 1, its rotation, its deletion; another key.
 REC = BindingState(KEY, Head(1, 1, False, REF_1), None, 1, 0)
 REC_ROT = BindingState(KEY, Head(1, 2, False, REF_2), None, 1, 0)
-REC_DEL = BindingState(KEY, Head(2, 2, True, None), None, 1, 0)
+REC_DEL = BindingState(KEY, Head(2, 3, True, None), None, 1, 0)
 REC_B = BindingState(KEY_B, Head(1, 1, False, REF_3), None, 1, 0)
 
 SECRET = "secret-value-8f3a91c2e7"
@@ -332,6 +336,13 @@ def test_errors_match_the_model(twin):
     twin.do(begin_action())
     assert twin.do(begin_action(attempt=A2, org="org2")) == Failed(
         "corrupt", "replica organization cannot change after activation")
+    # Frames are checked at the boundary (the seed's "invalid ..."): nothing changes.
+    before = twin.impl.to_model_state()
+    with pytest.raises(InvalidFrame):
+        twin.impl.begin(BeginFrame(S1, A2, (P1,)), (2, 1), ORG)
+    with pytest.raises(InvalidFrame):
+        twin.impl.apply_page(PageFrame("op", A1, P1, None, 1, (REC_B, REC), True))  # keys not ascending
+    assert twin.impl.to_model_state() == before
 
 
 def test_close_gate_and_begin_inside_the_read_window(twin):
@@ -410,12 +421,179 @@ def test_f2_retained_conflict_under_narrowed_epochs(tmp_path, variant, serves):
 
 
 # ---------------------------------------------------------------------------
+# Random walks of the model's own generators, replayed on the implementation
+# ---------------------------------------------------------------------------
+
+
+class ScriptedReader:
+    """A value store that gives, in order, the answers the model's walk chose (and checks the names)."""
+
+    def __init__(self) -> None:
+        self.script: list = []
+
+    def _next(self, name: str, version=None):
+        assert self.script, f"the implementation read {name} but the model did not"
+        request, answer = self.script.pop(0)
+        assert request.name == name
+        assert version is None or version == request.ref.ssm_version
+        if isinstance(answer, Raises):
+            raise ValueStoreError("scripted failure")
+        if isinstance(answer, Missing):
+            return None
+        assert isinstance(answer, Found)
+        return answer.raw if version is None else (answer.raw, answer.version)
+
+    def read_staged(self, name: str):
+        return self._next(name)
+
+    def read_legacy(self, name: str, version: int):
+        return self._next(name, version)
+
+
+def _impl_step(impl: SqliteReplica, action, path: Path, cfg: ModelConfig, reader) -> tuple:
+    """Run ``action`` on the implementation; Restart reopens the file and closes the gate."""
+    try:
+        if isinstance(action, Restart):
+            store_on = impl.reader is not None
+            impl.close()
+            impl = SqliteReplica(path, sealer=Sealer(MASTER), reader=reader if store_on else None, config=cfg)
+            impl.close_gate()
+            return impl, Done()
+        if isinstance(action, StoreOff):
+            impl.reader = None
+            return impl, Done()
+        if isinstance(action, Begin):
+            return impl, impl.begin(action.frame, action.kept_epochs, action.org_id)
+        if isinstance(action, Page):
+            return impl, impl.apply_page(action.frame)
+        if isinstance(action, Deliver):
+            return impl, impl.apply_delivery(action.frame)
+        if isinstance(action, Commit):
+            return impl, impl.complete(action.frame)
+        if isinstance(action, CloseGate):
+            impl.close_gate()
+            return impl, Done()
+    except ReplicaError as error:
+        return impl, Failed(error.wire_type, error.message)
+    raise TypeError(action)
+
+
+WALK_BOUNDS = {
+    "cloud": presets.CLOUD,
+    "cloud-legacy": presets.CLOUD_LEGACY,
+    "adversary": presets.ADVERSARY,
+    "adversary-wide": presets.ADVERSARY_WIDE,
+}
+
+
+#: Walks per test and steps per walk (the bounds are small: short walks, many of them).
+WALKS, WALK_STEPS = 12, 16
+
+#: How often a walk picks each kind of action: mostly pages and deliveries, so
+#: reads (and their windows) happen; closes and restarts rarely, so state builds up.
+WALK_WEIGHTS = {"Page": 4, "Deliver": 4, "Commit": 2, "CloudChange": 2, "Begin": 1,
+                "CloseGate": 0.3, "Restart": 0.3, "StoreOff": 0.1}
+
+
+def _pick(rng: random.Random, actions: list, cfg: ModelConfig, st: State):
+    """A weighted kind, then an action of it; for pages and deliveries, preferably one the
+    model accepts (a pure look-ahead), so that walks reach reads instead of refusals."""
+    groups: dict[str, list] = {}
+    for a in actions:
+        groups.setdefault(type(a).__name__, []).append(a)
+    kinds = sorted(groups)
+    kind = rng.choices(kinds, weights=[WALK_WEIGHTS.get(k, 1) for k in kinds])[0]
+    if kind in ("Page", "Deliver"):
+        for candidate in rng.sample(groups[kind], min(30, len(groups[kind]))):
+            _, result = step(cfg, st, candidate)
+            if isinstance(result, (Pending, PageOk, ApplyOk)):
+                return candidate
+    return rng.choice(groups[kind])
+
+
+def _resolve(bounds, world, result, rng, reader: ScriptedReader, cfg):
+    """Answer the model's reads of the operation suspended in ``result`` until it ends."""
+    while isinstance(result, Pending):
+        resume = rng.choice([a for a in G.enabled(bounds, world) if isinstance(a, Resume) and a.slot == result.slot])
+        reader.script.append((world.replica.inflight[resume.slot].read.request, resume.answer))
+        world, result = G.next_state(bounds, world, resume, cfg)
+    return world, result
+
+
+@pytest.mark.parametrize("variant", [Variant.SEED, Variant.FIXED], ids=lambda v: v.value)
+@pytest.mark.parametrize("name", sorted(WALK_BOUNDS))
+def test_random_walks_agree_with_the_model(tmp_path, name, variant):
+    """Seeded walks of the checker's generators: same results, same tables, same served view.
+
+    When the model suspends an operation at its first read, one to three other
+    operations (never a restart) run before its answer is used; the
+    implementation runs the same ones from ``during_fetch``. Every read is
+    answered with an answer class the checker chooses (``model.store.answers``),
+    scripted into the implementation's value store in the order it reads.
+    """
+    bounds = replace(WALK_BOUNDS[name], variant=variant, inflight=1, max_depth=None)
+    cfg = bounds.model_config()
+    sealer = Sealer(MASTER)
+    windows = 0
+    for walk in range(WALKS):
+        rng = random.Random(f"{name}-{variant.value}-{walk}")
+        path = tmp_path / f"walk-{walk}.db"
+        reader = ScriptedReader()
+        impl = SqliteReplica(path, sealer=sealer, reader=reader, config=cfg)
+        world = G.init(bounds)
+        for _ in range(WALK_STEPS):
+            action = _pick(rng, [a for a in G.enabled(bounds, world) if not isinstance(a, Resume)], cfg, world.replica)
+            world, result = G.next_state(bounds, world, action, cfg)
+            if isinstance(action, G.CloudChange):
+                continue
+            nested: list = []
+            if isinstance(result, Pending):
+                windows += 1
+                slot = result.slot
+                resume = rng.choice([a for a in G.enabled(bounds, world) if isinstance(a, Resume) and a.slot == slot])
+                reader.script.append((world.replica.inflight[slot].read.request, resume.answer))
+                for _ in range(rng.randint(1, 3)):
+                    inner = _pick(rng, [a for a in G.enabled(bounds, world) if not isinstance(a, (Resume, Restart))],
+                                  cfg, world.replica)
+                    world, inner_result = G.next_state(bounds, world, inner, cfg)
+                    if not isinstance(inner, G.CloudChange):
+                        world, inner_result = _resolve(bounds, world, inner_result, rng, reader, cfg)
+                        nested.append((inner, inner_result))
+                world, result = G.next_state(bounds, world, resume, cfg)
+            world, result = _resolve(bounds, world, result, rng, reader, cfg)
+
+            got: list = []
+
+            def during():
+                for inner, _ in nested:
+                    got.append(_impl_step(impl, inner, path, cfg, reader)[1])
+
+            if isinstance(action, (Page, Deliver)):
+                try:
+                    call = impl.apply_page if isinstance(action, Page) else impl.apply_delivery
+                    impl_result = call(action.frame, during)
+                except ReplicaError as error:
+                    impl_result = Failed(error.wire_type, error.message)
+            else:
+                impl, impl_result = _impl_step(impl, action, path, cfg, reader)
+            assert reader.script == [], "the model read a value the implementation did not"
+            assert got == [r for _, r in nested], (action, nested, got)
+            assert impl_result == result, (action, impl_result, result)
+            assert with_macs(world.replica, sealer) == impl.to_model_state(), action
+            ids = sorted(world.replica.projects)
+            assert impl.read_snapshot(ids) == M.read_snapshot(world.replica, ids)
+        impl.close()
+    if name.startswith("cloud"):
+        assert windows > 0, "no read window was ever interleaved"
+
+
+# ---------------------------------------------------------------------------
 # What the model cannot say
 # ---------------------------------------------------------------------------
 
 
 def _files(path: Path) -> list[Path]:
-    return [p for p in (path, Path(f"{path}-wal")) if p.exists()]
+    return [p for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")) if p.exists()]
 
 
 def test_no_plaintext_on_disk(twin):
@@ -439,6 +617,7 @@ def test_moved_blob_fails_closed(twin):
     twin.open_with(records=(REC, REC_B), values=(SECRET, SECRET_B))
     assert twin.served() == {KEY: SECRET, KEY_B: SECRET_B}
     raw = sqlite3.connect(twin.path)
+    writer.register_writer(raw)  # tampering as a writer of this version: corruption, not a fenced write
     with raw:
         raw.execute(
             "UPDATE record_values SET value_enc = (SELECT value_enc FROM record_values WHERE key = ?) WHERE key = ?",
@@ -457,6 +636,7 @@ def test_moved_blob_fails_closed(twin):
 def test_malformed_row_is_corrupt_naming_table_and_key(twin):
     twin.open_with()
     raw = sqlite3.connect(twin.path)
+    writer.register_writer(raw)  # tampering as a writer of this version: corruption, not a fenced write
     with raw:
         raw.execute("UPDATE records SET binding_json = '{\"kind\": \"nope\"}' WHERE key = ?", (KEY,))
     raw.close()
@@ -495,6 +675,7 @@ def test_reopened_replica_finds_exactly_what_was_committed(tmp_path):
 def test_constraint_violation_is_corrupt_and_rolls_back_its_transaction(twin):
     twin.open_with()
     raw = sqlite3.connect(twin.path)
+    writer.register_writer(raw)  # tampering as a writer of this version: corruption, not a fenced write
     with raw:
         raw.execute("CREATE TRIGGER no_receipts BEFORE INSERT ON receipts BEGIN SELECT RAISE(ABORT, 'refused'); END")
     raw.close()
@@ -620,3 +801,44 @@ def test_two_processes_do_not_corrupt_the_file(tmp_path):
     assert broken == []
     assert [r.sequence for r in replica.list_receipts()] == list(range(1, state.authority.applied_sequence + 1))
     replica.close()
+
+
+# ---------------------------------------------------------------------------
+# The writer contract, as the replica opens a file
+# ---------------------------------------------------------------------------
+
+
+def test_replica_file_is_stamped_and_fenced(tmp_path):
+    import sqlite3
+
+    from envreplica.impl import writer
+
+    path = tmp_path / "fenced.db"
+    SqliteReplica(path, sealer=Sealer(bytes(range(32))), reader=None).close()
+    raw = sqlite3.connect(path)
+    assert dict(raw.execute("SELECT key, value FROM store_meta")) == {
+        "schema_version": str(writer.SCHEMA_VERSION), "writer_version": str(writer.WRITER_VERSION)}
+    with pytest.raises(sqlite3.OperationalError, match="envreplica_writer_version"):
+        raw.execute("UPDATE authority SET gate_open = 1, activated = 1, stream_id = 's', org_id = 'o'")
+    writer.register_writer(raw, version=writer.WRITER_VERSION + 1)
+    with pytest.raises(sqlite3.IntegrityError, match="envreplica writer fence"):
+        raw.execute("DELETE FROM authority")
+    raw.close()
+
+
+@pytest.mark.parametrize("recorded, expected", [("2", "newer"), ("0", "older")])
+def test_replica_refuses_a_file_of_another_schema_version(tmp_path, recorded, expected):
+    import sqlite3
+
+    from envreplica.impl import writer
+
+    path = tmp_path / "other.db"
+    SqliteReplica(path, sealer=Sealer(bytes(range(32))), reader=None).close()
+    raw = sqlite3.connect(path)
+    raw.execute("UPDATE store_meta SET value = ? WHERE key = 'schema_version'", (recorded,))
+    raw.commit()
+    raw.close()
+    with pytest.raises(writer.WriterVersionError) as caught:
+        SqliteReplica(path, sealer=Sealer(bytes(range(32))), reader=None)
+    assert caught.value.reason == expected
+    assert ("migrate" in str(caught.value)) == (expected == "older")

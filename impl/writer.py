@@ -1,0 +1,943 @@
+"""The writer contract of the replica's SQLite file, and its safe migration.
+
+Models: the seed's store writer contract (``writer-contract.js``): the store
+records which writer version may change it and fences writes with triggers, so
+an envreplica of another version cannot change a store it does not
+understand; and the seed's paired writer migration
+(``paired-writer-migration.js``): back up, migrate, verify, write evidence, and
+refuse to run a completed request again over a store that has changed since.
+
+The contract, in ``store_meta`` (``impl/schema.py``):
+
+- ``schema_version``: the schema the file holds (``SCHEMA_VERSION`` for this
+  code). Version 0 is the same tables with no ``store_meta`` and no fence.
+- ``writer_version``: the writer contract version (``WRITER_VERSION``).
+
+The fence (the mechanism; checked by ``tests/test_writer.py``). Every replica
+table (every table of ``schema.TABLES`` except ``store_meta``) carries three
+triggers, ``BEFORE INSERT / UPDATE / DELETE``, each::
+
+    SELECT RAISE(ABORT, 'envreplica writer fence: ...')
+    WHERE envreplica_writer_version() IS NOT
+          (SELECT value FROM store_meta WHERE key = 'writer_version');
+
+``envreplica_writer_version()`` is an application-defined SQL function that a
+writer registers on each of its connections (``register_writer``, called from
+the engine's ``connect`` event). So:
+
+- a connection that did not register it cannot even prepare an INSERT, UPDATE
+  or DELETE on a replica table: ``no such function: envreplica_writer_version``
+  (``sqlite3.OperationalError``), whatever the rows;
+- a connection that registered another version (an older or newer envreplica)
+  is aborted row by row with the fence message (``sqlite3.IntegrityError``,
+  and the statement's changes are undone);
+- a connection registered as the recorded version writes normally;
+- deleting the ``writer_version`` row fails closed (``IS NOT NULL`` is true).
+
+Why not the TEMP-table idea: a trigger on a main table cannot read a temp
+table (SQLite: "trigger ... cannot reference objects in database temp"), and a
+TEMP trigger exists only on the connection that created it, so it fences
+nobody else. A function is per connection, and the trigger, stored in the
+file, calls whatever the writing connection registered.
+
+What the fence is not: a defence against deliberate tampering. It fences DML
+only (``DROP TABLE``, ``DROP TRIGGER``, ``ALTER`` and writes to ``store_meta``
+are not fenced); anyone can register the function. ``check_writer`` notices
+missing or altered fence triggers when a writer opens the store.
+
+Migration (``migrate``, and ``envreplica migrate --db PATH``): under an
+exclusive lock held from start to end (``PRAGMA locking_mode=EXCLUSIVE`` plus
+``BEGIN EXCLUSIVE``; the lock is kept until the connection closes, so it
+covers the backup, the steps, the checks after commit and any restore), it
+writes a backup with SQLite's online backup API, applies the steps from the
+file's version to the target in one transaction, verifies inside that
+transaction (``integrity_check``, ``foreign_key_check``, row counts, the
+contract), commits, checks again, and writes an evidence JSON file. Any
+failure after the backup rolls back, restores the backup and raises
+``MigrationFailed``.
+
+A plain ``BEGIN EXCLUSIVE`` alone cannot do it: SQLite's backup API refuses
+(``SQLITE_BUSY``, forever) to read from a connection that holds a write
+transaction, and a second connection cannot read a rollback-journal file
+under an exclusive lock. The exclusive locking mode keeps the lock between
+the transactions, and the backup reads through the locking connection.
+
+Hashes: ``db_sha256_*`` hash the database file's bytes (taken after a WAL
+checkpoint, under the lock); ``content_sha256_*`` hash a canonical dump (the
+schema and every row, sorted). "The store changed" is decided on the content
+hash: a different journal mode or a checkpoint changes bytes, not content.
+
+Leaves out on purpose: downgrades (refused), multi-store (paired) migration,
+process-liveness checks of the seed (the lock refuses a store in use), and
+fencing of schema changes (DDL).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import hashlib
+import json
+import os
+import sqlite3
+import sys
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Optional, Union
+
+from sqlalchemy.dialects import sqlite as _sqlite_dialect
+from sqlalchemy.schema import CreateTable
+
+from envreplica.impl import schema
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "WRITER_VERSION",
+    "WRITER_FUNCTION",
+    "FENCE_MESSAGE",
+    "FENCED_TABLES",
+    "MIGRATIONS",
+    "WriterVersionError",
+    "MigrationError",
+    "MigrationRefused",
+    "MigrationFailed",
+    "Evidence",
+    "register_writer",
+    "create_tables",
+    "stamp",
+    "check_writer",
+    "detect_version",
+    "fence_trigger_sql",
+    "content_sha256",
+    "table_dump",
+    "migrate",
+    "register",
+    "cmd_migrate",
+]
+
+#: The schema version this code writes (``impl.schema.SCHEMA_VERSION``, re-exported).
+SCHEMA_VERSION = schema.SCHEMA_VERSION
+
+#: The writer contract version this code writes (``store_meta.writer_version``).
+WRITER_VERSION = 1
+
+#: The SQL function a writer registers on each connection; the fence calls it.
+WRITER_FUNCTION = "envreplica_writer_version"
+
+#: The prefix of the fence's abort message.
+FENCE_MESSAGE = "envreplica writer fence"
+
+#: The tables the fence guards: every replica table but ``store_meta``.
+FENCED_TABLES = tuple(t.name for t in schema.TABLES if t is not schema.store_meta)
+
+_META = schema.store_meta.name
+_EVIDENCE_SCHEMA = "envreplica/migration-evidence@1"
+
+Conn = Any  # a sqlite3.Connection, or a SQLAlchemy Connection / Engine on a pysqlite file
+
+
+# ---------------------------------------------------------------------------
+# Errors
+
+
+class WriterVersionError(Exception):
+    """This envreplica must not write the store as it is.
+
+    ``reason`` is one of ``"newer"``, ``"older"``, ``"unstamped"``,
+    ``"malformed"``, ``"fence"``, ``"foreign"``; ``found`` the store's schema
+    version when known; ``path`` the database file.
+    """
+
+    def __init__(self, message: str, *, reason: str, found: Optional[int] = None, path: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.found = found
+        self.path = path
+
+
+class MigrationError(Exception):
+    """A migration did not run to completion (see the two subclasses)."""
+
+
+class MigrationRefused(MigrationError):
+    """Refused before changing the store (it is as it was)."""
+
+
+class MigrationFailed(MigrationError):
+    """Started, then failed; the store was rolled back and restored from the backup.
+
+    ``restored`` says whether the restore succeeded and the store's content
+    equals its content before the migration.
+    """
+
+    def __init__(self, message: str, *, restored: bool) -> None:
+        super().__init__(message)
+        self.restored = restored
+
+
+# ---------------------------------------------------------------------------
+# Connection helpers: raw sqlite3 and SQLAlchemy alike
+
+
+def _is_sqlalchemy(conn: Conn) -> bool:
+    return hasattr(conn, "exec_driver_sql")
+
+
+def _run(conn: Conn, sql: str, params: tuple = ()) -> list:
+    if isinstance(conn, sqlite3.Connection):
+        return conn.execute(sql, params).fetchall()
+    result = conn.exec_driver_sql(sql, params)
+    return [tuple(r) for r in result.fetchall()] if result.returns_rows else []
+
+
+def _with_transaction(conn: Conn, body: Callable[[Conn], Any]) -> Any:
+    """Run ``body`` in the caller's open transaction, or in a new immediate one."""
+    if hasattr(conn, "connect") and not _is_sqlalchemy(conn):  # an Engine
+        with conn.begin() as c:
+            return body(c)
+    if _is_sqlalchemy(conn):
+        if conn.in_transaction():
+            return body(conn)
+        with conn.begin():
+            return body(conn)
+    if conn.in_transaction:
+        return body(conn)
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        out = body(conn)
+    except BaseException:
+        conn.rollback()
+        raise
+    conn.commit()
+    return out
+
+
+def _read(conn: Conn, body: Callable[[Conn], Any]) -> Any:
+    """Run read-only ``body``; on a SQLAlchemy connection, in a transaction it ends."""
+    if hasattr(conn, "connect") and not _is_sqlalchemy(conn):  # an Engine
+        with conn.connect() as c:
+            with c.begin():
+                return body(c)
+    if _is_sqlalchemy(conn) and not conn.in_transaction():
+        with conn.begin():
+            return body(conn)
+    return body(conn)
+
+
+def _db_file(conn: Conn) -> str:
+    for _seq, name, file in _run(conn, "PRAGMA database_list"):
+        if name == "main":
+            return file or ":memory:"
+    return "?"
+
+
+def _q(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _tables(conn: Conn) -> list[str]:
+    return [r[0] for r in _run(conn, "SELECT name FROM sqlite_master WHERE type='table' "
+                                     "AND name NOT LIKE 'sqlite_%' ORDER BY name")]
+
+
+def _meta(conn: Conn) -> Optional[dict[str, str]]:
+    """``store_meta`` as a dict, or ``None`` when the table is absent."""
+    if _META not in _tables(conn):
+        return None
+    return {k: v for k, v in _run(conn, f"SELECT key, value FROM {_q(_META)}")}
+
+
+# ---------------------------------------------------------------------------
+# The contract: registration, tables, fence, stamp, check
+
+
+def register_writer(dbapi_connection: Any, version: int = WRITER_VERSION) -> None:
+    """Declare this connection an envreplica writer of ``version`` (default: this code's).
+
+    Call it from the engine's ``connect`` event with the DBAPI (pysqlite)
+    connection. Registration is per connection and never touches the file.
+    """
+    con = dbapi_connection
+    if _is_sqlalchemy(con):  # a SQLAlchemy Connection: reach its pysqlite connection
+        con = con.connection.driver_connection
+    declared = str(int(version))
+    con.create_function(WRITER_FUNCTION, 0, lambda: declared, deterministic=True)
+
+
+def create_tables(conn: Conn, version: int = schema.SCHEMA_VERSION) -> None:
+    """Create any missing table of the schema of ``version`` (0: no ``store_meta``).
+
+    Creates tables only (``IF NOT EXISTS``): no ``store_meta`` rows and no
+    fence (``stamp`` adds them). Runs in the caller's transaction if one is open.
+    """
+    tables = [t for t in schema.TABLES if version >= 1 or t is not schema.store_meta]
+    dialect = _sqlite_dialect.dialect()
+
+    def body(c: Conn) -> None:
+        for t in tables:
+            _run(c, str(CreateTable(t, if_not_exists=True).compile(dialect=dialect)).strip())
+
+    _with_transaction(conn, body)
+
+
+def fence_trigger_sql(table: str, action: str) -> tuple[str, str]:
+    """The name and ``CREATE TRIGGER`` text of the fence on ``table`` for ``action``."""
+    action = action.upper()
+    if action not in ("INSERT", "UPDATE", "DELETE"):
+        raise ValueError(f"action must be INSERT, UPDATE or DELETE; got {action!r}")
+    name = f"envreplica_fence_{table}_{action.lower()}"
+    message = (f"{FENCE_MESSAGE}: {action} on {table} refused: this connection is not an envreplica "
+               f"writer of the version recorded in store_meta.writer_version")
+    sql = (f"CREATE TRIGGER {_q(name)} BEFORE {action} ON {_q(table)} BEGIN "
+           f"SELECT RAISE(ABORT, '{message}') "
+           f"WHERE {WRITER_FUNCTION}() IS NOT "
+           f"(SELECT value FROM {_q(_META)} WHERE key = 'writer_version'); END")
+    return name, sql
+
+
+def _install_fence(conn: Conn) -> None:
+    for table in FENCED_TABLES:
+        for action in ("INSERT", "UPDATE", "DELETE"):
+            name, sql = fence_trigger_sql(table, action)
+            _run(conn, f"DROP TRIGGER IF EXISTS {_q(name)}")
+            _run(conn, sql)
+
+
+def _install_contract(conn: Conn, schema_version: int, writer_version: int) -> None:
+    """Record the versions and (re)install the fence; in the caller's transaction."""
+    create_tables(conn, 1)  # store_meta, and any table a v0 file lacked
+    _run(conn, f"INSERT OR REPLACE INTO {_q(_META)} (key, value) VALUES ('schema_version', ?)",
+         (str(schema_version),))
+    _run(conn, f"INSERT OR REPLACE INTO {_q(_META)} (key, value) VALUES ('writer_version', ?)",
+         (str(writer_version),))
+    _install_fence(conn)
+
+
+def _norm(sql: Optional[str]) -> str:
+    return " ".join((sql or "").split())
+
+
+def _fence_problems(conn: Conn) -> list[str]:
+    present = {name: sql for name, sql in _run(conn, "SELECT name, sql FROM sqlite_master WHERE type='trigger'")}
+    problems = []
+    for table in FENCED_TABLES:
+        for action in ("INSERT", "UPDATE", "DELETE"):
+            name, sql = fence_trigger_sql(table, action)
+            if name not in present:
+                problems.append(f"missing trigger {name}")
+            elif _norm(present[name]) != _norm(sql):
+                problems.append(f"altered trigger {name}")
+    return problems
+
+
+def _has_rows(conn: Conn, tables: list[str]) -> bool:
+    return any(_run(conn, f"SELECT 1 FROM {_q(t)} LIMIT 1") for t in tables)
+
+
+def _int_or_none(value: Optional[str]) -> Optional[int]:
+    try:
+        return int(value) if value is not None and str(value).strip().lstrip("-").isdigit() else None
+    except ValueError:
+        return None
+
+
+def _assess(conn: Conn) -> Optional[int]:
+    """The checks of ``check_writer`` on an open connection (see there)."""
+    path = _db_file(conn)
+    tables = _tables(conn)
+    replica = [t for t in tables if t in FENCED_TABLES]
+    foreign = [t for t in tables if t not in FENCED_TABLES and t != _META]
+    meta = _meta(conn)
+    migrate_hint = f"Run `envreplica migrate --db {path}` (it backs the store up first), then open it again."
+    if not meta:
+        if foreign:
+            raise WriterVersionError(
+                f"{path}: not an envreplica replica store (unexpected tables: {', '.join(foreign)}); "
+                f"refusing to write it.", reason="foreign", path=path)
+        if not _has_rows(conn, replica):
+            return None  # fresh: nothing recorded and no data; the caller stamps it
+        if meta is None:
+            raise WriterVersionError(
+                f"{path}: this store has no store_meta but holds data: it was written by an older "
+                f"envreplica, before the writer contract (schema version 0); this envreplica writes "
+                f"schema version {schema.SCHEMA_VERSION}. {migrate_hint}",
+                reason="older", found=0, path=path)
+        raise WriterVersionError(
+            f"{path}: store_meta is empty but the store holds data: its writer contract was removed. "
+            f"Do not write it; restore it from a backup (envreplica migrate leaves <name>.v<N>.bak).",
+            reason="malformed", path=path)
+    found = _int_or_none(meta.get("schema_version"))
+    writer = _int_or_none(meta.get("writer_version"))
+    if found is None or writer is None:
+        raise WriterVersionError(
+            f"{path}: store_meta does not record a valid schema_version and writer_version "
+            f"({meta!r}); the writer contract is damaged. Do not write the store; restore it from a backup.",
+            reason="malformed", found=found, path=path)
+    if found > schema.SCHEMA_VERSION or (found == schema.SCHEMA_VERSION and writer > WRITER_VERSION):
+        raise WriterVersionError(
+            f"{path}: this store was written by a newer envreplica (schema version {found}, writer "
+            f"version {writer}); this envreplica writes schema version {schema.SCHEMA_VERSION}, writer "
+            f"version {WRITER_VERSION}, and cannot write it safely. Upgrade envreplica to a release "
+            f"that supports schema version {found}; do not downgrade the store or edit store_meta.",
+            reason="newer", found=found, path=path)
+    if found < schema.SCHEMA_VERSION or writer < WRITER_VERSION:
+        raise WriterVersionError(
+            f"{path}: this store was written by an older envreplica (schema version {found}, writer "
+            f"version {writer}); this envreplica needs schema version {schema.SCHEMA_VERSION}, writer "
+            f"version {WRITER_VERSION}. {migrate_hint}",
+            reason="older", found=found, path=path)
+    problems = _fence_problems(conn)
+    if problems:
+        raise WriterVersionError(
+            f"{path}: the writer fence of this store is missing or altered ({'; '.join(problems[:4])}"
+            f"{'; ...' if len(problems) > 4 else ''}): something that does not honour the writer "
+            f"contract changed its schema. Do not write it; inspect it or restore it from a backup.",
+            reason="fence", found=found, path=path)
+    return found
+
+
+def check_writer(conn: Conn) -> Optional[int]:
+    """Check that this envreplica may write the store; call it when a writer opens the file.
+
+    Returns ``SCHEMA_VERSION`` for a store this code writes, or ``None`` for a
+    fresh store (no contract recorded and no rows: ``stamp`` it). Raises
+    ``WriterVersionError``: ``newer`` (upgrade envreplica; never downgrade),
+    ``older`` (run ``envreplica migrate --db PATH``; also a version-0 file,
+    no ``store_meta`` but data), ``malformed`` (``store_meta`` damaged),
+    ``fence`` (fence triggers missing or altered), ``foreign`` (not ours).
+    """
+    return _read(conn, _assess)
+
+
+def stamp(conn: Conn) -> int:
+    """Make a fresh store an envreplica store of this version; return ``SCHEMA_VERSION``.
+
+    Creates the missing tables, records ``schema_version`` and
+    ``writer_version`` in ``store_meta`` and installs the fence, in one
+    transaction (the caller's if open). On a store already at this version it
+    only checks it (idempotent); any other store raises ``WriterVersionError``
+    as ``check_writer`` would (an older one must go through ``migrate``).
+    """
+
+    def body(c: Conn) -> int:
+        if _assess(c) is None:
+            _install_contract(c, schema.SCHEMA_VERSION, WRITER_VERSION)
+            _assess(c)
+        return schema.SCHEMA_VERSION
+
+    return _with_transaction(conn, body)
+
+
+def detect_version(conn: Conn) -> int:
+    """The schema version a file holds: ``store_meta.schema_version``, or 0 for the v0 tables.
+
+    Raises ``MigrationRefused`` for a file that is neither.
+    """
+    path = _db_file(conn)
+    tables = _tables(conn)
+    meta = _meta(conn)
+    if meta is None:
+        missing = [t for t in FENCED_TABLES if t not in tables]
+        if not tables:
+            raise MigrationRefused(f"{path}: the file holds no tables: nothing to migrate "
+                                   f"(a new store is created by opening it with envreplica).")
+        if missing:
+            raise MigrationRefused(f"{path}: not an envreplica store of any known version "
+                                   f"(no store_meta, and missing tables {', '.join(missing)}).")
+        return 0
+    version = _int_or_none(meta.get("schema_version"))
+    if version is None or version < 1:
+        raise MigrationRefused(f"{path}: store_meta records no valid schema_version ({meta!r}); "
+                               f"refusing to migrate a store whose version is unknown.")
+    return version
+
+
+# ---------------------------------------------------------------------------
+# Canonical content
+
+
+def _sort_key(row: tuple) -> tuple:
+    key = []
+    for v in row:
+        if v is None:
+            key.append((0, 0))
+        elif isinstance(v, (int, float)):
+            key.append((1, v))
+        elif isinstance(v, str):
+            key.append((2, v))
+        else:
+            key.append((3, bytes(v)))
+    return tuple(key)
+
+
+def table_dump(conn: Conn, *, exclude: tuple[str, ...] = ()) -> dict[str, list[tuple]]:
+    """Every table's rows, sorted (a canonical, order-free view of the data)."""
+    out = {}
+    for name in [r[0] for r in _run(conn, "SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")]:
+        if name in exclude:
+            continue
+        out[name] = sorted(_run(conn, f"SELECT * FROM {_q(name)}"), key=_sort_key)
+    return out
+
+
+def content_sha256(conn: Conn) -> str:
+    """SHA-256 of the schema (``sqlite_master``) and every row, canonically ordered."""
+    h = hashlib.sha256()
+    for row in sorted(_run(conn, "SELECT type, name, tbl_name, sql FROM sqlite_master"), key=_sort_key):
+        h.update(repr(row).encode() + b"\n")
+    for name, rows in table_dump(conn).items():
+        h.update(f"table {name!r}\n".encode())
+        for row in rows:
+            h.update(repr(row).encode() + b"\n")
+    return h.hexdigest()
+
+
+def _file_sha256(path: Union[str, Path]) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _row_counts(conn: sqlite3.Connection) -> dict[str, int]:
+    return {t: conn.execute(f"SELECT count(*) FROM {_q(t)}").fetchone()[0] for t in _tables(conn) if t != _META}
+
+
+def _integrity(conn: sqlite3.Connection) -> list[str]:
+    return [r[0] for r in conn.execute("PRAGMA integrity_check").fetchall()]
+
+
+def _fk_violations(conn: sqlite3.Connection) -> list[list]:
+    return [list(r) for r in conn.execute("PRAGMA foreign_key_check").fetchall()]
+
+
+# ---------------------------------------------------------------------------
+# Migration steps
+
+
+def _step_0_to_1(conn: sqlite3.Connection) -> None:
+    """Version 0 (the tables, no store_meta, no fence) -> 1: stamp it."""
+    _install_contract(conn, 1, 1)
+
+
+#: ``from_version -> step``: a step takes the migration's sqlite3 connection
+#: inside the migration's transaction and must leave the store at
+#: ``from_version + 1`` without committing. It runs registered as the writer
+#: version recorded when it starts, so it can write fenced tables; a step that
+#: changes ``writer_version`` should do so last.
+MIGRATIONS: Mapping[int, Callable[[sqlite3.Connection], None]] = {0: _step_0_to_1}
+
+
+# ---------------------------------------------------------------------------
+# Evidence
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")
+
+
+@dataclass
+class Evidence:
+    """The outcome of ``migrate``; for a migration (or failure), also the evidence file's content.
+
+    ``status``: ``"migrated"``, ``"already_at_version"`` (nothing done, no
+    backup) or ``"failed"`` (only ever written to the evidence file; the
+    caller gets ``MigrationFailed``).
+    """
+
+    status: str
+    message: str
+    request_id: str
+    db_path: str
+    from_version: int
+    to_version: int
+    evidence_path: Optional[str] = None
+    backup_path: Optional[str] = None
+    backup_sha256: Optional[str] = None
+    db_sha256_before: Optional[str] = None
+    db_sha256_after: Optional[str] = None
+    content_sha256_before: Optional[str] = None
+    content_sha256_after: Optional[str] = None
+    row_counts_before: dict = field(default_factory=dict)
+    row_counts_after: dict = field(default_factory=dict)
+    integrity_check: list = field(default_factory=list)
+    foreign_key_check: list = field(default_factory=list)
+    integrity_check_after_commit: list = field(default_factory=list)
+    writer_version: int = WRITER_VERSION
+    sqlite_version: str = sqlite3.sqlite_version
+    started_at: Optional[str] = None
+    finished_at: Optional[str] = None
+    error: Optional[str] = None
+
+    def to_dict(self) -> dict:
+        return {"schema_id": _EVIDENCE_SCHEMA, **asdict(self)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping) -> "Evidence":
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    def summary(self) -> str:
+        lines = [self.message]
+        if self.status == "migrated":
+            lines += [
+                f"  store:     {self.db_path}  (schema version {self.from_version} -> {self.to_version})",
+                f"  backup:    {self.backup_path}  sha256 {self.backup_sha256}",
+                f"  db sha256: {self.db_sha256_before} -> {self.db_sha256_after}",
+                "  rows:      " + ", ".join(f"{t}={n}" for t, n in sorted(self.row_counts_after.items())),
+                f"  checks:    integrity_check={'ok' if self.integrity_check == ['ok'] else self.integrity_check}, "
+                f"foreign_key_check={'clean' if not self.foreign_key_check else self.foreign_key_check}",
+                f"  evidence:  {self.evidence_path}  (request {self.request_id})",
+            ]
+        elif self.evidence_path:
+            lines.append(f"  evidence:  {self.evidence_path}")
+        return "\n".join(lines)
+
+
+def _write_json_atomically(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=2, sort_keys=True)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _open_readonly(path: Path) -> sqlite3.Connection:
+    return sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
+
+
+# ---------------------------------------------------------------------------
+# migrate
+
+
+def _default_evidence(db: Path, target: int) -> Path:
+    return db.with_name(f"{db.name}.migrate-v{target}.evidence.json")
+
+
+def _lock(db: Path, busy_timeout: float) -> sqlite3.Connection:
+    """A connection holding the file's exclusive lock until it is closed."""
+    conn = sqlite3.connect(str(db), isolation_level=None, timeout=busy_timeout)
+    try:
+        conn.execute("PRAGMA locking_mode=EXCLUSIVE")
+        conn.execute("BEGIN EXCLUSIVE")
+        conn.execute("COMMIT")  # exclusive locking mode keeps the lock after COMMIT
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # WAL content into the file (no-op otherwise)
+    except sqlite3.OperationalError as e:
+        conn.close()
+        raise MigrationRefused(
+            f"{db}: cannot take the exclusive lock ({e}): the store is in use. Stop every envreplica "
+            f"process using it (and any other reader), then run the migration again.") from e
+    return conn
+
+
+def _check_recorded(db: Path, conn: sqlite3.Connection, ev_path: Path, target: int,
+                    request_id: Optional[str]) -> Optional[Evidence]:
+    """Judge an earlier evidence file for this request: ``Evidence`` to return, or ``None`` to proceed."""
+    try:
+        recorded = Evidence.from_dict(json.loads(ev_path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError) as e:
+        raise MigrationRefused(f"{ev_path}: the evidence file of this request is unreadable ({e}); "
+                               f"move it aside only once you know what it recorded.") from e
+    if recorded.status != "migrated":
+        return None  # an earlier attempt failed (and restored the store): try again
+    if request_id is not None and recorded.request_id != request_id:
+        raise MigrationRefused(f"{ev_path}: this evidence file records request {recorded.request_id}, "
+                               f"not {request_id}; use another --evidence path for a new request.")
+    if Path(recorded.db_path) != db:
+        raise MigrationRefused(f"{ev_path}: this evidence file records a migration of {recorded.db_path}, "
+                               f"not {db}; use another --evidence path.")
+    if recorded.to_version != target:
+        raise MigrationRefused(f"{ev_path}: this evidence file records a migration to version "
+                               f"{recorded.to_version}, not {target}; use another --evidence path.")
+    backup = Path(recorded.backup_path or "")
+    restore = (f"If the change was not intended, restore the store from the backup: stop envreplica, "
+               f"then copy {backup} over {db} (check its sha256 first: {recorded.backup_sha256}).")
+    now = content_sha256(conn)
+    if now != recorded.content_sha256_after:
+        counts = _row_counts(conn)
+        changed = sorted(t for t in set(counts) | set(recorded.row_counts_after)
+                         if counts.get(t) != recorded.row_counts_after.get(t))
+        detail = ("row counts changed in " + ", ".join(
+            f"{t} ({recorded.row_counts_after.get(t)} -> {counts.get(t)})" for t in changed)
+                  if changed else "same row counts, different rows or schema")
+        raise MigrationRefused(
+            f"{db}: the store changed after migration request {recorded.request_id} completed "
+            f"(content sha256 then {recorded.content_sha256_after}, now {now}; {detail}). Refusing to run "
+            f"the request again over a changed store. Reconcile: find what wrote it. If the change was "
+            f"intended, the migration stands (version {recorded.to_version}); move {ev_path} aside to "
+            f"start a new request. {restore}")
+    if not backup.is_file():
+        raise MigrationRefused(
+            f"{backup}: the backup recorded by migration request {recorded.request_id} is missing; the "
+            f"evidence in {ev_path} no longer proves a restorable backup. Reconcile: find the backup "
+            f"(sha256 {recorded.backup_sha256}) and put it back; do not migrate again until it is.")
+    if _file_sha256(backup) != recorded.backup_sha256:
+        raise MigrationRefused(
+            f"{backup}: the backup changed since migration request {recorded.request_id} recorded it "
+            f"(sha256 then {recorded.backup_sha256}, now {_file_sha256(backup)}). Reconcile: it is no "
+            f"longer the pre-migration store; find the original backup before relying on it.")
+    return Evidence(
+        status="already_at_version",
+        message=(f"{db}: already at version {recorded.to_version}; nothing to do (migrated by request "
+                 f"{recorded.request_id} at {recorded.finished_at}; store and backup unchanged since)."),
+        request_id=recorded.request_id, db_path=str(db), from_version=recorded.to_version,
+        to_version=recorded.to_version, evidence_path=str(ev_path))
+
+
+def _write_backup(conn: sqlite3.Connection, backup: Path, content_before: str) -> str:
+    """Back the locked store up to ``backup`` with the online backup API; return its sha256."""
+    backup.parent.mkdir(parents=True, exist_ok=True)
+    if backup.exists():
+        old = _open_readonly(backup)
+        try:
+            same = content_sha256(old) == content_before
+        finally:
+            old.close()
+        if not same:
+            raise MigrationRefused(
+                f"{backup}: a different backup already exists there (its content is not the store's "
+                f"current content). Move it aside or pass --backup-dir, then run the migration again.")
+    tmp = backup.with_name(f".{backup.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        dst = sqlite3.connect(str(tmp), isolation_level=None)
+        try:
+            conn.backup(dst)
+            dst.execute("PRAGMA journal_mode=DELETE")  # a self-contained file, whatever the store's mode
+        finally:
+            dst.close()
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        check = _open_readonly(tmp)
+        try:
+            if content_sha256(check) != content_before or _integrity(check) != ["ok"]:
+                raise MigrationRefused(f"{backup}: the backup just written does not match the store; "
+                                       f"nothing was migrated.")
+        finally:
+            check.close()
+        os.replace(tmp, backup)
+        _fsync_dir(backup.parent)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return _file_sha256(backup)
+
+
+def _restore(conn: sqlite3.Connection, backup: Path, content_before: str) -> bool:
+    """Restore the locked store from ``backup`` (backup API); whether its content is as before."""
+    if conn.in_transaction:
+        conn.execute("ROLLBACK")
+    src = _open_readonly(backup)
+    try:
+        src.backup(conn)
+    finally:
+        src.close()
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return content_sha256(conn) == content_before and _integrity(conn) == ["ok"]
+
+
+def _verify(conn: sqlite3.Connection, target: int, counts_before: dict[str, int]) -> tuple[list[str], dict]:
+    """Problems with the migrated store (empty: verified) and the facts checked."""
+    facts = {"integrity_check": _integrity(conn), "foreign_key_check": _fk_violations(conn),
+             "row_counts_after": _row_counts(conn)}
+    problems = []
+    if facts["integrity_check"] != ["ok"]:
+        problems.append(f"integrity_check: {facts['integrity_check'][:5]}")
+    if facts["foreign_key_check"]:
+        problems.append(f"foreign_key_check: {facts['foreign_key_check'][:5]}")
+    for t, n in counts_before.items():
+        if facts["row_counts_after"].get(t) != n:
+            problems.append(f"row count of {t}: {n} before, {facts['row_counts_after'].get(t)} after")
+    try:
+        version = detect_version(conn)
+    except MigrationRefused as e:
+        problems.append(str(e))
+    else:
+        if version != target:
+            problems.append(f"schema version after the steps is {version}, not {target}")
+    if target == schema.SCHEMA_VERSION and not problems:
+        try:
+            _assess(conn)
+        except WriterVersionError as e:
+            problems.append(f"writer contract: {e}")
+    return problems, facts
+
+
+def _post_commit_problems(conn: sqlite3.Connection, content_after: str) -> list[str]:
+    """Checks of the committed file, still under the lock."""
+    problems = []
+    integrity = _integrity(conn)
+    if integrity != ["ok"]:
+        problems.append(f"integrity_check after commit: {integrity[:5]}")
+    if content_sha256(conn) != content_after:
+        problems.append("the committed content differs from the verified content")
+    return problems
+
+
+def migrate(
+    db_path: Union[str, Path],
+    *,
+    backup_dir: Union[str, Path, None] = None,
+    evidence_path: Union[str, Path, None] = None,
+    target: int = schema.SCHEMA_VERSION,
+    steps: Mapping[int, Callable[[sqlite3.Connection], None]] = MIGRATIONS,
+    request_id: Optional[str] = None,
+    busy_timeout: float = 5.0,
+) -> Evidence:
+    """Migrate the store at ``db_path`` to schema version ``target``; return the evidence.
+
+    The request is identified by its evidence file (default: next to the
+    store, ``<name>.migrate-v<target>.evidence.json``). The backup goes to
+    ``backup_dir`` (default: next to the store) as ``<name>.v<from>.bak``.
+
+    Outcomes: ``Evidence(status="migrated")`` (evidence file written);
+    ``Evidence(status="already_at_version")`` when the store is at ``target``
+    (no backup, nothing written); ``MigrationRefused`` (nothing changed: the
+    store is in use, unknown, newer than ``target``, a step is missing, or a
+    completed request's store or backup changed since); ``MigrationFailed``
+    (verification or a step failed: rolled back, restored from the backup,
+    evidence written with status ``failed``).
+    """
+    raw = Path(db_path)
+    if not raw.is_file():
+        raise MigrationRefused(f"{raw}: no such database file; nothing to migrate.")
+    db = raw.resolve()
+    ev_path = Path(evidence_path).resolve() if evidence_path is not None else _default_evidence(db, target)
+    started = _now()
+    conn = _lock(db, busy_timeout)
+    try:
+        if ev_path.exists():
+            done = _check_recorded(db, conn, ev_path, target, request_id)
+            if done is not None:
+                return done
+        rid = request_id or uuid.uuid4().hex
+        version = detect_version(conn)
+        if version == target:
+            return Evidence(status="already_at_version",
+                            message=f"{db}: already at version {target}; nothing to do (no backup taken).",
+                            request_id=rid, db_path=str(db), from_version=version, to_version=target)
+        if version > target:
+            raise MigrationRefused(f"{db}: the store is at schema version {version}, newer than the target "
+                                   f"{target}; downgrades are not supported. Upgrade envreplica instead.")
+        missing = [v for v in range(version, target) if v not in steps]
+        if missing:
+            raise MigrationRefused(f"{db}: no migration step from version(s) {missing}; cannot migrate "
+                                   f"{version} -> {target} with this envreplica.")
+
+        ev = Evidence(status="failed", message="", request_id=rid, db_path=str(db), from_version=version,
+                      to_version=target, evidence_path=str(ev_path), started_at=started)
+        ev.db_sha256_before = _file_sha256(db)
+        ev.content_sha256_before = content_sha256(conn)
+        ev.row_counts_before = _row_counts(conn)
+        backup = (Path(backup_dir).resolve() if backup_dir is not None else db.parent) / f"{db.name}.v{version}.bak"
+        ev.backup_sha256 = _write_backup(conn, backup, ev.content_sha256_before)
+        ev.backup_path = str(backup)
+
+        # From here on, any failure restores the backup.
+        writer = {"version": None}
+        conn.create_function(WRITER_FUNCTION, 0, lambda: writer["version"])
+        try:
+            conn.execute("BEGIN EXCLUSIVE")
+            for v in range(version, target):
+                meta = _meta(conn) or {}
+                writer["version"] = meta.get("writer_version")
+                steps[v](conn)
+                if not conn.in_transaction:
+                    raise MigrationError(f"the step from version {v} ended the migration's transaction")
+            problems, facts = _verify(conn, target, ev.row_counts_before)
+            ev.integrity_check = facts["integrity_check"]
+            ev.foreign_key_check = facts["foreign_key_check"]
+            ev.row_counts_after = facts["row_counts_after"]
+            if problems:
+                raise MigrationError("verification failed: " + "; ".join(problems))
+            ev.content_sha256_after = content_sha256(conn)
+            conn.execute("COMMIT")
+            post = _post_commit_problems(conn, ev.content_sha256_after)
+            ev.integrity_check_after_commit = _integrity(conn)
+            if post:
+                raise MigrationError("verification after commit failed: " + "; ".join(post))
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            ev.db_sha256_after = _file_sha256(db)
+        except Exception as e:
+            try:
+                restored = _restore(conn, backup, ev.content_sha256_before)
+            except Exception as restore_error:  # pragma: no cover - the disk failed us
+                restored = False
+                e = MigrationError(f"{e}; and restoring the backup failed: {restore_error}")
+            ev.error = str(e)
+            ev.finished_at = _now()
+            ev.db_sha256_after = _file_sha256(db)
+            ev.content_sha256_after = content_sha256(conn) if restored else None
+            if restored:
+                ev.message = (f"{db}: migration {version} -> {target} failed and was undone: {e}. The store "
+                              f"was restored from the backup {backup} and is at version {version}, as before.")
+            else:
+                ev.message = (f"{db}: migration {version} -> {target} failed: {e}; restoring the backup did "
+                              f"NOT bring the store back. Stop envreplica and copy {backup} (sha256 "
+                              f"{ev.backup_sha256}) over {db} by hand.")
+            _write_json_atomically(ev_path, ev.to_dict())
+            raise MigrationFailed(ev.message, restored=restored) from e
+
+        ev.status = "migrated"
+        ev.finished_at = _now()
+        ev.message = f"{db}: migrated from schema version {version} to {target}; verified."
+        _write_json_atomically(ev_path, ev.to_dict())
+        return ev
+    finally:
+        conn.close()
+
+
+# ---------------------------------------------------------------------------
+# CLI
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    """``envreplica migrate``: 0 when migrated or already at the version, 1 when refused or failed."""
+    try:
+        ev = migrate(args.db, backup_dir=args.backup_dir, evidence_path=args.evidence,
+                     request_id=getattr(args, "request_id", None))
+    except MigrationError as e:
+        kind = "refused" if isinstance(e, MigrationRefused) else "failed"
+        print(f"envreplica migrate: {kind}: {e}", file=sys.stderr)
+        return 1
+    print(ev.summary())
+    return 0
+
+
+def register(subparsers: Any) -> argparse.ArgumentParser:
+    """Add ``migrate --db PATH [--backup-dir DIR] [--evidence FILE]`` to an argparse subparsers object."""
+    p = subparsers.add_parser(
+        "migrate",
+        help="back up, migrate, verify a replica store to this version, and write evidence",
+        description=("Migrate a replica's SQLite store to the schema version of this envreplica, under an "
+                     "exclusive lock: back it up (SQLite backup API), apply the steps in one transaction, "
+                     "verify (integrity, foreign keys, row counts, writer contract), write evidence JSON. "
+                     "Exit 0 when migrated or already at the version, 1 when refused or failed (a failure "
+                     "restores the backup)."))
+    p.add_argument("--db", required=True, metavar="PATH", help="the replica's SQLite file")
+    p.add_argument("--backup-dir", metavar="DIR", default=None,
+                   help="where to write <name>.v<from>.bak (default: next to the store)")
+    p.add_argument("--evidence", metavar="FILE", default=None,
+                   help="the evidence JSON file, which identifies the request "
+                        "(default: <store>.migrate-v<version>.evidence.json next to the store)")
+    p.add_argument("--request-id", default=None, help="an id to record (default: a new UUID)")
+    p.set_defaults(func=cmd_migrate)
+    return p

@@ -1,0 +1,455 @@
+"""The writer contract (fence, version checks) and ``envreplica migrate``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, event
+
+from envreplica.impl import schema
+from envreplica.impl import writer as W
+
+# One valid row per fenced table (FKs satisfied), and a second one to insert.
+ROWS = {
+    "authority": [("replica", 0, 0, None, 0, None, None, "{}")],
+    "projects": [("p1", 3), ("p2", 0)],
+    "records": [("p1", "k1", 1, 1, 0, '{"r":1}', None, None, 0, "installed", None),
+                ("p1", "k2", 2, 1, 1, None, None, None, 0, "withheld", "tombstone")],
+    "record_values": [("p1", "k1", 1, 1, '{"r":1}', b"\x00\xff")],
+    "stage_projects": [("a1", "p1", 3, None, 0), ("a1", "p2", None, None, 0)],
+    "stage_records": [("a1", "p1", "k1", 1, 1, 0, "{}", None, None, 0, "installed", None, 1),
+                      ("a1", "p1", "k2", 1, 1, 0, "{}", None, None, 0, "installed", None, 1)],
+    "stage_values": [("a1", "p1", "k1", 1, 1, "{}", b"\x01"), ("a1", "p1", "k2", 1, 1, "{}", b"\x02")],
+    "receipts": [("s1", 1, "a" * 64, "{}", 3, 1, None), ("s1", 2, "b" * 64, None, None, 0, "refused")],
+}
+FIRST = {t: rows[:1] for t, rows in ROWS.items()}
+assert set(ROWS) == set(W.FENCED_TABLES)
+
+
+def _insert(conn: sqlite3.Connection, table: str, row: tuple) -> None:
+    conn.execute(f'INSERT INTO "{table}" VALUES ({", ".join("?" * len(row))})', row)
+
+
+def _fill(conn: sqlite3.Connection, rows=FIRST) -> None:
+    for t in W.FENCED_TABLES:  # parents first
+        for row in rows[t]:
+            _insert(conn, t, row)
+
+
+def _connect(path: Path, version=None) -> sqlite3.Connection:
+    conn = sqlite3.connect(str(path), isolation_level=None)
+    if version is not None:
+        W.register_writer(conn, version)
+    return conn
+
+
+def make_v1(path: Path, rows=FIRST) -> Path:
+    conn = _connect(path, W.WRITER_VERSION)
+    assert W.check_writer(conn) is None  # fresh
+    assert W.stamp(conn) == schema.SCHEMA_VERSION
+    conn.execute("BEGIN")
+    _fill(conn, rows)
+    conn.execute("COMMIT")
+    conn.close()
+    return path
+
+
+def make_v0(path: Path, rows=FIRST) -> Path:
+    conn = _connect(path)
+    W.create_tables(conn, 0)
+    conn.execute("BEGIN")
+    _fill(conn, rows)
+    conn.execute("COMMIT")
+    conn.close()
+    return path
+
+
+def dump(path: Path, exclude=()) -> dict:
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return W.table_dump(conn, exclude=exclude)
+    finally:
+        conn.close()
+
+
+# --------------------------------------------------------------------------- fence
+
+
+def _attempts(table: str):
+    """An INSERT, an UPDATE and a DELETE on ``table`` that touch at least one row."""
+    col = "rowid"
+    return [
+        ("INSERT", f'INSERT INTO "{table}" SELECT * FROM "{table}"'),
+        ("UPDATE", f'UPDATE "{table}" SET {col} = {col}'),
+        ("DELETE", f'DELETE FROM "{table}"'),
+    ]
+
+
+@pytest.mark.parametrize("declared", [None, 0, 2])
+def test_fence_refuses_every_write_by_a_connection_that_is_not_the_recorded_writer(tmp_path, declared):
+    db = make_v1(tmp_path / "r.db")
+    before = dump(db)
+    conn = _connect(db, declared)
+    for table in W.FENCED_TABLES:
+        for action, sql in _attempts(table):
+            with pytest.raises(sqlite3.DatabaseError) as err:
+                conn.execute(sql)
+            if declared is None:
+                assert isinstance(err.value, sqlite3.OperationalError)
+                assert f"no such function: {W.WRITER_FUNCTION}" in str(err.value)
+            else:
+                assert isinstance(err.value, sqlite3.IntegrityError)
+                assert str(err.value).startswith(f"{W.FENCE_MESSAGE}: {action} on {table} refused")
+    # a fresh, valid row is refused too (the fence is not a constraint side effect)
+    with pytest.raises(sqlite3.DatabaseError):
+        _insert(conn, "projects", ("p9", 0))
+    conn.close()
+    assert dump(db) == before
+
+
+def test_fence_lets_the_recorded_writer_insert_update_and_delete(tmp_path):
+    db = make_v1(tmp_path / "r.db")
+    conn = _connect(db, W.WRITER_VERSION)
+    conn.execute("BEGIN")
+    for t in W.FENCED_TABLES:
+        for row in ROWS[t][1:]:
+            _insert(conn, t, row)
+    for t in W.FENCED_TABLES:
+        assert conn.execute(f'UPDATE "{t}" SET rowid = rowid').rowcount >= 1
+    for t in reversed(W.FENCED_TABLES):
+        assert conn.execute(f'DELETE FROM "{t}"').rowcount >= 1
+    conn.execute("COMMIT")
+    assert all(not rows for t, rows in dump(db, exclude=("store_meta",)).items())
+    assert W.check_writer(conn) == schema.SCHEMA_VERSION
+    conn.close()
+
+
+def test_fence_fails_closed_when_writer_version_row_is_deleted(tmp_path):
+    db = make_v1(tmp_path / "r.db")
+    conn = _connect(db, W.WRITER_VERSION)
+    conn.execute("DELETE FROM store_meta WHERE key = 'writer_version'")
+    with pytest.raises(sqlite3.IntegrityError, match=W.FENCE_MESSAGE):
+        conn.execute("DELETE FROM projects")
+    with pytest.raises(W.WriterVersionError) as err:
+        W.check_writer(conn)
+    assert err.value.reason == "malformed"
+    conn.close()
+
+
+def test_fence_through_sqlalchemy_connect_event(tmp_path):
+    db = tmp_path / "r.db"
+    engine = create_engine(f"sqlite+pysqlite:///{db}")
+    event.listen(engine, "connect", lambda dbapi_con, _rec: W.register_writer(dbapi_con))
+    with engine.connect() as c:
+        assert W.check_writer(c) is None
+        W.stamp(c)
+        assert W.check_writer(c) == schema.SCHEMA_VERSION
+        with c.begin():
+            c.exec_driver_sql("INSERT INTO projects VALUES ('p1', 1)")
+    engine.dispose()
+    plain = create_engine(f"sqlite+pysqlite:///{db}")
+    with plain.connect() as c:
+        with pytest.raises(Exception, match="no such function"):
+            c.exec_driver_sql("UPDATE projects SET record_version = 2")
+    plain.dispose()
+    assert dump(db)["projects"] == [("p1", 1)]
+
+
+def test_stamp_is_idempotent_and_fence_triggers_are_checked(tmp_path):
+    db = make_v1(tmp_path / "r.db")
+    conn = _connect(db, W.WRITER_VERSION)
+    assert W.stamp(conn) == schema.SCHEMA_VERSION
+    n = conn.execute("SELECT count(*) FROM sqlite_master WHERE type='trigger'").fetchone()[0]
+    assert n == 3 * len(W.FENCED_TABLES)
+    conn.execute('DROP TRIGGER "envreplica_fence_records_update"')
+    with pytest.raises(W.WriterVersionError) as err:
+        W.check_writer(conn)
+    assert err.value.reason == "fence" and "envreplica_fence_records_update" in str(err.value)
+    conn.close()
+
+
+# --------------------------------------------------------------------------- version checks
+
+
+def test_newer_store_is_refused_on_open(tmp_path):
+    db = make_v1(tmp_path / "r.db")
+    conn = _connect(db, W.WRITER_VERSION)
+    conn.execute("UPDATE store_meta SET value = ? WHERE key = 'schema_version'", (str(schema.SCHEMA_VERSION + 1),))
+    with pytest.raises(W.WriterVersionError) as err:
+        W.check_writer(conn)
+    msg = str(err.value)
+    assert err.value.reason == "newer" and err.value.found == schema.SCHEMA_VERSION + 1
+    assert "newer envreplica" in msg and "Upgrade envreplica" in msg and "do not downgrade" in msg
+    with pytest.raises(W.WriterVersionError):
+        W.stamp(conn)
+    conn.close()
+
+
+def test_older_store_is_refused_on_open_and_told_to_migrate(tmp_path):
+    db = make_v0(tmp_path / "old.db")
+    conn = _connect(db, W.WRITER_VERSION)
+    with pytest.raises(W.WriterVersionError) as err:
+        W.check_writer(conn)
+    assert err.value.reason == "older" and err.value.found == 0
+    assert f"envreplica migrate --db {db}" in str(err.value)
+    with pytest.raises(W.WriterVersionError):
+        W.stamp(conn)  # stamping is no way around migrate
+    conn.close()
+    # a stamped store with an older recorded version, too
+    db1 = make_v1(tmp_path / "r.db")
+    conn = _connect(db1)
+    conn.execute("UPDATE store_meta SET value = '0' WHERE key = 'schema_version'")
+    with pytest.raises(W.WriterVersionError, match="envreplica migrate --db") as err:
+        W.check_writer(conn)
+    assert err.value.reason == "older"
+    conn.close()
+
+
+def test_unrecognised_files(tmp_path):
+    db = tmp_path / "x.db"
+    conn = _connect(db)
+    conn.execute("CREATE TABLE something (x)")
+    with pytest.raises(W.WriterVersionError) as err:
+        W.check_writer(conn)
+    assert err.value.reason == "foreign"
+    conn.close()
+    with pytest.raises(W.MigrationRefused, match="not an envreplica store"):
+        W.migrate(db)
+    with pytest.raises(W.MigrationRefused, match="no such database file"):
+        W.migrate(tmp_path / "absent.db")
+    assert not (tmp_path / "absent.db").exists()
+
+
+# --------------------------------------------------------------------------- migrate
+
+
+def test_migrate_v0_to_v1_preserves_data_and_writes_evidence(tmp_path):
+    db = make_v0(tmp_path / "r.db", ROWS)
+    before = dump(db)
+    before_bytes_sha = W._file_sha256(db)
+    ev = W.migrate(db, request_id="req-1")
+
+    assert ev.status == "migrated" and (ev.from_version, ev.to_version) == (0, 1)
+    assert dump(db, exclude=("store_meta",)) == before
+    assert dict(dump(db)["store_meta"]) == {"schema_version": "1", "writer_version": str(W.WRITER_VERSION)}
+    conn = _connect(db, W.WRITER_VERSION)
+    assert W.check_writer(conn) == 1
+    conn.close()
+
+    # evidence file
+    ev_path = Path(ev.evidence_path)
+    assert ev_path == tmp_path / "r.db.migrate-v1.evidence.json"
+    data = json.loads(ev_path.read_text())
+    assert data["schema_id"] == "envreplica/migration-evidence@1"
+    assert data["status"] == "migrated" and data["request_id"] == "req-1"
+    assert data["db_path"] == str(db.resolve())
+    assert (data["from_version"], data["to_version"]) == (0, 1)
+    assert data["backup_path"] == str(tmp_path / "r.db.v0.bak")
+    assert data["backup_sha256"] == W._file_sha256(tmp_path / "r.db.v0.bak")
+    assert data["db_sha256_before"] == before_bytes_sha
+    assert data["db_sha256_after"] == W._file_sha256(db)
+    assert data["row_counts_before"] == data["row_counts_after"] == {t: len(r) for t, r in ROWS.items()}
+    assert data["integrity_check"] == ["ok"] and data["integrity_check_after_commit"] == ["ok"]
+    assert data["foreign_key_check"] == []
+    assert data["started_at"] <= data["finished_at"]
+    assert data == ev.to_dict()
+
+    # the backup is the pre-migration store, and restorable
+    backup = Path(data["backup_path"])
+    assert dump(backup) == before
+    restored = tmp_path / "restored.db"
+    src, dst = sqlite3.connect(f"file:{backup}?mode=ro", uri=True), sqlite3.connect(str(restored))
+    src.backup(dst)
+    src.close()
+    dst.close()
+    assert dump(restored) == before
+    conn = _connect(restored)
+    with pytest.raises(W.WriterVersionError, match="migrate"):
+        W.check_writer(conn)  # it is the v0 store again
+    conn.close()
+
+
+def test_migrate_again_is_already_at_version_without_a_second_backup(tmp_path):
+    db = make_v0(tmp_path / "r.db")
+    first = W.migrate(db)
+    backup = Path(first.backup_path)
+    backup_sha, backup_mtime = W._file_sha256(backup), backup.stat().st_mtime_ns
+    evidence_text = Path(first.evidence_path).read_text()
+
+    again = W.migrate(db)
+    assert again.status == "already_at_version" and again.backup_path is None
+    assert "already at version 1" in again.message
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["r.db", "r.db.v0.bak", "r.db.migrate-v1.evidence.json"])
+    assert (W._file_sha256(backup), backup.stat().st_mtime_ns) == (backup_sha, backup_mtime)
+    assert Path(first.evidence_path).read_text() == evidence_text
+
+    # a store made at version 1 (no evidence) is also already there
+    (tmp_path / "fresh").mkdir()
+    out = W.migrate(make_v1(tmp_path / "fresh" / "n.db"))
+    assert out.status == "already_at_version"
+    assert sorted(p.name for p in (tmp_path / "fresh").iterdir()) == ["n.db"]
+
+
+def test_rerun_over_a_changed_store_is_refused(tmp_path):
+    db = make_v0(tmp_path / "r.db")
+    ev = W.migrate(db, backup_dir=tmp_path / "backups", evidence_path=tmp_path / "ev.json")
+    conn = _connect(db, W.WRITER_VERSION)  # an authorised writer changes the store
+    conn.execute("INSERT INTO projects VALUES ('p7', 0)")
+    conn.close()
+    after_change = dump(db)
+
+    with pytest.raises(W.MigrationRefused) as err:
+        W.migrate(db, backup_dir=tmp_path / "backups", evidence_path=tmp_path / "ev.json")
+    msg = str(err.value)
+    assert "changed after migration request" in msg and ev.request_id in msg
+    assert "projects (1 -> 2)" in msg
+    assert "Reconcile" in msg and ev.backup_path in msg
+    assert dump(db) == after_change  # nothing touched
+
+    # a different request (another evidence file) finds it already at version 1
+    assert W.migrate(db, evidence_path=tmp_path / "ev2.json").status == "already_at_version"
+
+
+def test_rerun_with_a_changed_backup_is_refused(tmp_path):
+    db = make_v0(tmp_path / "r.db")
+    ev = W.migrate(db)
+    with open(ev.backup_path, "ab") as f:
+        f.write(b"\0")
+    with pytest.raises(W.MigrationRefused, match="backup changed since migration request"):
+        W.migrate(db)
+    Path(ev.backup_path).unlink()
+    with pytest.raises(W.MigrationRefused, match="is missing"):
+        W.migrate(db)
+
+
+def _delete_a_row_then_stamp(conn):
+    # (in this order: once stamped, the fence holds the step to the writer
+    # version recorded when it started, here none)
+    conn.execute("DELETE FROM projects WHERE project_id = 'p2'")
+    W.MIGRATIONS[0](conn)
+
+
+def test_verification_failure_restores_the_backup_and_raises(tmp_path):
+    db = make_v0(tmp_path / "r.db", ROWS)
+    before = dump(db)
+    with pytest.raises(W.MigrationFailed) as err:
+        W.migrate(db, steps={0: _delete_a_row_then_stamp})
+    assert err.value.restored
+    assert "row count of projects: 2 before, 1 after" in str(err.value)
+    assert "restored from the backup" in str(err.value)
+    assert dump(db) == before  # still the v0 store, every row there
+    data = json.loads((tmp_path / "r.db.migrate-v1.evidence.json").read_text())
+    assert data["status"] == "failed" and data["content_sha256_after"] == data["content_sha256_before"]
+
+    # the real migration then runs (the failed attempt does not block it)
+    ev = W.migrate(db)
+    assert ev.status == "migrated"
+    assert dump(db, exclude=("store_meta",)) == before
+
+
+def test_failure_after_commit_restores_the_backup(tmp_path, monkeypatch):
+    db = make_v0(tmp_path / "r.db", ROWS)
+    before = dump(db)
+    monkeypatch.setattr(W, "_post_commit_problems", lambda conn, content: ["injected"])
+    with pytest.raises(W.MigrationFailed, match="injected") as err:
+        W.migrate(db)
+    assert err.value.restored
+    assert dump(db) == before  # the committed v1 store was replaced by the backup
+
+
+def test_a_step_that_raises_leaves_the_store_as_it_was(tmp_path):
+    db = make_v0(tmp_path / "r.db")
+    before = dump(db)
+
+    def broken(conn):
+        W.MIGRATIONS[0](conn)
+        raise RuntimeError("boom")
+
+    with pytest.raises(W.MigrationFailed, match="boom"):
+        W.migrate(db, steps={0: broken})
+    assert dump(db) == before
+
+
+def test_migration_holds_the_exclusive_lock_and_refuses_a_store_in_use(tmp_path):
+    db = make_v0(tmp_path / "r.db")
+    seen = []
+
+    def probing(conn):
+        other = sqlite3.connect(str(db), timeout=0)
+        try:
+            other.execute("SELECT count(*) FROM projects").fetchall()
+            seen.append("read")
+        except sqlite3.OperationalError as e:
+            seen.append(str(e))
+        finally:
+            other.close()
+        W.MIGRATIONS[0](conn)
+
+    assert W.migrate(db, steps={0: probing}).status == "migrated"
+    assert seen == ["database is locked"]
+
+    db2 = make_v0(tmp_path / "busy.db")
+    holder = sqlite3.connect(str(db2), isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(W.MigrationRefused, match="in use"):
+            W.migrate(db2, busy_timeout=0.05)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert not (tmp_path / "busy.db.v0.bak").exists()
+
+
+def test_migrate_a_wal_store(tmp_path):
+    db = make_v0(tmp_path / "r.db", ROWS)
+    conn = sqlite3.connect(str(db), isolation_level=None)
+    assert conn.execute("PRAGMA journal_mode=WAL").fetchone() == ("wal",)
+    conn.close()
+    before = dump(db)
+    ev = W.migrate(db)
+    assert ev.status == "migrated" and ev.db_sha256_after == W._file_sha256(db)
+    assert dump(Path(ev.backup_path)) == before
+    assert dump(db, exclude=("store_meta",)) == before
+
+
+def test_refuses_downgrade_and_missing_steps(tmp_path):
+    db = make_v1(tmp_path / "r.db")
+    with pytest.raises(W.MigrationRefused, match="downgrades are not supported"):
+        W.migrate(db, target=0, evidence_path=tmp_path / "e.json")
+    db0 = make_v0(tmp_path / "o.db")
+    with pytest.raises(W.MigrationRefused, match="no migration step"):
+        W.migrate(db0, steps={})
+    assert not (tmp_path / "o.db.v0.bak").exists()
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def _cli(argv):
+    parser = argparse.ArgumentParser(prog="envreplica")
+    W.register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+def test_cli_migrate(tmp_path, capsys):
+    db = make_v0(tmp_path / "r.db")
+    bdir, evf = tmp_path / "b", tmp_path / "e" / "ev.json"
+    assert _cli(["migrate", "--db", str(db), "--backup-dir", str(bdir), "--evidence", str(evf)]) == 0
+    out = capsys.readouterr().out
+    assert "migrated from schema version 0 to 1" in out and str(bdir / "r.db.v0.bak") in out
+    assert json.loads(evf.read_text())["status"] == "migrated"
+
+    assert _cli(["migrate", "--db", str(db), "--backup-dir", str(bdir), "--evidence", str(evf)]) == 0
+    assert "already at version 1" in capsys.readouterr().out
+
+    conn = _connect(db, W.WRITER_VERSION)
+    conn.execute("INSERT INTO projects VALUES ('p8', 0)")
+    conn.close()
+    assert _cli(["migrate", "--db", str(db), "--backup-dir", str(bdir), "--evidence", str(evf)]) == 1
+    assert "refused" in capsys.readouterr().err
