@@ -600,6 +600,22 @@ class SqliteReplica:
             self.close()
             raise
 
+    @classmethod
+    def from_environment(cls, path, *, reader: Optional[ValueReader], config: ModelConfig = ModelConfig(),
+                         synchronous: str = "FULL", env=None) -> "SqliteReplica":
+        """Open a replica sealed under the configured master key.
+
+        The key comes from ``ENVREPLICA_MASTER_KEY`` (64 hex digits) or
+        ``ENVREPLICA_MASTER_KEY_FILE`` (an owner-only file); anything else
+        raises ``KeyConfigError`` saying how to set one (``impl.sealing``).
+        """
+        import os
+
+        from envreplica.impl.sealing import load_master_key
+
+        key = load_master_key(os.environ if env is None else env)
+        return cls(path, sealer=Sealer(key), reader=reader, config=config, synchronous=synchronous)
+
     # -- plumbing --------------------------------------------------------
 
     def _setup(self, conn) -> None:

@@ -842,3 +842,17 @@ def test_replica_refuses_a_file_of_another_schema_version(tmp_path, recorded, ex
         SqliteReplica(path, sealer=Sealer(bytes(range(32))), reader=None)
     assert caught.value.reason == expected
     assert ("migrate" in str(caught.value)) == (expected == "older")
+
+
+def test_master_key_comes_from_configuration(tmp_path):
+    from envreplica.impl.sealing import KeyConfigError
+
+    with pytest.raises(KeyConfigError, match="ENVREPLICA_MASTER_KEY"):
+        SqliteReplica.from_environment(tmp_path / "k.db", reader=None, env={})
+    key_file = tmp_path / "master.key"
+    key_file.write_text(bytes(range(32)).hex() + "\n")
+    key_file.chmod(0o600)
+    replica = SqliteReplica.from_environment(tmp_path / "k.db", reader=None,
+                                             env={"ENVREPLICA_MASTER_KEY_FILE": str(key_file)})
+    assert replica.read_status().activated is False
+    replica.close()
