@@ -1,12 +1,21 @@
-"""The ``envreplica`` command: check, simulate, diagram, replay, adapter, migrate.
+"""The ``envreplica`` command: check, conformance, simulate, diagram, replay, adapter, migrate.
 
-``check`` model-checks a named bounds suite under a variant, prints the
-invariant table and the coverage table, writes each property's shortest
-counterexample as an ITF trace, and exits 1 on a violation (or on a
-"sometimes" property never witnessed, which would make the pass vacuous).
+``check`` is the full gate: it model-checks a named bounds suite under a
+variant (the invariant table and the coverage table; each property's
+shortest counterexample written as an ITF trace; a violation, or a
+"sometimes" property never witnessed, fails), then runs the lockstep of
+``conformance.lockstep`` against the built-in SQLite implementation
+(``ci``-sized), and prints one summary table with one exit status
+(``--model-only`` skips the lockstep). ``conformance --adapter COMMAND``
+holds any implementation speaking wire-protocol.md section 5 against the
+model: saved traces first (``--traces DIR``), then generated ones; a
+divergence is printed as the shrunk readable steps and written as JSON lines
+and ITF (``--out``), optionally as JUnit XML (``--junit``), and exits 1.
 ``simulate`` takes seeded random walks with the gate moved by the
 ``transitions`` machine. ``diagram`` draws the gate machine from the declared table, a trace's gate path
-highlighted. ``replay`` reruns a trace on the model and shows where it parts.
+highlighted. ``replay`` reruns a trace and shows where it parts: an ITF trace on
+the model, or a ``.jsonl`` file of adapter requests on the model and an
+implementation (the built-in SQLite one, or ``--adapter COMMAND``).
 """
 
 from __future__ import annotations
@@ -52,6 +61,169 @@ def print_counterexample(violation, out=console) -> None:
 
 
 def cmd_check(args) -> int:
+    """The full gate: the model check, then the lockstep against the built-in implementation."""
+    import time
+
+    started = time.perf_counter()
+    model_rc = _model_check(args)
+    model_seconds = time.perf_counter() - started
+    summary = Table(title=f"envreplica check: the gate (variant {args.variant})")
+    for col in ("stage", "what", "result", "seconds"):
+        summary.add_column(col, justify="right" if col == "seconds" else "left")
+    summary.add_row("model check", f"bounds {args.bounds}", _verdict(model_rc == 0), f"{model_seconds:.1f}")
+    failed = model_rc != 0
+    if args.model_only:
+        summary.add_row("lockstep", "skipped (--model-only)", "[dim]skipped[/]", "")
+    else:
+        from envreplica.conformance.drivers import SqliteDriver
+        from envreplica.conformance.lockstep import (
+            _scratch_dir,
+            lockstep_settings,
+            print_coverage,
+            run_lockstep,
+        )
+
+        import shutil
+
+        scratch = _scratch_dir()
+        console.print(f"\n[bold]lockstep[/]: the model against the built-in SQLite implementation "
+                      f"(variant {args.variant}, profile {args.lockstep_profile})")
+        try:
+            report = run_lockstep(
+                lambda: SqliteDriver(args.variant, Path(scratch) / "replica.db"),
+                variant=Variant(args.variant),
+                settings=lockstep_settings(args.lockstep_profile, max_examples=args.lockstep_examples),
+                out_dir=Path(args.out),
+            )
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        _print_lockstep(report)
+        missing = print_coverage(report.coverage, console, title="lockstep coverage")
+        summary.add_row("lockstep", f"SQLite vs model: {report.examples:,} examples, {report.steps:,} steps, "
+                                    f"{report.steps_per_second:,.0f} steps/s", _verdict(report.ok),
+                        f"{report.seconds:.1f}")
+        reachable = [r for r in report.coverage.rows() if r[1] not in {c.value for c in UNREACHABLE}]
+        summary.add_row("lockstep coverage", f"{len(reachable) - len(missing)}/{len(reachable)} reachable items reached",
+                        "[green]complete[/]" if not missing else f"[yellow]missing: {', '.join(i for _, i in missing)}[/]",
+                        "")
+        failed = failed or not report.ok
+    console.print(summary)
+    if failed:
+        console.print("[bold red]FAIL[/]")
+    elif args.model_only:
+        console.print("[bold green]PASS[/]: every property holds at these bounds (lockstep skipped)")
+    else:
+        console.print("[bold green]PASS[/]: every property holds at these bounds, and the implementation "
+                      "agrees with the model")
+    return 1 if failed else 0
+
+
+def _verdict(ok: bool) -> str:
+    return "[green]PASS[/]" if ok else "[bold red]FAIL[/]"
+
+
+def _print_lockstep(report, out=console) -> None:
+    """A lockstep report: one line when it passed; the shrunk steps and the trace files when not."""
+    if report.ok:
+        out.print(f"[green]no divergence[/] in {report.examples:,} examples, {report.steps:,} steps "
+                  f"({report.steps_per_second:,.0f} steps/s, {report.seconds:.1f} s)")
+        return
+    out.print(f"[bold red]DIVERGENCE[/] under variant {report.variant}: first seen after {report.found_after_examples} "
+              f"examples ({report.found_after_seconds or 0:.1f} s, {report.found_steps} steps), shrunk to "
+              f"{report.shrunk_steps} steps in {report.seconds:.1f} s in all")
+    out.print(report.failure, highlight=False, markup=False)
+    if report.trace_path is not None:
+        out.print(f"  requests written to [bold]{report.trace_path}[/] (envreplica replay {report.trace_path})")
+    if report.itf_path is not None:
+        out.print(f"  ITF trace written to [bold]{report.itf_path}[/]")
+
+
+def cmd_conformance(args) -> int:
+    """Hold an external implementation (``--adapter``) against the model."""
+    import time
+
+    from envreplica.conformance.drivers import ModelDriver
+    from envreplica.conformance.external import AdapterError, SubprocessDriver
+    from envreplica.conformance.junit import JUnitCase, case_from_report, write_junit
+    from envreplica.conformance.lockstep import (
+        format_steps,
+        lockstep_settings,
+        print_coverage,
+        read_requests,
+        replay_steps,
+        run_lockstep,
+    )
+
+    variant = Variant(args.variant)
+    out_dir = Path(args.out)
+    cases: list = []
+    failed = False
+    summary = Table(title=f"envreplica conformance --variant {variant.value}")
+    for col in ("run", "result", "examples", "steps", "steps/s", "seconds"):
+        summary.add_column(col, justify="left" if col in ("run", "result") else "right")
+
+    if args.traces:
+        files = sorted(Path(args.traces).glob("*.jsonl"))
+        if not files:
+            console.print(f"[yellow]no *.jsonl traces in {args.traces}[/]")
+        impl = None
+        for path in files:
+            started = time.perf_counter()
+            requests = read_requests(path)
+            if not requests or not isinstance(requests[0], dict) or requests[0].get("op") != "reset":
+                requests = [{"id": 0, "op": "reset"}] + requests  # every trace starts from a fresh replica
+            try:
+                if impl is None:
+                    impl = SubprocessDriver(args.adapter, timeout=args.timeout)
+                steps, divergence = replay_steps(requests, impl, ModelDriver(variant))
+            except AdapterError as error:
+                steps, divergence = [], {"index": 0, "reason": str(error)}
+            if impl is not None and not impl.alive:
+                impl.close()
+                impl = None
+            seconds = time.perf_counter() - started
+            name = f"trace {path.name}"
+            if divergence is None:
+                console.print(f"[green]agree[/]   {path} ({len(steps)} requests)")
+                summary.add_row(name, _verdict(True), "", str(len(steps)), "", f"{seconds:.1f}")
+                cases.append(JUnitCase(name=name, classname="envreplica.conformance.traces", seconds=seconds))
+                continue
+            failed = True
+            text = format_steps(steps, divergence["reason"],
+                                header=f"saved trace {path} parts at step #{divergence['index']}:")
+            console.print(f"[bold red]PARTS[/]   {path}")
+            console.print(text, highlight=False, markup=False)
+            summary.add_row(name, _verdict(False), "", str(len(steps)), "", f"{seconds:.1f}")
+            cases.append(JUnitCase(name=name, classname="envreplica.conformance.traces", seconds=seconds,
+                                   failure=text, message=divergence["reason"]))
+        if impl is not None:
+            impl.close()
+
+    settings = lockstep_settings(args.profile, max_examples=args.max_examples, step_count=args.steps)
+    console.print(f"[bold]lockstep[/]: {args.adapter!r} against the model (variant {variant.value}, "
+                  f"profile {args.profile}, {settings.max_examples} examples of up to "
+                  f"{settings.stateful_step_count} steps)")
+    report = run_lockstep(lambda: SubprocessDriver(args.adapter, timeout=args.timeout), variant=variant,
+                          settings=settings, out_dir=out_dir)
+    _print_lockstep(report)
+    failed = failed or not report.ok
+    summary.add_row(f"lockstep {variant.value}", _verdict(report.ok), f"{report.examples:,}", f"{report.steps:,}",
+                    f"{report.steps_per_second:,.0f}", f"{report.seconds:.1f}")
+    cases.append(case_from_report(f"lockstep[{variant.value}]", report))
+    missing = print_coverage(report.coverage, console, title="lockstep coverage")
+    console.print(summary)
+    if args.junit:
+        cov_text = "\n".join(f"{g}\t{i}\t{n}" for g, i, n in report.coverage.rows())
+        path = write_junit(args.junit, cases, system_out=cov_text)
+        console.print(f"JUnit XML written to [bold]{path}[/]")
+    if missing:
+        console.print(f"[yellow]coverage: {len(missing)} reachable items not reached at this profile[/]")
+    console.print("[bold red]FAIL[/]: the implementation parts from the model" if failed
+                  else f"[bold green]PASS[/]: the implementation agrees with the model (variant {variant.value})")
+    return 1 if failed else 0
+
+
+def _model_check(args) -> int:
     variant = Variant(args.variant)
     bounds_suite = suite(args.bounds, variant)
     out_dir = Path(args.out)
@@ -165,6 +337,8 @@ def cmd_diagram(args) -> int:
 
 
 def cmd_replay(args) -> int:
+    if Path(args.file).suffix == ".jsonl":
+        return _replay_requests(args)
     doc = itf.load(Path(args.file))
     meta = doc.get("#meta", {})
     replayed = itf.replay(doc)
@@ -198,6 +372,55 @@ def cmd_replay(args) -> int:
     return 1 if violated or replayed.diverged_at is not None else 0
 
 
+def _replay_requests(args) -> int:
+    """Replay a JSON-lines file of adapter requests on the model and an implementation."""
+    from envreplica.conformance.drivers import ModelDriver, SqliteDriver
+    from envreplica.conformance.lockstep import (
+        _scratch_dir,
+        compare_responses,
+        describe_request,
+        describe_response,
+        read_requests,
+        replay_steps,
+    )
+
+    import shutil
+
+    variant = Variant(args.variant or Variant.FIXED.value)
+    requests = read_requests(Path(args.file))
+    scratch = None
+    if args.adapter:
+        from envreplica.conformance.external import SubprocessDriver
+
+        impl = SubprocessDriver(args.adapter)
+        what = repr(args.adapter)
+    else:
+        scratch = _scratch_dir()
+        impl = SqliteDriver(variant, Path(scratch) / "replica.db")
+        what = "the built-in SQLite implementation"
+    console.print(f"replaying {args.file}: {len(requests)} adapter requests on the model and {what} "
+                  f"(variant {variant.value})")
+    try:
+        steps, divergence = replay_steps(requests, impl, ModelDriver(variant))
+    finally:
+        impl.close()
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+    for i, step in enumerate(steps, 1):
+        console.print(f"  #{i} [bold]{describe_request(step['request'])}[/]", highlight=False)
+        if compare_responses(step["model"], step["impl"]) is None and (divergence is None or i < divergence["index"]):
+            console.print(f"      -> {describe_response(step['model'])}", highlight=False, markup=False)
+        else:
+            console.print(f"      model:          {describe_response(step['model'])}", highlight=False, markup=False)
+            console.print(f"      implementation: {describe_response(step['impl'])}", highlight=False, markup=False)
+    if divergence is not None:
+        console.print(f"[red]the implementation parts from the model at step #{divergence['index']}: "
+                      f"{divergence['reason']}[/]", highlight=False)
+        return 1
+    console.print("[green]the implementation and the model agree on every step[/]")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="envreplica", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -206,7 +429,26 @@ def main(argv=None) -> int:
     c.add_argument("--variant", default=Variant.FIXED.value, choices=[v.value for v in Variant])
     c.add_argument("--out", default="out/traces", help="where counterexample traces go")
     c.add_argument("--quiet", action="store_true", help="no progress bar")
+    c.add_argument("--model-only", action="store_true", help="the model check only (skip the lockstep)")
+    c.add_argument("--lockstep-profile", default="ci", choices=["dev", "ci", "nightly"],
+                   help="Hypothesis profile of the lockstep (default: ci)")
+    c.add_argument("--lockstep-examples", type=int, default=None, help="override the lockstep's example count")
     c.set_defaults(func=cmd_check)
+    k = sub.add_parser("conformance", help="hold an implementation (an adapter command) against the model")
+    k.add_argument("--adapter", required=True,
+                   help="command that serves the adapter protocol on stdin/stdout, e.g. "
+                        "'envreplica adapter --impl sqlite'")
+    k.add_argument("--variant", default=Variant.FIXED.value, choices=[v.value for v in Variant],
+                   help="the model variant the implementation is held against (default: fixed)")
+    k.add_argument("--profile", default="dev", choices=["dev", "ci", "nightly"],
+                   help="Hypothesis profile: how many generated traces (default: dev)")
+    k.add_argument("--max-examples", type=int, default=None, help="override the profile's example count")
+    k.add_argument("--steps", type=int, default=None, help="steps per generated trace (default: 50)")
+    k.add_argument("--traces", help="a directory of saved *.jsonl traces to replay first")
+    k.add_argument("--junit", help="write a JUnit XML report to this file")
+    k.add_argument("--out", default="out/conformance", help="where a divergence's trace files go")
+    k.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for each response")
+    k.set_defaults(func=cmd_conformance)
     m = sub.add_parser("simulate", help="random walks over the model, beyond the checker's depth")
     m.add_argument("--bounds", default="default", help=f"one of: {', '.join(PRESETS)}")
     m.add_argument("--variant", default=Variant.FIXED.value, choices=[v.value for v in Variant])
@@ -221,8 +463,12 @@ def main(argv=None) -> int:
     d.add_argument("--trace", help="an ITF trace whose gate path to highlight")
     d.add_argument("--output", help="file to write (default: standard output)")
     d.set_defaults(func=cmd_diagram)
-    r = sub.add_parser("replay", help="replay an ITF trace against the model")
+    r = sub.add_parser("replay", help="replay an ITF trace against the model, or a .jsonl of adapter requests "
+                                      "against the model and an implementation")
     r.add_argument("file")
+    r.add_argument("--variant", default=None, choices=[v.value for v in Variant],
+                   help="variant for a .jsonl replay (default: fixed)")
+    r.add_argument("--adapter", help="for a .jsonl replay: an adapter command instead of the built-in SQLite")
     r.set_defaults(func=cmd_replay)
     from envreplica.conformance import adapter
 

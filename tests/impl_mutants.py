@@ -1,0 +1,463 @@
+"""Deliberately broken SQLite replicas: the mutants the conformance gate must catch.
+
+Each ``ImplMutant`` is one realistic bug in ``envreplica.impl.replica.SqliteReplica``
+(or, for the restart mutant, in ``SqliteDriver``). Most are *source mutants*:
+the method is recompiled from its own source with an exact text edit that
+must match exactly once, so a refactor of the implementation makes the mutant
+fail loudly (``MutationTargetMissing``) instead of silently turning back into
+the original code. One (``replay_reapplies``) is a small hand-written
+wrapper around the original method. The mutated methods
+are installed on a subclass, never on ``SqliteReplica`` itself, so the real
+implementation in the same process is untouched.
+
+How a mutant is installed: ``SqliteDriver`` has no constructor parameter for
+the replica class; its construction point is ``SqliteDriver._open``.
+``MutantSqliteDriver`` overrides ``_open`` to build ``replica_class``, and
+``ImplMutant.driver(variant, db_path)`` returns a ``MutantSqliteDriver``
+subclass carrying the mutant's replica class (and, for driver-level bugs, its
+overridden driver methods). ``ImplMutant.factory(directory)`` is the
+``Callable[[], Driver]`` that ``run_lockstep`` takes: each call opens a fresh
+database file under ``directory``.
+
+Each mutant also carries ``scenario``: a short hand-written list of adapter
+requests on which the mutant and the model part (``observe`` says whether the
+difference shows in the responses or only in the state read back from
+SQLite). ``tests/test_conformance_mutants.py`` checks that each scenario runs
+clean on the real implementation and diverges on the mutant, so no mutant is
+semantically identical to the original.
+
+Left out, on purpose:
+
+* **Associated data dropped from sealing** (seal and open both with a
+  constant AD, ``EQUIVALENT_MUTANTS["seal_constant_ad"]``). Through the
+  adapter it is equivalent to the original: the protocol never moves a sealed
+  blob to another row, so a constant AD opens exactly where the real one
+  does, in the responses and in ``to_model_state`` alike. Only a test that
+  edits the file can see it (``tests/test_impl_replica.py`` does: a moved blob
+  fails closed). In its place, ``seal_ad_swaps_revision_generation`` (the AD is
+  built with revision and generation swapped on seal) is observable: a value
+  whose revision differs from its generation no longer opens and the snapshot
+  fails closed.
+* **A commit split into two transactions** (a restart between them leaving
+  half a view). A commit has no value-store read, so nothing (not even a
+  nested ``restart``) can run between its transactions through the adapter.
+  In its place, ``delivery_version_bump_split`` moves a delivery's
+  record-version bump into its last transaction: a read inside the delivery's
+  value-store window sees the new record under the old record version.
+"""
+
+from __future__ import annotations
+
+import __future__
+import inspect
+import itertools
+import os
+import textwrap
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable, Optional, Union
+
+from envreplica.conformance import drivers as drivers_module
+from envreplica.conformance.drivers import SqliteDriver
+from envreplica.impl import replica as replica_module
+from envreplica.impl.replica import SqliteReplica
+from envreplica.model.state import Variant
+from envreplica.model.store import staged_envelope
+from envreplica.spec.domain import ApplyOk
+
+__all__ = [
+    "ImplMutant",
+    "MutantSqliteDriver",
+    "MutationTargetMissing",
+    "MUTANTS",
+    "EQUIVALENT_MUTANTS",
+    "BY_NAME",
+    "with_ids",
+]
+
+
+# ---------------------------------------------------------------------------
+# Mutation machinery
+# ---------------------------------------------------------------------------
+
+
+class MutationTargetMissing(AssertionError):
+    """A mutant's edit no longer matches the implementation's source exactly once."""
+
+
+def source_mutant(cls: type, name: str, module: ModuleType, *edits: tuple[str, str]) -> Any:
+    """``cls.name`` recompiled from its own source with ``edits`` (old, new) applied.
+
+    Each ``old`` must occur exactly once in the method's source. The method is
+    compiled in ``module``'s namespace, so it sees the same helpers as the
+    original. A ``@staticmethod`` stays one (the decorator is in the source).
+    """
+    raw = inspect.getattr_static(cls, name)
+    func = raw.__func__ if isinstance(raw, (staticmethod, classmethod)) else raw
+    src = textwrap.dedent(inspect.getsource(func))
+    for old, new in edits:
+        n = src.count(old)
+        if n != 1:
+            raise MutationTargetMissing(
+                f"mutation target in {cls.__name__}.{name} found {n} times (expected 1): {old!r}; "
+                "the implementation changed, update this mutant")
+        src = src.replace(old, new)
+    code = compile(src, f"<mutant of {cls.__name__}.{name}>", "exec",
+                   flags=__future__.annotations.compiler_flag, dont_inherit=True)
+    namespace: dict = {}
+    exec(code, vars(module), namespace)
+    return namespace[name]
+
+
+def replica_edit(name: str, *edits: tuple[str, str]) -> Callable[[], tuple[str, Any]]:
+    """A deferred source mutant of ``SqliteReplica.name``: (method name, mutated method)."""
+    return lambda: (name, source_mutant(SqliteReplica, name, replica_module, *edits))
+
+
+def driver_edit(name: str, *edits: tuple[str, str]) -> Callable[[], tuple[str, Any]]:
+    """A deferred source mutant of ``SqliteDriver.name``."""
+    return lambda: (name, source_mutant(SqliteDriver, name, drivers_module, *edits))
+
+
+class MutantSqliteDriver(SqliteDriver):
+    """``SqliteDriver`` whose construction point builds ``replica_class`` instead of ``SqliteReplica``."""
+
+    replica_class: type = SqliteReplica
+    mutant_name: Optional[str] = None
+
+    def _open(self):
+        return self.replica_class(self.db_path, sealer=self.sealer, reader=self._reader(), config=self.cfg)
+
+
+# ---------------------------------------------------------------------------
+# Hand-written mutants (a wrapper each)
+# ---------------------------------------------------------------------------
+
+
+def _replay_reapplies() -> tuple[str, Any]:
+    """A replayed delivery writes its record to the live table again, then answers from its receipt."""
+    original = SqliteReplica._delivery_prepare
+
+    def _delivery_prepare(self, tx, frame, mac):
+        out = original(self, tx, frame, mac)
+        if isinstance(out, ApplyOk) and out.replayed:
+            a = tx.authority()
+            if a.attempt_id is None:  # MUTANT: re-apply the delta before answering the replay
+                self._retain_live_state(tx, frame.project_id, frame.state, a.policy_epochs)
+        return out
+
+    return "_delivery_prepare", _delivery_prepare
+
+
+# ---------------------------------------------------------------------------
+# Request builders (adapter JSON, wire-protocol.md section 5)
+# ---------------------------------------------------------------------------
+
+SID = "0f8fad5b-d9cb-469f-a165-70867728950e"
+SID2 = "1f8fad5b-d9cb-469f-a165-70867728950e"
+
+
+def staged(sid: str = SID) -> dict:
+    return {"kind": "staged", "stagingId": sid}
+
+
+def rec(key: str = "A", rev: int = 1, gen: int = 1, ref: Optional[dict] = None, tomb: bool = False,
+        binding: Any = None, epoch: Optional[int] = 1, listing: int = 0) -> dict:
+    if ref is None and not tomb:
+        ref = staged()
+    return {"key": key, "head": {"revision": rev, "generation": gen, "tombstone": tomb, "valueRef": ref},
+            "binding": binding, "policyEpoch": epoch, "listingGeneration": listing}
+
+
+def reset(**config) -> dict:
+    return {"op": "reset", "config": config} if config else {"op": "reset"}
+
+
+def begin(attempt: str = "a1", stream: str = "s1", projects=("p1",), epochs=(1,), org: str = "o1") -> dict:
+    return {"op": "begin", "frame": {"attempt": {"streamId": stream, "attemptId": attempt},
+                                     "projectIds": list(projects)},
+            "keptPolicyEpochs": list(epochs), "orgId": org}
+
+
+def page(records=(), attempt: str = "a1", project: str = "p1", after: Optional[str] = None, version: int = 0,
+         complete: bool = True, during: Optional[list] = None) -> dict:
+    out = {"op": "page", "frame": {"opId": "op-page", "attemptId": attempt, "projectId": project, "after": after,
+                                   "recordVersion": version, "records": list(records), "complete": complete}}
+    if during is not None:
+        out["duringFetch"] = during
+    return out
+
+
+def delivery(state: dict, sequence: int = 1, version: int = 1, project: str = "p1", stream: str = "s1",
+             attempt: Optional[str] = None, during: Optional[list] = None) -> dict:
+    frame = {"kind": "env.replica.apply", "opId": f"op-{sequence}", "projectId": project,
+             "recordVersion": version, "state": state, "delivery": {"streamId": stream, "sequence": sequence}}
+    if attempt is not None:
+        frame["reconciliationAttemptId"] = attempt
+    out = {"op": "delivery", "frame": frame}
+    if during is not None:
+        out["duringFetch"] = during
+    return out
+
+
+def commit(attempt: str = "a1", stream: str = "s1", sequence: int = 0, versions=(("p1", 0),)) -> dict:
+    return {"op": "commit", "frame": {"attemptId": attempt, "highWater": {"streamId": stream, "sequence": sequence},
+                                      "versions": [{"projectId": p, "recordVersion": v} for p, v in versions]}}
+
+
+def put(key: str = "A", sid: str = SID, project: str = "p1", value: str = "secret-A") -> dict:
+    return {"op": "store.put", "projectId": project, "key": key, "ref": staged(sid),
+            "raw": staged_envelope("o1", project, key, sid, value)}
+
+
+def op(name: str, **fields) -> dict:
+    return {"op": name, **fields}
+
+
+def snapshot(*projects: str) -> dict:
+    return op("snapshot", projectIds=list(projects or ("p1",)))
+
+
+def with_ids(requests: list, start: int = 1) -> list:
+    """Number the requests (nested ones from 1000 up) so every response can be matched."""
+    out = []
+    nested_id = itertools.count(1000)
+    for i, request in enumerate(requests):
+        request = dict(request, id=request.get("id", start + i))
+        if isinstance(request.get("duringFetch"), list):
+            request["duringFetch"] = [dict(n, id=next(nested_id)) for n in request["duringFetch"]]
+        out.append(request)
+    return out
+
+
+#: An activated replica with an open gate: p1 live at record version 0, no records.
+BOOT = [reset(), begin(), page(), commit()]
+A = rec("A")
+#: A with a higher listing generation: the same delivery slot, another request.
+A_LISTED = rec("A", listing=1)
+#: A rotated (generation 2, a new value reference): revision 1 != generation 2.
+A_ROT = rec("A", rev=1, gen=2, ref=staged(SID2))
+#: A deleted after its first save.
+A_DEL = rec("A", rev=2, gen=2, tomb=True)
+#: A with the same head and another binding: a conflicting record.
+A_OMIT = rec("A", binding={"kind": "omit"})
+
+
+# ---------------------------------------------------------------------------
+# The mutants
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ImplMutant:
+    name: str
+    bug: str  # the bug, in one line
+    edits: tuple[Callable[[], tuple[str, Any]], ...]  # each builds (method name, mutated method)
+    scenario: tuple[dict, ...]  # adapter requests on which mutant and model part
+    observe: str = "responses"  # "responses": some response differs; "state": only the state read back
+    on: str = "replica"  # which class the edits subclass: "replica" (SqliteReplica) or "driver" (SqliteDriver)
+    variant: Variant = Variant.FIXED
+    note: str = ""
+
+    @property
+    def install(self) -> str:
+        """How it is installed into a ``SqliteDriver`` (for the report)."""
+        methods = ", ".join(build()[0] for build in self.edits)
+        if self.on == "driver":
+            return f"MutantSqliteDriver subclass overriding SqliteDriver.{methods}"
+        return f"MutantSqliteDriver._open builds a SqliteReplica subclass overriding {methods}"
+
+    def driver_class(self) -> type:
+        return _driver_class(self)
+
+    def driver(self, variant: Union[str, Variant, None], db_path: Union[str, os.PathLike]) -> SqliteDriver:
+        """A ``SqliteDriver`` on ``db_path`` running this mutant."""
+        return self.driver_class()(self.variant if variant is None else variant, db_path)
+
+    def factory(self, directory: Union[str, os.PathLike],
+                variant: Union[str, Variant, None] = None) -> Callable[[], SqliteDriver]:
+        """``impl_factory`` for ``run_lockstep``: each call opens a fresh file under ``directory``."""
+        counter = itertools.count()
+        directory = Path(directory)
+
+        def make() -> SqliteDriver:
+            return self.driver(variant, directory / f"{self.name}-{next(counter)}.db")
+
+        return make
+
+
+_CLASSES: dict[str, type] = {}
+
+
+def _driver_class(mutant: ImplMutant) -> type:
+    """The mutant's driver class, built once per mutant name (a stale edit raises here)."""
+    if mutant.name not in _CLASSES:
+        _CLASSES[mutant.name] = _build_driver_class(mutant)
+    return _CLASSES[mutant.name]
+
+
+def _build_driver_class(mutant: ImplMutant) -> type:
+    methods = dict(build() for build in mutant.edits)
+    if mutant.on == "driver":
+        return type(f"Mutant_{mutant.name}", (MutantSqliteDriver,), {"mutant_name": mutant.name, **methods})
+    replica_class = type(f"SqliteReplica_{mutant.name}", (SqliteReplica,), methods)
+    return type(f"Mutant_{mutant.name}", (MutantSqliteDriver,),
+                {"mutant_name": mutant.name, "replica_class": replica_class})
+
+
+M = ImplMutant
+MUTANTS: tuple[ImplMutant, ...] = (
+    M(
+        "replay_skips_mac",
+        "a replay is answered from its receipt without comparing the request MAC",
+        (replica_edit("_delivery_prepare", (
+            "if not Sealer.same_mac(row.request_mac, mac):", "if False:  # MUTANT: MAC not compared")),),
+        tuple(BOOT + [delivery(A), delivery(A_LISTED)]),
+    ),
+    M(
+        "delivery_gap_accepted",
+        "the delivery cursor accepts any later sequence (`>` where `== applied + 1` is meant)",
+        (replica_edit("_delivery_prepare", (
+            "if frame.delivery.sequence != current.sequence + 1:",
+            "if frame.delivery.sequence <= current.sequence:  # MUTANT")),
+         replica_edit("_delivery_final", (
+             "or frame.delivery.sequence != current.sequence + 1",
+             "or frame.delivery.sequence <= current.sequence  # MUTANT"))),
+        tuple(BOOT + [delivery(A, sequence=3), op("status")]),
+    ),
+    M(
+        "close_gate_keeps_staging",
+        "close_gate closes the gate but does not purge the staging tables",
+        (replica_edit("close_gate", ("tx.clear_stage()\n", "pass  # MUTANT: staging not purged\n")),),
+        tuple([reset(), put(), begin(), page([A], version=1), op("close"), op("status")]),
+        observe="state",
+        note="state only: nothing reads staging rows of a purged attempt (begin clears them first)",
+    ),
+    M(
+        "snapshot_while_closed",
+        "the snapshot checks only activation, so it serves while the gate is closed for an attempt",
+        (replica_edit("_snapshot", (
+            "if not a.gate.activated or not a.gate.is_open or a.attempt_id is not None:",
+            "if not a.gate.activated:  # MUTANT")),),
+        tuple(BOOT + [begin("a2"), snapshot()]),
+    ),
+    M(
+        "seal_ad_swaps_revision_generation",
+        "the sealing AD is built with revision and generation swapped (open uses the right ones)",
+        (replica_edit("_seal", (
+            "revision=head.revision, generation=head.generation",
+            "revision=head.generation, generation=head.revision")),),
+        tuple([reset(), put(sid=SID2), begin(), page([A_ROT], version=1), commit(versions=[("p1", 1)]),
+               snapshot()]),
+        note="stands in for 'AD dropped' (seal_constant_ad), which the adapter cannot observe",
+    ),
+    M(
+        "stale_check_off_by_one",
+        "a page at the live record version is refused as stale (`<=` for `<`)",
+        (replica_edit("_page_prepare", (
+            "if frame.record_version < live_version:", "if frame.record_version <= live_version:  # MUTANT")),),
+        tuple(BOOT + [begin("a2"), page(attempt="a2", version=0)]),
+    ),
+    M(
+        "withheld_keeps_value",
+        "a live record that becomes withheld keeps its old value row (cleared only when re-fetching)",
+        (replica_edit("_retain_live_state", (
+            "    tx.delete_live_value(project, key)\n    tx.put_live_record(project, incoming, desired)",
+            "    if desired.kind is MatKind.UNAVAILABLE:  # MUTANT\n"
+            "        tx.delete_live_value(project, key)\n"
+            "    tx.put_live_record(project, incoming, desired)")),),
+        tuple(BOOT + [put(), delivery(A), delivery(A_DEL, sequence=2, version=2), snapshot()]),
+    ),
+    M(
+        "replay_reapplies",
+        "a replayed delivery re-applies its record to the live view before answering from its receipt",
+        (_replay_reapplies,),
+        tuple(BOOT + [put(), delivery(A), begin("a2"), page(attempt="a2", version=2),
+                      commit("a2", sequence=1, versions=[("p1", 2)]), delivery(A), snapshot()]),
+    ),
+    M(
+        "commit_ignores_high_water",
+        "complete skips the high-water check (frame.high_water != applied)",
+        (replica_edit("_complete", ("if frame.high_water != applied:", "if False:  # MUTANT")),),
+        tuple([reset(), begin(), page(), commit(sequence=5)]),
+    ),
+    M(
+        "delivery_version_bump_split",
+        "a live delivery bumps the record version in its last transaction, not with the record "
+        "(a read in the value-store window sees a half-committed view)",
+        (replica_edit("_delivery_prepare", (
+            "tx.set_project_version(project, actual)", "pass  # MUTANT: bumped in _delivery_final")),
+         replica_edit("_delivery_final", (
+             "    result = row.result()\n",
+             "    result = row.result()\n"
+             "    if attempt is None:  # MUTANT\n"
+             "        tx.set_project_version(frame.project_id, actual_version)\n"))),
+        tuple(BOOT + [put(), delivery(A, during=[snapshot()])]),
+        note="stands in for 'commit split in two transactions', which the adapter cannot interrupt",
+    ),
+    M(
+        "f1_fix_dropped",
+        "FIX(F1) is skipped under every variant: a stale read installs onto a record no longer awaiting it",
+        (replica_edit("_still_awaits_value", (
+            "if self.config.variant is Variant.SEED:", "if True:  # MUTANT: FIX(F1) dropped")),),
+        tuple([reset(), put(), begin(epochs=(1, 2)),
+               page([A], version=1, during=[begin(epochs=(2,)), page([A], version=1)]),
+               commit(versions=[("p1", 1)]), snapshot()]),
+    ),
+    M(
+        "f2_fix_dropped",
+        "FIX(F2) is skipped: a retained conflicting record keeps its installed value across a policy change",
+        (replica_edit("_retain_stage_state", (
+            "if self.config.variant is Variant.FIXED:  # FIX(F2)", "if False:  # MUTANT: FIX(F2) dropped")),),
+        tuple([reset(), put(), begin(epochs=(1, 2)), page([A], version=1), commit(versions=[("p1", 1)]),
+               begin(epochs=(2,)), page([A_OMIT], version=2), commit(versions=[("p1", 2)]), snapshot()]),
+    ),
+    M(
+        "receipts_kept_on_stream_change",
+        "a begin on a new stream keeps the old stream's receipts",
+        (replica_edit("begin", ("tx._run(delete(S.receipts))", "pass  # MUTANT: receipts kept")),),
+        tuple(BOOT + [delivery(A), begin("a2", stream="s2"), op("receipts")]),
+    ),
+    M(
+        "org_change_accepted",
+        "a begin naming another organisation is accepted after activation",
+        (replica_edit("begin", ("if a.gate.activated and a.org_id != org_id:", "if False:  # MUTANT")),),
+        tuple(BOOT + [begin("a2", org="o2")]),
+    ),
+    M(
+        "restart_keeps_gate_open",
+        "the driver's restart reopens the file but does not close the gate (driver level)",
+        (driver_edit("_op_restart", ("self._replica.close_gate()\n", "pass  # MUTANT: gate left open\n")),),
+        tuple(BOOT + [op("restart"), op("status")]),
+        on="driver",
+    ),
+    M(
+        "materialize_onto_changed_record",
+        "the live after-transaction installs the fetched value even when the record changed during the read",
+        (replica_edit("_materialize_live", (
+            "if current is None or current.state != before:", "if current is None:  # MUTANT")),),
+        tuple(BOOT + [put(), delivery(A, during=[delivery(A_ROT, version=2)]), snapshot()]),
+    ),
+)
+
+#: Mutants that no adapter request sequence can tell from the original (see the module docstring).
+EQUIVALENT_MUTANTS: dict[str, ImplMutant] = {
+    "seal_constant_ad": M(
+        "seal_constant_ad",
+        "values are sealed and opened with a constant AD (not bound to project, key, head)",
+        (replica_edit("_seal", (
+            "project_id=project, key=key, revision=head.revision, generation=head.generation,\n"
+            "        value_ref=wire.encode(head.value_ref),",
+            "project_id='', key='', revision=0, generation=0, value_ref={},  # MUTANT")),
+         replica_edit("_open_value", (
+             "project_id=project, key=key, revision=vrow.revision,\n"
+             "            generation=vrow.generation, value_ref=wire.encode(ref),",
+             "project_id='', key='', revision=0, generation=0, value_ref={},  # MUTANT"))),
+        (),
+        observe="none",
+    ),
+}
+
+BY_NAME: dict[str, ImplMutant] = {m.name: m for m in MUTANTS}
+assert len(BY_NAME) == len(MUTANTS) >= 12
