@@ -90,3 +90,27 @@ class Coverage:
         """Items with count 0, minus the ones argued unreachable and ``exempt``."""
         skip = {c.value for c in UNREACHABLE} | set(exempt)
         return [(g, i) for g, i, n in self.rows() if n == 0 and i not in skip]
+
+
+def print_coverage_table(coverage, console, title: str, missing_label: str) -> list:
+    """Print ``coverage.rows()`` as a rich table, the argued-unreachable items, then what was missed.
+
+    Serves both the model checker's ``Coverage`` and the lockstep's coverage
+    (anything with ``rows()`` and ``unreached()``); returns ``unreached()``.
+    """
+    from rich.table import Table
+
+    table = Table(title=title)
+    for col in ("group", "item", "count"):
+        table.add_column(col, justify="right" if col == "count" else "left")
+    unreachable = {code.value for code in UNREACHABLE}
+    for group, item, n in coverage.rows():
+        shown = f"{n:,}" if n else ("[dim]unreachable[/]" if item in unreachable else "[yellow]0[/]")
+        table.add_row(group, item, shown)
+    console.print(table)
+    for code, why in UNREACHABLE.items():
+        console.print(f"[dim]unreachable {code.value}: {why}[/]")
+    missing = coverage.unreached()
+    if missing:
+        console.print(f"[yellow]{missing_label}:[/] {', '.join(item for _, item in missing)}")
+    return missing

@@ -29,7 +29,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from envreplica.checker import itf
-from envreplica.checker.coverage import UNREACHABLE, Coverage
+from envreplica.checker.coverage import UNREACHABLE, Coverage, print_coverage_table
 from envreplica.checker.run import run
 from envreplica.model.presets import PRESETS, suite
 from envreplica.model.state import Variant
@@ -278,19 +278,8 @@ def _model_check(args) -> int:
     console.print(table)
     never = [p.name for p in P.SOMETIMES if all(c == "not seen" for c in verdicts[p.name])]
 
-    cov = Table(title="coverage (all bounds of the suite together)")
-    for col in ("group", "item", "count"):
-        cov.add_column(col, justify="right" if col == "count" else "left")
-    unreachable = {c.value: why for c, why in UNREACHABLE.items()}
-    for group, item, n in total_cov.rows():
-        shown = f"{n:,}" if n else ("[dim]unreachable[/]" if item in unreachable else "[yellow]0[/]")
-        cov.add_row(group, item, shown)
-    console.print(cov)
-    for item, why in unreachable.items():
-        console.print(f"[dim]unreachable {item}: {why}[/]")
-    unreached = total_cov.unreached()
-    if unreached:
-        console.print(f"[yellow]not reached at these bounds:[/] {', '.join(i for _, i in unreached)}")
+    print_coverage_table(total_cov, console, "coverage (all bounds of the suite together)",
+                         "not reached at these bounds")
     if never:
         console.print(f"[red]vacuity: never witnessed: {', '.join(never)}[/]")
         failed = True
@@ -440,10 +429,11 @@ def main(argv=None) -> int:
                         "'envreplica adapter --impl sqlite'")
     k.add_argument("--variant", default=Variant.FIXED.value, choices=[v.value for v in Variant],
                    help="the model variant the implementation is held against (default: fixed)")
-    k.add_argument("--profile", default="dev", choices=["dev", "ci", "nightly"],
-                   help="Hypothesis profile: how many generated traces (default: dev)")
+    # The profiles' sizes live in conformance.lockstep.run (not imported here: it loads Hypothesis).
+    k.add_argument("--profile", default="ci", choices=["dev", "ci", "nightly"],
+                   help="Hypothesis profile: how many generated traces (default: ci, derandomized)")
     k.add_argument("--max-examples", type=int, default=None, help="override the profile's example count")
-    k.add_argument("--steps", type=int, default=None, help="steps per generated trace (default: 50)")
+    k.add_argument("--steps", type=int, default=None, help="steps per generated trace (default: the profile's)")
     k.add_argument("--traces", help="a directory of saved *.jsonl traces to replay first")
     k.add_argument("--junit", help="write a JUnit XML report to this file")
     k.add_argument("--out", default="out/conformance", help="where a divergence's trace files go")

@@ -1,0 +1,173 @@
+"""Whether the implementation answers, and ends up, as the model does.
+
+``compare_responses`` holds one response against the model's;
+``_check_state`` runs the checks after a step (the implementation's state,
+read back into the model's shape, against the model's; then the invariants
+on both), ``state_difference`` says where two states differ. ``_roundtrip``
+is a request as the wire carries it, so both sides get the same JSON.
+Rendering steps for people is in ``traces``; sending requests is in
+``machine`` and ``run`` (``replay_steps``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Optional
+
+from envreplica.conformance.lockstep.domains import KNOWN_VIOLATIONS
+from envreplica.model.state import State, Variant
+from envreplica.spec import properties as P
+
+# ---------------------------------------------------------------------------
+# Comparing responses
+# ---------------------------------------------------------------------------
+
+
+def _canon(value: Any) -> str:
+    try:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"))
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def _short(value: Any, width: int = 160) -> str:
+    text = value if isinstance(value, str) else _canon(value)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _first_difference(a: Any, b: Any, path: str) -> str:
+    """The path of the first place where two JSON values differ, and both values there."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b)):
+            if key not in a:
+                return f"{path}.{key}: model has no such key, implementation {_short(b[key])}"
+            if key not in b:
+                return f"{path}.{key}: model {_short(a[key])}, implementation has no such key"
+            if _canon(a[key]) != _canon(b[key]):
+                return _first_difference(a[key], b[key], f"{path}.{key}")
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return f"{path}: model has {len(a)} items, implementation {len(b)}: model {_short(a)}, implementation {_short(b)}"
+        for i, (x, y) in enumerate(zip(a, b)):
+            if _canon(x) != _canon(y):
+                return _first_difference(x, y, f"{path}[{i}]")
+    return f"{path}: model {_short(a)}, implementation {_short(b)}"
+
+
+def compare_responses(model: Any, impl: Any, path: str = "response") -> Optional[str]:
+    """None when ``impl`` answers as ``model`` does; else where and how they differ.
+
+    Equal means: the same keys; ``id`` and ``ok`` equal; ``result`` equal as
+    JSON (``true`` is not ``1``); for errors the same ``type`` (messages may
+    differ); ``nested`` responses equal one by one.
+    """
+    if not isinstance(impl, dict):
+        return f"{path}: the implementation answered {_short(impl)}, not a JSON object"
+    if not isinstance(model, dict):  # pragma: no cover - the model always answers an object
+        return f"{path}: the model answered {_short(model)}"
+    if set(model) != set(impl):
+        return (f"{path}: keys differ: model {sorted(model)}, implementation {sorted(impl)}"
+                f" (implementation answered {_short(impl)})")
+    for key in ("id", "ok"):
+        if _canon(model[key]) != _canon(impl[key]):
+            detail = (f"; implementation error {_short(impl.get('error'))}" if impl.get("ok") is False
+                      else f"; model error {_short(model.get('error'))}" if model.get("ok") is False else "")
+            return f"{path}.{key}: model {_short(model[key])}, implementation {_short(impl[key])}{detail}"
+    if model["ok"] is True:
+        if _canon(model["result"]) != _canon(impl["result"]):
+            return _first_difference(model["result"], impl["result"], f"{path}.result")
+    else:
+        m_err, i_err = model.get("error"), impl.get("error")
+        if not isinstance(i_err, dict) or i_err.get("type") != m_err.get("type"):
+            return (f"{path}.error.type: model {_short(m_err.get('type'))} ({_short(m_err.get('message'), 100)}), "
+                    f"implementation {_short(i_err)}")
+    if "nested" in model:
+        m_nested, i_nested = model["nested"], impl["nested"]
+        if not isinstance(i_nested, list) or len(i_nested) != len(m_nested):
+            return f"{path}.nested: model {len(m_nested)} responses, implementation {_short(i_nested)}"
+        for i, (m, n) in enumerate(zip(m_nested, i_nested)):
+            diff = compare_responses(m, n, f"{path}.nested[{i}]")
+            if diff:
+                return diff
+    return None
+
+
+def _roundtrip(request: Any) -> Any:
+    return json.loads(json.dumps(request))
+
+
+# ---------------------------------------------------------------------------
+# State read back from the implementation
+# ---------------------------------------------------------------------------
+
+
+def _readback(impl: Any):
+    """(state, sealer) when ``impl`` exposes its replica's model-state readback, else None."""
+    replica = getattr(impl, "replica", None)
+    sealer = getattr(impl, "sealer", None)
+    if replica is None or sealer is None or not callable(getattr(replica, "to_model_state", None)):
+        return None
+    return replica, sealer
+
+
+_STATE_FIELDS = ("authority", "projects", "records", "values", "stage_projects", "stage_records",
+                 "stage_values", "receipts", "inflight", "store_on")
+
+
+def state_difference(model: State, impl: State) -> str:
+    """Which tables differ, with the first differing rows (values shown by length only)."""
+    parts = []
+    for name in _STATE_FIELDS:
+        a, b = getattr(model, name), getattr(impl, name)
+        if a == b:
+            continue
+        if hasattr(a, "items") and hasattr(b, "items"):
+            keys = sorted(set(a) | set(b), key=repr)
+            rows = []
+            for k in keys:
+                if a.get(k) != b.get(k):
+                    rows.append(f"{k}: model {_short(_hide(a.get(k)), 200)} / implementation {_short(_hide(b.get(k)), 200)}")
+                if len(rows) == 3:
+                    break
+            parts.append(f"{name} differs: " + "; ".join(rows))
+        else:
+            parts.append(f"{name} differs: model {_short(repr(a), 200)} / implementation {_short(repr(b), 200)}")
+    return " | ".join(parts) or "states differ"
+
+
+def _hide(row: Any) -> str:
+    if row is None:
+        return "absent"
+    text = repr(row)
+    value = getattr(row, "value", None)
+    if isinstance(value, str):
+        text = text.replace(repr(value), f"<value of {len(value)} chars>")
+    return text
+
+
+def _check_state(model: Any, impl: Any, variant: Variant, state_check: bool) -> Optional[str]:
+    """The state checks after a step: readback equality, then invariants on both sides."""
+    known = KNOWN_VIOLATIONS.get(variant, frozenset())
+    st_model = getattr(model, "state", None)
+    if isinstance(st_model, State):
+        for prop in P.INVARIANTS:
+            if prop.name not in known and not prop.check(st_model):
+                return f"invariant {prop.name} fails on the MODEL's state: {prop.statement}"
+    rb = _readback(impl) if state_check else None
+    if rb is None:
+        return None
+    replica, sealer = rb
+    try:
+        impl_state = replica.to_model_state()
+    except Exception as error:  # a corrupt file is a divergence, not a harness crash
+        return f"state readback failed: {type(error).__name__}: {error}"
+    if isinstance(st_model, State):
+        from envreplica.impl.replica import with_macs
+
+        expected = with_macs(st_model, sealer)
+        if expected != impl_state:
+            return f"state after the step differs from the model's: {state_difference(expected, impl_state)}"
+    for prop in P.INVARIANTS:
+        if prop.name not in known and not prop.check(impl_state):
+            return f"invariant {prop.name} fails on the implementation's state: {prop.statement}"
+    return None

@@ -1,0 +1,59 @@
+"""Drawing: each rule draws one block of bytes (``BLOCK_BYTES``) and ``_Draw`` makes every choice from it.
+
+Every choice is one small integer, so examples shrink to the first option.
+What the choices build is in ``generate``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from hypothesis import strategies as st
+
+#: Each rule draws ONE block of random bytes and makes every choice of its request
+#: from it, a byte at a time (a byte maps to an option; 0 is the first option, where
+#: shrinking goes; past the end every choice is 0). So a step is always the same
+#: shape in Hypothesis's choice sequence, however many choices the state makes it
+#: consume: when shrinking deletes a step, the steps after it still replay aligned
+#: (with individually drawn choices most shrink attempts were misaligned).
+#: Block sizes per rule kind: about the most choices a request of that kind makes
+#: (measured). Every byte costs the shrinker a call, used or not, so no bigger.
+BLOCK_BYTES = {"start": 24, "cloud": 32, "begin": 8, "page": 28, "delivery": 32, "commit": 6, "read": 2,
+               "store": 10, "invalid": 32}
+_BLOCKS = {kind: st.binary(min_size=n, max_size=n) for kind, n in BLOCK_BYTES.items()}
+
+
+class _Draw:
+    """Choices from one drawn block of bytes; option 0 is where shrinking goes."""
+
+    __slots__ = ("block", "used")
+
+    def __init__(self, block: bytes) -> None:
+        self.block = block
+        self.used = 0
+
+    def _byte(self) -> int:
+        i = self.used
+        self.used += 1
+        return self.block[i] if i < len(self.block) else 0
+
+    def index(self, n: int) -> int:
+        b = self._byte()
+        return b * n // 256 if n > 1 else 0
+
+    def one(self, seq: Sequence):
+        return seq[self.index(len(seq))]
+
+    def weighted(self, options: Sequence[tuple[int, Any]]):
+        """One value; options with weight 0 are skipped. The first option is the shrink target."""
+        options = [(w, v) for w, v in options if w > 0]
+        point = self.index(sum(w for w, _ in options))
+        for w, v in options:
+            if point < w:
+                return v
+            point -= w
+        return options[-1][1]  # pragma: no cover
+
+    def flag(self, percent: int) -> bool:
+        """True with about ``percent``% probability; shrinks to False."""
+        return self._byte() >= 256 - percent * 256 // 100

@@ -1,0 +1,598 @@
+"""Request generation: ``_Gen``, the builders of every request a rule sends.
+
+Each builder takes a ``_Draw`` (``draw``) and a ``_View`` (``records``) and
+changes nothing: protocol-aware, biased toward what exists, from the small
+domains of ``domains``. Which rule runs when, and sending the requests, are
+in ``machine``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Iterable, Optional, Sequence
+
+from envreplica.conformance.lockstep.domains import (
+    ATTEMPTS,
+    EPOCH_SETS,
+    KEYS,
+    ORG,
+    OTHER_ORG,
+    PROJECTS,
+    REASONS,
+    STRANGER,
+    STREAMS,
+    VALUES,
+)
+from envreplica.conformance.lockstep.draw import _Draw
+from envreplica.conformance.lockstep.records import _moved, _View, record, ref_for, staging_id
+from envreplica.model.store import legacy_envelope, staged_envelope
+from envreplica.spec import wire
+from envreplica.spec.domain import MatKind
+
+
+class _Gen:
+    """Request builders. Each takes a ``_Draw`` and a ``_View``; none changes anything."""
+
+    # -- records ------------------------------------------------------------
+
+    @staticmethod
+    def random_record(d: _Draw, key: str) -> dict:
+        rev, gen = d.index(4), d.index(4)
+        tomb = d.flag(20)
+        if tomb:
+            ref = None
+        else:
+            ref = d.weighted([(6, ref_for(key, gen)),
+                              (2, {"kind": "staged", "stagingId": staging_id(key, gen, 1)}),
+                              (2, {"kind": "legacy", "ssmVersion": max(gen, 1)})])
+        binding = d.weighted([(6, None), (2, {"kind": "omit"}), (2, {"kind": "withhold", "reason": d.one(REASONS)})])
+        epoch = d.weighted([(5, 1), (2, 2), (1, 3), (2, None)])
+        return record(key, rev, gen, tomb, ref, binding, epoch, d.index(3))
+
+    @classmethod
+    def record(cls, d: _Draw, key: str, current: Optional[dict], kept: Sequence[int] = (1, 2)) -> dict:
+        """Mostly the next record a consistent cloud would send; sometimes an odd one."""
+        if current is None:
+            choice = d.weighted([(6, "create"), (1, "fence"), (2, "random"), (1, "create2")])
+            if choice == "create":
+                return record(key, epoch=kept[0] if kept else 1)
+            if choice == "create2":
+                return record(key, epoch=2)
+            if choice == "fence":
+                return record(key, 1, 0, True)
+            return cls.random_record(d, key)
+        tomb = current["head"]["tombstone"]
+        if tomb:
+            moves = ["restore", "relist"]
+        else:
+            moves = ["rotate", "upgrade", "delete", "withhold", "relist", "omit"]
+            if current["binding"] is not None:
+                moves.insert(0, "bind")
+        choice = d.weighted([(11, "advance"), (3, "same"), (2, "random"), (2, "older"), (2, "twin"), (1, "twice")])
+        if choice == "advance":
+            return _moved(current, d.one(moves))
+        if choice == "same":
+            return current
+        if choice == "twice":
+            return _moved(_moved(current, d.one(moves)), "relist")
+        if choice in ("older", "twin"):
+            return _moved(current, choice)
+        return cls.random_record(d, key)
+
+    @staticmethod
+    def key(d: _Draw, existing: Iterable[str]) -> str:
+        existing = sorted(set(existing))
+        if existing and d.index(10) < 6:
+            return d.one(existing)
+        return d.one(KEYS)
+
+    # -- begin --------------------------------------------------------------
+
+    @staticmethod
+    def begin(d: _Draw, v: _View) -> dict:
+        fresh = [a for a in ATTEMPTS if a != v.attempt]
+        attempt = d.weighted([(8, d.one(fresh)), (2, d.one(ATTEMPTS))])
+        stream = v.stream or STREAMS[0]
+        other = [s for s in STREAMS if s != stream] or [stream]
+        stream = d.weighted([(8, stream), (2, d.one(other))])
+        projects = d.weighted([(4, ["p1", "p2"]), (4, ["p1"]), (2, ["p2"]), (1, []), (1, ["p2", "p1"])])
+        epochs = list(d.weighted([(3, v.epochs if v.activated else (1, 2))] + [(2, e) for e in EPOCH_SETS]))
+        org = d.weighted([(10, v.org or ORG), (1, OTHER_ORG)])
+        return {"op": "begin", "frame": {"attempt": {"streamId": stream, "attemptId": attempt},
+                                         "projectIds": projects},
+                "keptPolicyEpochs": epochs, "orgId": org}
+
+    @staticmethod
+    def begin_again(v: _View, epochs: Optional[Sequence[int]] = None) -> dict:
+        """The open attempt begun again with the same id (a reconnect that reuses it), maybe under other epochs."""
+        return {"op": "begin", "frame": {"attempt": {"streamId": v.stream or STREAMS[0],
+                                                     "attemptId": v.attempt or ATTEMPTS[0]},
+                                         "projectIds": sorted(v.stage) or ["p1"]},
+                "keptPolicyEpochs": list(v.epochs if epochs is None else epochs), "orgId": v.org or ORG}
+
+    # -- page ---------------------------------------------------------------
+
+    @classmethod
+    def page(cls, d: _Draw, v: _View) -> dict:
+        attempt = v.attempt if v.attempt is not None and not d.flag(8) else d.one(ATTEMPTS)
+        mine = attempt == v.attempt
+        staged = sorted(v.stage) if mine else []
+        open_ = [p for p in staged if not v.stage[p].complete]
+        project = d.weighted([(12, d.one(open_ or staged or list(PROJECTS))), (1, d.one(PROJECTS + (STRANGER,)))])
+        live_v = v.live_versions.get(project, 0)
+        sp = v.stage.get(project) if mine else None
+        continuing = (sp is not None and sp.record_version is not None and not sp.complete
+                      and sp.last_key is not None)
+        if continuing and not d.flag(12):
+            version, after = sp.record_version, sp.last_key
+        else:
+            after = None if not d.flag(10) else d.one(KEYS[:-1])
+            options = [(9, live_v + 1), (5, live_v), (1, live_v + 2)]
+            if sp is not None and sp.record_version is not None:
+                options.append((2, sp.record_version))
+            if live_v > 0:
+                options.append((4, live_v - 1))
+            version = d.weighted(options)
+        if version == live_v and not d.flag(20):
+            # The live version again: a consistent cloud resends the live records as they are.
+            live = v.live(project)
+            candidates = [live[k] for k in sorted(live) if after is None or k > after]
+        else:
+            candidates = []
+            keys = [k for k in KEYS if after is None or k > after]
+            known = set(v.live(project)) | (set(v.staged(project)) if mine else set())
+            for k in keys:
+                if d.index(100) < (70 if k in known else 35):
+                    current = v.current(project, k, staged=mine) or v.current(project, k, staged=False)
+                    candidates.append(cls.record(d, k, current, v.epochs))
+        n = len(candidates)
+        take = d.weighted([(6, min(n, 2)), (2, min(n, 1)), (1, 0), (1, n)])
+        records = candidates[:take]
+        complete = take == n if not d.flag(10) else not (take == n)
+        frame = {"opId": f"page-{project}", "attemptId": attempt, "projectId": project, "after": after,
+                 "recordVersion": version, "records": records, "complete": complete}
+        return {"op": "page", "frame": frame}
+
+    # -- delivery -----------------------------------------------------------
+
+    @classmethod
+    def delivery(cls, d: _Draw, v: _View) -> dict:
+        stream = v.stream or STREAMS[0]
+        if d.flag(6):
+            stream = d.one([s for s in STREAMS if s != stream] or [stream])
+        receipts = v.state.receipts if stream == v.stream else {}
+        consumed = sorted(n for (s, n) in receipts if s == stream)
+        superseded = v.superseded() if stream == v.stream else []
+        mode = d.weighted([(30, "next"), (4 if consumed else 0, "replay"), (3 if consumed else 0, "conflict"),
+                           (4, "gap")])
+        if mode in ("replay", "conflict"):
+            sequence = d.weighted([(4, consumed[-1]), (2, d.one(consumed)),
+                                   (3 if superseded else 0, d.one(superseded or consumed))])
+            frame = dict(wire.encode(receipts[(stream, sequence)].request))
+            frame["opId"] = f"d-{sequence}"
+            if v.attempt is not None and d.flag(50):
+                frame["reconciliationAttemptId"] = v.attempt
+            if mode == "conflict":
+                how = d.index(3)
+                if how == 0:
+                    frame["state"] = _moved(frame["state"], "relist")
+                elif how == 1:
+                    frame["recordVersion"] += 1
+                else:
+                    frame["projectId"] = d.one([p for p in PROJECTS + (STRANGER,) if p != frame["projectId"]])
+            return {"op": "delivery", "frame": frame}
+        sequence = v.applied + (1 if mode == "next" else d.weighted([(3, 2), (1, 3)]))
+        staging = v.attempt is not None
+        if staging:
+            complete = [p for p, sp in v.stage.items() if sp.complete]
+            choices = sorted(complete or v.stage) or list(PROJECTS)
+            project = d.weighted([(12, d.one(choices)), (1, d.one(PROJECTS + (STRANGER,)))])
+            sp = v.stage.get(project)
+            base = sp.record_version if sp is not None and sp.record_version is not None else 0
+            existing = v.staged(project)
+        else:
+            live = sorted(v.live_versions) or list(PROJECTS)
+            project = d.weighted([(12, d.one(live)), (2, d.one(PROJECTS + (STRANGER,)))])
+            base = v.live_versions.get(project, 0)
+            existing = v.live(project)
+        record_version = max(1, d.weighted([(16, base + 1), (2, base), (2, base + 2)]))
+        key = cls.key(d, existing)
+        state = cls.record(d, key, existing.get(key), v.epochs)
+        frame = {"kind": wire.APPLY_KIND, "opId": f"d-{sequence}", "projectId": project,
+                 "recordVersion": record_version, "state": state,
+                 "delivery": {"streamId": stream, "sequence": sequence}}
+        if staging:
+            recon = d.weighted([(16, v.attempt), (1, None), (1, d.one(ATTEMPTS))])
+        else:
+            recon = d.weighted([(16, None), (1, d.one(ATTEMPTS))])
+        if recon is not None:
+            frame["reconciliationAttemptId"] = recon
+        return {"op": "delivery", "frame": frame}
+
+    # -- commit -------------------------------------------------------------
+
+    @staticmethod
+    def commit(d: _Draw, v: _View, anticipate: Optional[dict] = None) -> dict:
+        attempt = v.attempt or ATTEMPTS[0]
+        if d.flag(8):
+            attempt = d.one(ATTEMPTS)
+        stream = v.stream or STREAMS[0]
+        hw = d.weighted([(24, (stream, v.applied)), (1, (stream, v.applied + 1)),
+                         (1 if v.applied else 0, (stream, v.applied - 1)),
+                         (1, (d.one([s for s in STREAMS if s != stream] or [stream]), v.applied))])
+        versions = {p: (sp.record_version if sp.record_version is not None else 0) for p, sp in v.stage.items()}
+        versions.update(anticipate or {})
+        how = d.weighted([(24, "true"), (1, "bump"), (1, "drop"), (1, "extra")])
+        if how == "bump" and versions:
+            p = d.one(sorted(versions))
+            versions[p] += 1
+        elif how == "drop" and versions:
+            versions.pop(d.one(sorted(versions)))
+        elif how == "extra":
+            versions[d.one(PROJECTS + (STRANGER,))] = 0
+        return {"op": "commit", "frame": {
+            "attemptId": attempt, "highWater": {"streamId": hw[0], "sequence": hw[1]},
+            "versions": [{"projectId": p, "recordVersion": n} for p, n in sorted(versions.items())]}}
+
+    # -- value store --------------------------------------------------------
+
+    @staticmethod
+    def store(d: _Draw, v: _View) -> dict:
+        if d.flag(4):
+            return {"op": "store.off"}
+        play = v.in_play()
+        which = d.weighted([(5 if play else 0, "current"), (3 if play else 0, "next"), (2, "random")])
+        if which == "random":
+            project, key = d.one(PROJECTS), d.one(KEYS)
+            gen = 1 + d.index(3)
+            ref = d.weighted([(3, ref_for(key, gen)), (1, {"kind": "staged", "stagingId": staging_id(key, gen, 1)})])
+        else:
+            project, key, rec = d.one(play)
+            h = rec["head"]
+            if which == "next" or h["valueRef"] is None:
+                ref = ref_for(key, h["generation"] + 1)
+            else:
+                ref = h["valueRef"]
+        org = v.org or ORG
+        value = d.one(VALUES)
+        what = d.weighted([(30, "put"), (3, "wrong"), (2, "garbage"), (2, "version"), (3, "missing"), (3, "error")])
+        if what in ("missing", "error"):
+            return {"op": "store.fail", "projectId": project, "key": key, "ref": ref, "mode": what}
+        out = {"op": "store.put", "projectId": project, "key": key, "ref": ref}
+        if ref["kind"] == "staged":
+            sid = ref["stagingId"]
+            if what == "wrong":
+                raw = staged_envelope(OTHER_ORG, project, key, sid, value) if d.flag(50) else \
+                    staged_envelope(org, project, key + "Z", sid, value)
+            else:
+                raw = staged_envelope(org, project, key, sid, value)
+        else:
+            raw = legacy_envelope(project, key + "Z" if what == "wrong" else key, value)
+            if what == "version":
+                out["reportedVersion"] = ref["ssmVersion"] + 1
+        if what == "garbage":
+            raw = d.one(["{not json", json.dumps({"v": 3, "kind": "project-env"}), "[]"])
+        out["raw"] = raw
+        return out
+
+    # -- reads, close, restart ---------------------------------------------------
+
+    @staticmethod
+    def read(d: _Draw, v: _View) -> dict:
+        what = d.weighted([(4, "snapshot"), (3, "status"), (2, "receipts")])
+        if what != "snapshot":
+            return {"op": what}
+        projects = sorted(v.live_versions)
+        projects = d.weighted([(8, projects), (1, projects[:1]), (1, projects + [STRANGER]),
+                               (1, list(reversed(projects)))])
+        return {"op": "snapshot", "projectIds": projects}
+
+    # -- invalid requests -----------------------------------------------------
+
+    @classmethod
+    def invalid(cls, d: _Draw, v: _View) -> dict:
+        kind = d.index(16)
+        if kind == 0:
+            return {"op": "explode"}
+        if kind == 1:
+            return {"op": "snapshot"}
+        if kind == 2:
+            return {"op": "status", "verbose": True}
+        if kind == 3:
+            req = cls.begin(d, v)
+            req["frame"]["attempt"]["attemptId"] = "-bad"
+            return req
+        if kind == 4:
+            req = cls.begin(d, v)
+            req["frame"]["projectIds"] = ["p1", "p1"]
+            return req
+        if kind == 5:
+            req = cls.page(d, v)
+            req["frame"]["records"] = [record("B"), record("A")]
+            req["frame"]["after"] = None
+            return req
+        if kind == 6:
+            req = cls.page(d, v)
+            req["frame"]["recordVersion"] = True
+            return req
+        if kind == 7:
+            req = cls.delivery(d, v)
+            req["frame"]["state"]["head"]["tombstone"] = not req["frame"]["state"]["head"]["tombstone"]
+            return req
+        if kind == 8:
+            req = cls.delivery(d, v)
+            req["frame"]["delivery"]["sequence"] = 0
+            return req
+        if kind == 9:
+            req = cls.delivery(d, v)
+            req["frame"]["reconciliationAttemptId"] = None
+            return req
+        if kind == 10:
+            req = cls.commit(d, v)
+            req["duringFetch"] = []
+            return req
+        if kind == 11:
+            req = cls.commit(d, v)
+            req["frame"]["versions"] = list(reversed(req["frame"]["versions"])) + [
+                {"projectId": "p0", "recordVersion": 0}]
+            return req
+        if kind == 12:
+            return {"op": "store.fail", "projectId": "p1", "key": "A", "ref": ref_for("A", 1), "mode": "sometimes"}
+        if kind == 13:
+            return {"op": "store.put", "projectId": "p1", "key": "A", "ref": ref_for("A", 1), "raw": "x",
+                    "reportedVersion": 2}
+        if kind == 14:
+            return {"op": "reset", "config": {"ackPageBytes": -1}}
+        return {"op": "status", "id": "seven"}
+
+    # -- the consistent cloud -------------------------------------------------------
+
+    @staticmethod
+    def advance(d: _Draw, key: str, current: Optional[dict], kept: Sequence[int] = (1, 2)) -> dict:
+        """A record one reachable head move ahead of ``current`` (a first save when there is none).
+
+        Weighted toward moves that leave a value to fetch (a rotation, a
+        relisting, a restore, a rebinding), so reads and their races happen.
+        """
+        if current is None:
+            epoch = d.weighted([(8, kept[0] if kept else 1), (1, 2), (1, None)])
+            return d.weighted([(8, record(key, epoch=epoch)), (1, record(key, 1, 0, True))])
+        if current["head"]["tombstone"]:
+            move = d.weighted([(4, "restore"), (1, "relist")])
+        elif current["binding"] is not None:
+            move = d.weighted([(4, "bind"), (1, "rotate"), (1, "relist")])
+        elif kept and current["policyEpoch"] not in kept:  # approved again under a kept epoch
+            move = d.weighted([(4, "upgrade"), (1, "rotate"), (1, "relist"), (1, "delete")])
+        else:
+            move = d.weighted([(4, "rotate"), (2, "relist"), (2, "upgrade"), (1, "delete"), (1, "withhold"),
+                               (1, "omit")])
+        moved = _moved(current, move)
+        if move == "upgrade":
+            later = [e for e in kept if current["policyEpoch"] is not None and e > current["policyEpoch"]]
+            if later and not d.flag(20):
+                moved["policyEpoch"] = later[0]
+        return moved
+
+    @classmethod
+    def fresh_begin(cls, d: _Draw, v: _View) -> dict:
+        fresh = [a for a in ATTEMPTS if a != v.attempt]
+        stream = v.stream or STREAMS[0]
+        if v.activated and d.flag(10):
+            stream = d.one([s for s in STREAMS if s != stream])
+        projects = d.weighted([(5, ["p1", "p2"]), (4, ["p1"]), (1, ["p2"]), (1, [])])
+        current = tuple(v.epochs) if v.activated else (1, 2)
+        # Mostly the same policy; sometimes it narrows (the oldest kept epoch retired), or anything.
+        # Narrowing is likelier while an installed value depends on the epoch it retires: that
+        # is when a policy change must withdraw something (findings F1 and F2).
+        installed = {row.state.policy_epoch for row in v.state.records.values() if row.mat.kind is MatKind.INSTALLED}
+        narrow = 5 if current and current[0] in installed else 2
+        epochs = list(d.weighted([(8, current), (narrow, current[1:])] + [(1, e) for e in EPOCH_SETS]))
+        return {"op": "begin", "frame": {"attempt": {"streamId": stream, "attemptId": d.one(fresh)},
+                                         "projectIds": projects},
+                "keptPolicyEpochs": epochs, "orgId": d.weighted([(30, v.org or ORG), (1, OTHER_ORG)])}
+
+    @classmethod
+    def next_page(cls, d: _Draw, v: _View, project: str) -> dict:
+        """The next canonical page of ``project`` for the open attempt."""
+        sp = v.stage[project]
+        live_v = v.live_versions.get(project, 0)
+        if sp.record_version is not None and not sp.complete and sp.last_key is not None:
+            version, after = sp.record_version, sp.last_key
+        else:
+            # Sometimes the cloud's snapshot lags behind a delivery the replica already applied.
+            version = d.weighted([(7, live_v + 1), (3, live_v), (1 if live_v > 0 else 0, live_v - 1)])
+            after = None
+        live = v.live(project)
+        if version == live_v:
+            candidates = [live[k] for k in sorted(live) if after is None or k > after]
+        else:
+            candidates = []
+            for k in KEYS:
+                if after is not None and k <= after:
+                    continue
+                current = v.current(project, k, staged=True) or live.get(k)
+                if d.index(100) < (85 if current is not None else 35):
+                    # A lagging snapshot is likelier for a record kept under an epoch this begin no
+                    # longer keeps: its retained state must be judged again (finding F2).
+                    rejudged = current is not None and current.get("policyEpoch") not in v.epochs
+                    how = d.weighted([(14, "advance"), (6 if current else 0, "same"),
+                                      ((8 if rejudged else 2) if current else 0, "older")])
+                    if how == "same":
+                        candidates.append(current)
+                    elif how == "older":  # a lagging snapshot: an older state of the record
+                        candidates.append(_moved(current, "older"))
+                    else:
+                        candidates.append(cls.advance(d, k, current, v.epochs))
+        n = len(candidates)
+        take = d.weighted([(6, min(n, 2)), (3, min(n, 1)), (1, n)])
+        frame = {"opId": f"page-{project}", "attemptId": v.attempt, "projectId": project, "after": after,
+                 "recordVersion": version, "records": candidates[:take], "complete": take == n}
+        return {"op": "page", "frame": frame}
+
+    @classmethod
+    def next_delivery(cls, d: _Draw, v: _View) -> dict:
+        """The next delivery of the stream: one record advanced, at the next record version."""
+        staging = v.attempt is not None
+        if staging:
+            project = d.one(sorted(p for p, sp in v.stage.items() if sp.complete))
+            base = v.stage[project].record_version or 0
+            existing = v.staged(project)
+        else:
+            # Sometimes the stream carries a project this replica does not hold.
+            project = d.weighted([(15, d.one(sorted(v.live_versions))), (1, d.one(PROJECTS + (STRANGER,)))])
+            base = v.live_versions.get(project, 0)
+            existing = v.live(project)
+        key = cls.key(d, existing)
+        sequence = v.applied + d.weighted([(15, 1), (1, 2)])  # sometimes one overtakes another
+        frame = {"kind": wire.APPLY_KIND, "opId": f"d-{sequence}", "projectId": project,
+                 "recordVersion": base + 1, "state": cls.advance(d, key, existing.get(key), v.epochs),
+                 "delivery": {"streamId": v.stream, "sequence": sequence}}
+        if staging:
+            frame["reconciliationAttemptId"] = v.attempt
+        return {"op": "delivery", "frame": frame}
+
+    @classmethod
+    def cloud(cls, d: _Draw, v: _View) -> dict:
+        """What a consistent cloud sends next: begin, the next page, the commit, the next delivery."""
+        if v.activated and d.flag(12):
+            # A task loader reads what is served (None unless open with no attempt).
+            return {"op": "snapshot", "projectIds": sorted(v.live_versions)}
+        if not v.activated:
+            return cls.fresh_begin(d, v)
+        if v.applied and d.flag(6):
+            # At-least-once delivery: the last delivery (or an earlier one) arrives again,
+            # often one whose record a snapshot or a later delivery has moved since.
+            consumed, superseded = v.consumed() or [v.applied], v.superseded()
+            sequence = d.weighted([(4, v.applied), (2, d.one(consumed)),
+                                   (3 if superseded else 0, d.one(superseded or consumed))])
+            receipt = v.state.receipts.get((v.stream, sequence))
+            if receipt is not None:
+                frame = dict(wire.encode(receipt.request), opId=f"d-{sequence}")
+                if v.attempt is not None:
+                    frame["reconciliationAttemptId"] = v.attempt
+                return {"op": "delivery", "frame": frame}
+        if v.attempt is None:
+            if not v.gate_open or not v.live_versions or d.flag(12):
+                return cls.fresh_begin(d, v)
+            return cls.next_delivery(d, v)
+        incomplete = sorted(p for p, sp in v.stage.items() if not sp.complete)
+        complete = len(incomplete) < len(v.stage)
+        if incomplete and not (complete and d.flag(15)):
+            return cls.next_page(d, v, d.one(incomplete))
+        if complete and d.flag(35):
+            return cls.next_delivery(d, v)
+        return cls.commit(d, v)
+
+    @classmethod
+    def advance_delivery(cls, d: _Draw, v: _View, frame: dict) -> dict:
+        """The delivery after ``frame``'s (a page's or delivery's): its record (or first record) advanced."""
+        project = frame.get("projectId")
+        record = frame.get("state") if "state" in frame else (frame.get("records") or [None])[0]
+        if not isinstance(record, dict) or project is None:
+            return cls.delivery(d, v)
+        staged = v.attempt is not None
+        base = (v.stage[project].record_version or 0) if staged and project in v.stage \
+            else v.live_versions.get(project, 0)
+        if frame.get("recordVersion", 0) > base:  # the outer delivery's own version, applied before its read
+            base = frame["recordVersion"]
+        if record["head"]["tombstone"] or record["binding"] is not None:
+            state = cls.advance(d, record["key"], record, v.epochs)
+        else:  # mostly a new value: the read in flight is for a reference no longer current
+            state = _moved(record, d.weighted([(4, "rotate"), (1, "upgrade"), (1, "relist")]))
+        sequence = v.applied + 1
+        inner = {"kind": wire.APPLY_KIND, "opId": f"d-{sequence}", "projectId": project,
+                 "recordVersion": base + 1, "state": state,
+                 "delivery": {"streamId": v.stream or STREAMS[0], "sequence": sequence}}
+        if staged:
+            inner["reconciliationAttemptId"] = v.attempt
+        return {"op": "delivery", "frame": inner}
+
+    @classmethod
+    def reconcile(cls, d: _Draw, v: _View, frame: dict) -> list[dict]:
+        """A whole reconciliation of the delivery's project (begin, its page, the commit) under fewer epochs.
+
+        Run inside a live delivery's read: the delivery's first transaction
+        already made its record live (pending), so the page resends the live
+        records with it; the commit then makes it withheld under the new
+        epochs, and the read in flight must not install onto it (finding F1).
+        """
+        project, version = frame["projectId"], frame["recordVersion"]
+        records = v.live(project)
+        records[frame["state"]["key"]] = frame["state"]
+        attempt = d.one([a for a in ATTEMPTS if a != v.attempt])
+        epochs = list(d.weighted([(1, v.epochs[1:]), (1, (2,)), (1, v.epochs)]))
+        stream = v.stream or STREAMS[0]
+        return [
+            {"op": "begin", "frame": {"attempt": {"streamId": stream, "attemptId": attempt}, "projectIds": [project]},
+             "keptPolicyEpochs": epochs, "orgId": v.org or ORG},
+            {"op": "page", "frame": {"opId": f"page-{project}", "attemptId": attempt, "projectId": project,
+                                     "after": None, "recordVersion": version,
+                                     "records": [records[k] for k in sorted(records)], "complete": True}},
+            {"op": "commit", "frame": {"attemptId": attempt, "highWater": {"streamId": stream, "sequence": v.applied},
+                                       "versions": [{"projectId": project, "recordVersion": version}]}},
+        ]
+
+    # -- duringFetch ----------------------------------------------------------
+
+    @classmethod
+    def nested(cls, d: _Draw, v: _View, outer: dict, anticipate: dict) -> list[dict]:
+        """Requests to run inside ``outer``'s value-store read.
+
+        Weighted toward the races that matter: a commit that would now
+        succeed (it promotes a record still pending), the open attempt begun
+        again (it wipes the staged row the operation will answer with), the
+        same delivery run to its end first.
+        """
+        frame = outer["frame"]
+        others_complete = all(sp.complete for p, sp in v.stage.items() if p != frame.get("projectId"))
+        commit_now = outer["op"] == "page" and frame.get("complete") is True and others_complete
+        staged_delivery = outer["op"] == "delivery" and v.attempt is not None
+        live_delivery = outer["op"] == "delivery" and v.attempt is None and v.gate_open
+        pattern = d.weighted([(6, None), (2 if outer["op"] == "page" and v.attempt else 0, "narrow"),
+                              (2 if live_delivery else 0, "reconcile"),
+                              (4 if outer["op"] == "delivery" else 0, "advance")])
+        if pattern == "narrow":
+            # The attempt begun again under fewer kept epochs, then the same page: the read in
+            # flight must not install onto the record now withheld (finding F1, adversarial).
+            epochs = d.weighted([(1, v.epochs[1:]), (1, (2,)), (1, ())])
+            return [cls.begin_again(v, epochs),
+                    json.loads(json.dumps({k: x for k, x in outer.items() if k != "duringFetch"}))]
+        if pattern == "reconcile":
+            return cls.reconcile(d, v, frame)
+        if pattern == "advance":
+            # The next delivery moves the very record being read for: the read's answer is stale.
+            return [cls.advance_delivery(d, v, frame)]
+        out = []
+        for _ in range(d.weighted([(3, 1), (1, 2)])):
+            kind = d.weighted([(20 if staged_delivery else 4, "begin_again"), (3, "begin"),
+                               (12 if commit_now else 4, "commit"), (2, "close"), (3, "restart"),
+                               (3, "delivery"), (3, "advance"), (1, "store"), (1, "status"), (2, "snapshot"),
+                               (1, "page"), (2 if out else 0, "same")])
+            if kind == "begin_again":
+                # The same attempt again, sometimes keeping fewer epochs (the race of finding F1).
+                epochs = d.weighted([(3, None), (1, v.epochs[1:]), (1, (2,))])
+                out.append(cls.begin_again(v, epochs))
+            elif kind == "same":
+                out.append(json.loads(json.dumps({k: x for k, x in outer.items() if k != "duringFetch"})))
+            elif kind == "advance":
+                out.append(cls.advance_delivery(d, v, frame))
+            elif kind == "begin":
+                out.append(cls.begin(d, v))
+            elif kind == "commit":
+                out.append(cls.commit(d, v, anticipate))
+                if d.flag(50):  # a task loader reads while the operation is still in its read
+                    out.append({"op": "snapshot", "projectIds": sorted(set(v.stage) | set(anticipate))})
+            elif kind == "snapshot":
+                out.append({"op": "snapshot", "projectIds": sorted(v.live_versions)})
+            elif kind in ("close", "restart", "status"):
+                out.append({"op": kind})
+            elif kind == "delivery":
+                if outer["op"] == "delivery" and d.flag(50):
+                    out.append(json.loads(json.dumps(outer)))  # the same delivery, run to its end inside
+                else:
+                    out.append(cls.delivery(d, v))
+            elif kind == "store":
+                out.append(cls.store(d, v))
+            else:
+                out.append(cls.page(d, v))
+        return out

@@ -1,0 +1,369 @@
+"""The state machine: ``LockstepMachine``, its rules (``RULE_WEIGHTS``), and the tracing model driver.
+
+Each rule draws one block of bytes (``draw.BLOCK_BYTES``), builds one
+request from it (``generate._Gen``) and sends it to the model and to the
+implementation; the responses must agree and the state checks pass
+(``compare``). ``_TracingModel`` is the model driver reporting each gate
+move for coverage. How a run is set up, shrunk, minimized and reported is
+in ``run``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, ClassVar, Optional
+
+import hypothesis
+from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
+
+from envreplica.conformance.drivers import OPS, ModelDriver
+from envreplica.conformance.lockstep.compare import _check_state, _roundtrip, compare_responses
+from envreplica.conformance.lockstep.context import _Run
+from envreplica.conformance.lockstep.coverage import COVERAGE
+from envreplica.conformance.lockstep.domains import (
+    KINDS,
+    NESTED_ID_BASE,
+    ORG,
+    OTHER_KEY_HEX,
+    OTHER_ORG,
+    SMALL_ACK,
+    VALUES,
+)
+from envreplica.conformance.lockstep.draw import BLOCK_BYTES, _BLOCKS, _Draw
+from envreplica.conformance.lockstep.generate import _Gen
+from envreplica.conformance.lockstep.records import _fetchable, _View
+from envreplica.conformance.lockstep.traces import write_trace
+from envreplica.model.state import State, Variant
+from envreplica.model.store import legacy_envelope, staged_envelope
+from envreplica.spec.gate import GateEdge, Trigger
+
+#: The ops that move the gate, and the trigger of each (``_TracingModel`` records the moves).
+_TRIGGERS = {"begin": Trigger.BEGIN, "commit": Trigger.COMPLETE, "close": Trigger.CLOSE_GATE,
+             "restart": Trigger.RESTART}
+
+
+class _TracingModel(ModelDriver):
+    """The model driver, reporting each gate move (nested requests included)."""
+
+    def __init__(self, variant: Variant, sink: list) -> None:
+        self._sink = sink
+        super().__init__(variant)
+
+    def handle(self, request: Any) -> dict:
+        op = request.get("op") if isinstance(request, dict) else None
+        trigger = _TRIGGERS.get(op) if isinstance(op, str) else None
+        before = self.state.authority.gate if trigger is not None else None
+        response = super().handle(request)
+        if trigger is not None and response.get("ok") is True:
+            result = response.get("result")
+            if trigger is not Trigger.COMPLETE or (isinstance(result, dict) and result.get("ok") is True):
+                self._sink.append(GateEdge(trigger, before, self.state.authority.gate))
+        return response
+
+
+#: Ops that never change the replica (reads); an invalid request changes nothing either.
+READ_OPS = frozenset({"status", "snapshot", "receipts"})
+
+
+def op_reads_only(request: Any) -> bool:
+    """The request cannot change state when the implementation is right (a read, or not a known op)."""
+    op = request.get("op") if isinstance(request, dict) else None
+    return op in READ_OPS or op not in OPS
+
+
+class LockstepDivergence(AssertionError):
+    """The implementation parted from the model (or a state check failed)."""
+
+
+class LockstepMachine(RuleBasedStateMachine):
+    """One example: a reset, then rules that each send one request to model and implementation.
+
+    Bind it to an implementation and variant with ``bind``; the bare class
+    runs the built-in SQLite implementation under ``fixed``
+    (``TestLockstep = LockstepMachine.TestCase`` works as is).
+    """
+
+    run: ClassVar[Optional[_Run]] = None
+
+    @classmethod
+    def bind(cls, run: _Run) -> type:
+        return type(f"{cls.__name__}_{run.variant.value.replace('-', '_')}", (cls,), {"run": run})
+
+    def __init__(self) -> None:
+        super().__init__()
+        run = type(self).run
+        if run is None:
+            run = type(self).run = _Run(None, Variant.FIXED, None, True)
+        self.ctx = run
+        self.edges: list[GateEdge] = []
+        self.model = _TracingModel(run.variant, self.edges)
+        self.impl = run.driver()
+        self.steps: list[dict] = []
+        self.enabled: frozenset = frozenset(KINDS)
+        self.interleave = True
+        self.failure: Optional[str] = None
+        self.impl_dead = False
+        self.next_id = 1
+        self.next_nested = NESTED_ID_BASE
+        self.sent: list[tuple] = []
+        self.max_staged = 0
+        self.max_applied = 0
+        self.seen_edges: set = set()
+        self.plan: list[dict] = []  # the cloud's next requests (values first, then the frame)
+        self._checked_state: Optional[State] = None  # the model state last compared with the implementation's
+        self._unchecked = False  # a step since then was not checked (the model did not move)
+
+    # -- plumbing -------------------------------------------------------------
+
+    def view(self) -> _View:
+        return _View(self.model.state, self.sent[-12:])
+
+    def _number(self, request: dict) -> dict:
+        request = dict(request)
+        if "id" not in request:
+            request["id"] = self.next_id
+        self.next_id += 1
+        if isinstance(request.get("duringFetch"), list):
+            inner = []
+            for n in request["duringFetch"]:
+                n = dict(n, id=self.next_nested)
+                self.next_nested += 1
+                inner.append(n)
+            request["duringFetch"] = inner
+        return request
+
+    def _remember(self, request: dict) -> None:
+        """Records sent in frames: the store rule puts values for them."""
+        frame = request.get("frame")
+        if request.get("op") == "page" and isinstance(frame, dict):
+            for r in frame.get("records", ()):
+                self.sent.append((frame.get("projectId"), r.get("key"), r))
+        elif request.get("op") == "delivery" and isinstance(frame, dict):
+            self.sent.append((frame.get("projectId"), frame["state"].get("key"), frame["state"]))
+        for n in request.get("duringFetch") or ():
+            self._remember(n)
+
+    def _fail(self, reason: str) -> None:
+        self.failure = reason
+        raise LockstepDivergence(reason)
+
+    def send(self, request: dict) -> dict:
+        """One step on both sides; asserts they agree and the state checks pass."""
+        request = self._number(request)
+        self._remember(request)
+        wire_request = _roundtrip(request)
+        model_response = self.model.handle(_roundtrip(wire_request))
+        try:
+            impl_response = self.impl.handle(_roundtrip(wire_request))
+        except Exception as error:
+            self.impl_dead = bool(getattr(error, "dead", True))
+            impl_response = {"driver-error": f"{type(error).__name__}: {error}"}
+        self.steps.append({"request": request, "model": model_response, "impl": impl_response})
+        self.ctx.steps += 1
+        cov = self.ctx.coverage
+        cov.observe(request, model_response)
+        COVERAGE.observe(request, model_response)
+        for edge in self.edges:
+            cov.observe_edge(edge)
+            COVERAGE.observe_edge(edge)
+        self.seen_edges.update(self.edges)
+        self.edges.clear()
+        reason = compare_responses(model_response, impl_response)
+        if reason is not None:
+            self._fail(reason)
+        st_ = self.model.state
+        if st_ is self._checked_state and op_reads_only(request):
+            # The model did not move (a read, an invalid request): the implementation must not
+            # have either; that is checked with the next step that moves, or at teardown.
+            self._unchecked = True
+        else:
+            reason = _check_state(self.model, self.impl, self.ctx.variant, self.ctx.state_check)
+            if reason is not None:
+                self._fail(reason)
+            self._checked_state, self._unchecked = st_, False
+        self.max_staged = max(self.max_staged, len(st_.stage_records))
+        self.max_applied = max(self.max_applied, st_.authority.applied_sequence)
+        return model_response
+
+    # -- rules ------------------------------------------------------------------
+
+    @initialize(data=_BLOCKS["start"])
+    def start(self, data) -> None:
+        """Swarm: choose this example's rule kinds; then reset both sides."""
+        d = _Draw(data)
+        enabled = frozenset(k for k in KINDS if d.index(5) != 4)
+        self.enabled = enabled or frozenset({"read"})
+        self.interleave = d.index(6) != 5
+        config = d.weighted([(16, None), (2, {"ackPageBytes": SMALL_ACK}), (1, {"prefix": "/other"}),
+                             (1, {"masterKeyHex": OTHER_KEY_HEX})])
+        self.send({"op": "reset"} if config is None else {"op": "reset", "config": config})
+        if d.flag(60):
+            self.send(_Gen.fresh_begin(d, self.view()))
+
+    def _with_nested(self, d: _Draw, v: _View, request: dict) -> dict:
+        """Maybe give a page or delivery ``duringFetch`` requests; likelier when it will read a value."""
+        frame = request["frame"]
+        records = frame.get("records") if request["op"] == "page" else [frame.get("state")]
+        reads = v.state.store_on and any(_fetchable(r, v.epochs) for r in records or ())
+        if not self.interleave or not d.flag(60 if reads else 10):
+            return request
+        anticipate: dict = {}
+        if request["op"] == "page" and frame.get("complete") is True:
+            anticipate[frame["projectId"]] = frame["recordVersion"]
+        elif request["op"] == "delivery" and v.attempt is not None:
+            anticipate[frame["projectId"]] = frame["recordVersion"]
+        request["duringFetch"] = _Gen.nested(d, v, request, anticipate)
+        return request
+
+    def _missing_values(self, d: _Draw, v: _View, request: dict) -> list[dict]:
+        """Store answers for each fetchable record of a frame the store has no answer for.
+
+        Mostly a correct envelope (so values get installed); sometimes each
+        other kind of answer: another organisation or key, text that is not
+        an envelope, a legacy version other than asked, nothing, an error.
+        """
+        from envreplica.model.store import legacy_parameter_name, staged_parameter_name
+
+        frame = request["frame"]
+        project = frame["projectId"]
+        records = frame["records"] if request["op"] == "page" else [frame["state"]]
+        prefix = self.model.cfg.prefix
+        org = v.org or ORG
+        puts = []
+        for r in records:
+            ref = r["head"]["valueRef"]
+            if ref is None or r["binding"] is not None or r["policyEpoch"] not in v.epochs:
+                continue
+            key = r["key"]
+            staged = ref["kind"] == "staged"
+            if staged:
+                name, version = staged_parameter_name(prefix, project, key, ref["stagingId"]), None
+            else:
+                name, version = legacy_parameter_name(prefix, project, key), ref["ssmVersion"]
+            if name is None or (name, version) in self.model.store:
+                continue
+            answer = d.weighted([(24, "correct"), (3, "wrong"), (2, "garbage"), (0 if staged else 8, "version"),
+                                 (2, "missing"), (2, "error"), (2, "none")])
+            if answer == "none":
+                continue
+            if answer in ("missing", "error"):
+                puts.append({"op": "store.fail", "projectId": project, "key": key, "ref": ref, "mode": answer})
+                continue
+            value = d.one(VALUES)
+            if staged:
+                raw = staged_envelope(OTHER_ORG if answer == "wrong" else org, project, key, ref["stagingId"], value)
+            else:
+                raw = legacy_envelope(project, key + "Z" if answer == "wrong" else key, value)
+            if answer == "garbage":
+                raw = d.one(["{not json", json.dumps({"v": 3, "kind": "project-env"})])
+            put = {"op": "store.put", "projectId": project, "key": key, "ref": ref, "raw": raw}
+            if answer == "version":
+                put["reportedVersion"] = ref["ssmVersion"] + 1
+            puts.append(put)
+        return puts
+
+    def do_cloud(self, data) -> None:
+        d = _Draw(data)
+        if self.plan and not d.flag(10):
+            self.send(self.plan.pop(0))
+            return
+        v = self.view()
+        request = _Gen.cloud(d, v)
+        self.plan = []
+        if request["op"] in ("page", "delivery"):
+            puts = self._missing_values(d, v, request)
+            request = self._with_nested(d, v, request)
+            if puts and not d.flag(20):
+                self.plan = puts[1:] + [request]
+                request = puts[0]
+        self.send(request)
+
+    def do_begin(self, data) -> None:
+        self.send(_Gen.begin(_Draw(data), self.view()))
+
+    def do_page(self, data) -> None:
+        d, v = _Draw(data), self.view()
+        self.send(self._with_nested(d, v, _Gen.page(d, v)))
+
+    def do_delivery(self, data) -> None:
+        d, v = _Draw(data), self.view()
+        self.send(self._with_nested(d, v, _Gen.delivery(d, v)))
+
+    def do_commit(self, data) -> None:
+        self.send(_Gen.commit(_Draw(data), self.view()))
+
+    def do_close(self, data) -> None:
+        self.send({"op": "close"})
+
+    def do_restart(self, data) -> None:
+        self.send({"op": "restart"})
+
+    def do_read(self, data) -> None:
+        self.send(_Gen.read(_Draw(data), self.view()))
+
+    def do_store(self, data) -> None:
+        self.send(_Gen.store(_Draw(data), self.view()))
+
+    def do_invalid(self, data) -> None:
+        self.send(_Gen.invalid(_Draw(data), self.view()))
+
+    # -- end of an example ----------------------------------------------------------
+
+    def teardown(self) -> None:
+        ctx = self.ctx
+        late = None
+        if self.failure is None and self._unchecked and not self.impl_dead:
+            late = _check_state(self.model, self.impl, ctx.variant, ctx.state_check)
+            if late is not None:
+                self.failure = f"after the last step: {late}"
+        ctx.examples += 1
+        ctx.last_steps = self.steps
+        if self.failure is not None:
+            if ctx.first_failure is None:
+                ctx.first_failure = (ctx.examples, time.perf_counter() - ctx.started, len(self.steps))
+            ctx.failure = {"steps": list(self.steps), "reason": self.failure}
+            if ctx.out_dir is not None:
+                jsonl, _itf_path = write_trace(
+                    ctx.out_dir, ctx.trace_name, self.steps, self.failure,
+                    {"variant": ctx.variant.value, "steps": len(self.steps)})
+                ctx.trace_path = jsonl
+        if self.impl_dead:
+            ctx.discard()
+        hypothesis.target(float(len(self.seen_edges)), label="gate transitions seen")
+        hypothesis.target(float(self.max_staged), label="staged records")
+        hypothesis.target(float(self.max_applied), label="consumed sequences")
+        if late is not None:
+            raise LockstepDivergence(self.failure)
+
+
+#: How many rules of each kind the machine has. Hypothesis picks uniformly among
+#: the enabled rules, so this is the step mix when every kind is enabled: the
+#: constructive kinds (pages, deliveries, store answers) outweigh the ones that
+#: throw an attempt away (begin, close, restart).
+RULE_WEIGHTS = {"cloud": 6, "begin": 1, "page": 3, "delivery": 3, "commit": 1, "close": 1, "restart": 1,
+                "read": 2, "store": 2, "invalid": 1}
+
+
+def _make_rule(kind: str, name: str):
+    """A rule of ``kind``: its argument is the block of bytes its choices come from."""
+    if kind in BLOCK_BYTES:
+        def body(self, data) -> None:
+            getattr(self, f"do_{kind}")(data)
+
+        decorate = rule(data=_BLOCKS[kind])
+    else:  # close, restart: nothing to choose
+        def body(self) -> None:
+            getattr(self, f"do_{kind}")(None)
+
+        decorate = rule()
+    body.__name__ = body.__qualname__ = name
+    body.__doc__ = f"Send one {kind} request to both sides."
+    return precondition(lambda self: kind in self.enabled)(decorate(body))
+
+
+for _kind, _weight in RULE_WEIGHTS.items():
+    for _n in range(_weight):
+        _name = _kind if _n == 0 else f"{_kind}_{_n + 1}"
+        setattr(LockstepMachine, _name, _make_rule(_kind, _name))
+del _kind, _weight, _n, _name

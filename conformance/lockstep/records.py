@@ -1,0 +1,139 @@
+"""Records: building them, the reachable moves of one, and reading them from the model's state.
+
+``record``, ``ref_for`` and ``staging_id`` build the wire form of a record;
+``_moved`` is a record after one cloud-side change; ``_fetchable`` says
+whether a record would be read from the value store. ``_View`` is what the
+harness knows of the model's state, read the way a cloud learns it from
+acks. None of these draws anything (that is ``draw`` and ``generate``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Optional, Sequence
+
+from envreplica.conformance.lockstep.domains import LEGACY_KEYS, REASONS
+from envreplica.model.state import State
+from envreplica.spec import wire
+
+
+def staging_id(key: str, generation: int, alt: int = 0) -> str:
+    """A lowercase canonical UUID naming the staged value of ``key`` at ``generation``."""
+    digest = hashlib.sha256(key.encode()).hexdigest()[:8]
+    return f"{digest}-{alt:04x}-4000-8000-{generation:012x}"
+
+
+def ref_for(key: str, generation: int) -> dict:
+    if key in LEGACY_KEYS:
+        return {"kind": "legacy", "ssmVersion": max(generation, 1)}
+    return {"kind": "staged", "stagingId": staging_id(key, generation)}
+
+
+def record(key: str, revision: int = 1, generation: int = 1, tombstone: bool = False, ref: Any = "auto",
+           binding: Any = None, epoch: Optional[int] = 1, listing: int = 0) -> dict:
+    if ref == "auto":
+        ref = None if tombstone else ref_for(key, generation)
+    return {"key": key, "head": {"revision": revision, "generation": generation, "tombstone": tombstone,
+                                 "valueRef": ref},
+            "binding": binding, "policyEpoch": epoch, "listingGeneration": listing}
+
+
+def _moved(r: dict, move: str) -> dict:
+    """``r`` after one cloud-side change (each a reachable record advance, when it applies)."""
+    key, h = r["key"], r["head"]
+    rev, gen = h["revision"], h["generation"]
+    out = json.loads(json.dumps(r))
+    oh = out["head"]
+    if move == "rotate":
+        oh.update(generation=gen + 1, valueRef=ref_for(key, gen + 1))
+    elif move == "upgrade":
+        oh["revision"] = rev + 1
+        out["policyEpoch"] = 1 if r["policyEpoch"] is None else r["policyEpoch"] % 3 + 1
+    elif move == "withhold":
+        oh["revision"] = rev + 1
+        out["binding"] = {"kind": "withhold", "reason": REASONS[rev % len(REASONS)]}
+    elif move == "omit":
+        oh["revision"] = rev + 1
+        out["binding"] = {"kind": "omit"}
+    elif move == "bind":
+        oh["revision"] = rev + 1
+        out["binding"] = None
+    elif move == "delete":
+        oh.update(revision=rev + 1, generation=gen + 1, tombstone=True, valueRef=None)
+    elif move == "restore":
+        oh.update(revision=rev + 1, generation=gen + 1, tombstone=False, valueRef=ref_for(key, gen + 1))
+    elif move == "relist":
+        out["listingGeneration"] = r["listingGeneration"] + 1
+    elif move == "older":
+        oh["revision"] = max(rev - 1, 0)
+    elif move == "twin":  # same counters, another binding: a conflict
+        out["binding"] = {"kind": "withhold", "reason": "odd"} if r["binding"] is None else None
+    return out
+
+
+def _fetchable(r: Any, epochs: Sequence[int]) -> bool:
+    """Whether a record would be fetched from the value store (before looking at what is stored)."""
+    try:
+        ref = r["head"]["valueRef"]
+        return (ref is not None and not r["head"]["tombstone"] and r["binding"] is None
+                and r["policyEpoch"] in epochs and not (ref["kind"] == "legacy" and r["key"].startswith("_")))
+    except (KeyError, TypeError):
+        return False
+
+
+class _View:
+    """What the harness knows: the model's state, read the way a cloud learns it from acks."""
+
+    def __init__(self, state: State, sent: Sequence[tuple]) -> None:
+        a = state.authority
+        self.state = state
+        self.activated = a.gate.activated
+        self.gate_open = a.gate.is_open
+        self.stream = a.stream_id
+        self.applied = a.applied_sequence
+        self.attempt = a.attempt_id
+        self.org = a.org_id
+        self.epochs = a.policy_epochs
+        self.live_versions = dict(state.projects.items())
+        self.stage = {p: sp for (att, p), sp in state.stage_projects.items() if att == a.attempt_id}
+        self.sent = sent  # (projectId, key, record JSON) recently sent in frames
+
+    def live(self, project: str) -> dict[str, dict]:
+        return {k: wire.encode(row.state) for (p, k), row in self.state.records.items() if p == project}
+
+    def staged(self, project: str) -> dict[str, dict]:
+        return {k: wire.encode(row.state) for (att, p, k), row in self.state.stage_records.items()
+                if att == self.attempt and p == project}
+
+    def current(self, project: str, key: str, staged: bool) -> Optional[dict]:
+        if staged and self.attempt is not None:
+            row = self.state.stage_records.get((self.attempt, project, key))
+        else:
+            row = self.state.records.get((project, key))
+        return None if row is None else wire.encode(row.state)
+
+    def consumed(self) -> list[int]:
+        """The sequences of the current stream whose receipts the replica keeps."""
+        return sorted(n for (s, n) in self.state.receipts if s == self.stream)
+
+    def superseded(self) -> list[int]:
+        """Consumed sequences whose record is no longer what the replica holds for its key.
+
+        Their retransmissions are the ones a dedupe bug would corrupt: a snapshot
+        or a later delivery moved (or dropped) the record since they applied.
+        """
+        out = []
+        for n in self.consumed():
+            frame = self.state.receipts[(self.stream, n)].request
+            held = self.current(frame.project_id, frame.state.key, staged=self.attempt is not None)
+            if held != wire.encode(frame.state):
+                out.append(n)
+        return out
+
+    def in_play(self) -> list[tuple[str, str, dict]]:
+        """(projectId, key, record) of every record live, staged or recently sent."""
+        out = [(p, k, wire.encode(row.state)) for (p, k), row in self.state.records.items()]
+        out += [(p, k, wire.encode(row.state)) for (_a, p, k), row in self.state.stage_records.items()]
+        out += list(self.sent)
+        return out

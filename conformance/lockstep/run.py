@@ -1,0 +1,316 @@
+"""Running the lockstep: Hypothesis settings per profile, ``run_lockstep`` and its report, minimization, replay.
+
+``lockstep_settings`` sizes a profile (``PROFILE_EXAMPLES``);
+``run_lockstep`` runs ``LockstepMachine`` with Hypothesis's shrinking capped
+(``SHRINK_SECONDS``), then ``_minimize`` deletes needless steps from the
+concrete requests (``MINIMIZE_SECONDS``) and ``_report`` writes the
+``LockstepReport``. Both budgets are read here when a run needs them:
+patch them on this module (``envreplica.conformance.lockstep.run``).
+``replay_steps`` / ``replay_requests`` send saved requests to both sides.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
+
+import hypothesis
+from hypothesis import HealthCheck, Phase, Verbosity
+from hypothesis.stateful import run_state_machine_as_test
+
+from envreplica.conformance.drivers import Driver, ModelDriver
+from envreplica.conformance.lockstep.compare import _check_state, _roundtrip, compare_responses
+from envreplica.conformance.lockstep.context import _Run
+from envreplica.conformance.lockstep.coverage import LockstepCoverage
+from envreplica.conformance.lockstep.machine import LockstepMachine
+from envreplica.conformance.lockstep.traces import format_steps, write_trace
+from envreplica.model.state import Variant
+
+
+# ---------------------------------------------------------------------------
+# Hypothesis settings
+# ---------------------------------------------------------------------------
+
+#: Examples per lockstep run, per profile (steps per example: ``STEPS_PER_EXAMPLE``).
+#: ``ci`` is sized so that one run against the in-process SQLite driver takes
+#: about a minute on 2 cores (~370 steps/s) and reaches every reachable coverage
+#: item with a margin (the rarest about 15 times; tests/test_lockstep.py).
+PROFILE_EXAMPLES = {"dev": 60, "ci": 800, "nightly": 10000}
+#: Steps per example. Shorter examples shrink faster; depth comes from the
+#: consistent-cloud rule, which opens the gate within a handful of steps.
+STEPS_PER_EXAMPLE = 30
+#: Profiles whose budget is spent on Hypothesis's target phase. Its hill climbing on
+#: the ``target()`` observations takes up to half the examples; measured on ``ci``
+#: (800 examples) it left record_version_stale unreached and materialization_pending
+#: at 2 hits (18 without), so small budgets skip the phase and keep the observations.
+TARGET_PHASE_PROFILES = frozenset({"nightly"})
+
+
+def lockstep_settings(profile: str = "ci", *, max_examples: Optional[int] = None,
+                      step_count: Optional[int] = None) -> hypothesis.settings:
+    """Lockstep-sized settings for the ``dev`` / ``ci`` / ``nightly`` profile.
+
+    The parent is the Hypothesis profile of that name when one is registered
+    (tests/conftest.py registers all three; Hypothesis has a built-in ``ci``),
+    so database and derandomization follow it; the example count and steps
+    are sized for the lockstep, whose steps each cost a SQLite round trip.
+    """
+    try:
+        parent = hypothesis.settings.get_profile(profile)
+    except hypothesis.errors.InvalidArgument:
+        parent = hypothesis.settings.get_profile("default")
+    # No example database: it is keyed by the test function, which run_state_machine_as_test
+    # shares across every implementation and variant the lockstep is pointed at.
+    extra: dict = {"database": None}
+    if profile == "ci":
+        extra.update(derandomize=True)
+    phases = tuple(parent.phases)
+    if profile not in TARGET_PHASE_PROFILES:
+        phases = tuple(p for p in phases if p is not Phase.target)
+    return hypothesis.settings(
+        parent,
+        max_examples=max_examples if max_examples is not None else PROFILE_EXAMPLES.get(profile, 60),
+        stateful_step_count=step_count or STEPS_PER_EXAMPLE,
+        deadline=None,
+        phases=phases,
+        **extra,
+    )
+
+
+#: Seconds Hypothesis may spend shrinking a failure (its own default is 300). Each
+#: shrink attempt replays an example on SQLite (tens of ms); Hypothesis deletes most
+#: steps in the first seconds and then lowers choices byte by byte, which only makes
+#: the frames look simpler. ``_minimize`` then deletes the remaining needless steps
+#: from the concrete requests. Measured on the 16 mutants of tests/impl_mutants.py:
+#: 20 s gave shrunk traces of 3-8 steps, 8 s the same lengths in half the time.
+SHRINK_SECONDS = 8.0
+
+
+@contextlib.contextmanager
+def _shrink_budget(seconds: Optional[float]):
+    """Temporarily cap Hypothesis's shrinking time (``engine.MAX_SHRINKING_SECONDS``)."""
+    from hypothesis.internal.conjecture import engine
+
+    old = getattr(engine, "MAX_SHRINKING_SECONDS", None)
+    if seconds is None or old is None:
+        yield
+        return
+    engine.MAX_SHRINKING_SECONDS = seconds
+    try:
+        yield
+    finally:
+        engine.MAX_SHRINKING_SECONDS = old
+
+
+def _effective_settings(given: Optional[hypothesis.settings]) -> hypothesis.settings:
+    base = given if given is not None else lockstep_settings("dev")
+    verbosity = base.verbosity if base.verbosity > Verbosity.normal else Verbosity.quiet
+    phases = tuple(p for p in base.phases if p is not Phase.explain)
+    return hypothesis.settings(
+        base, deadline=None, report_multiple_bugs=False, verbosity=verbosity, phases=phases,
+        suppress_health_check=list(HealthCheck),
+    )
+
+
+# ---------------------------------------------------------------------------
+# Running it
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class LockstepReport:
+    """The outcome of one ``run_lockstep``."""
+
+    ok: bool
+    examples: int  # examples run (generation and shrinking)
+    steps: int  # requests sent to each side (top level)
+    seconds: float
+    coverage: LockstepCoverage
+    failure: Optional[str] = None  # the shrunk steps, readable, and the divergence
+    trace_path: Optional[Path] = None  # the JSON-lines requests of the shrunk example
+    shrunk_steps: Optional[int] = None  # steps of the shrunk example
+    variant: str = Variant.FIXED.value
+    itf_path: Optional[Path] = None
+    divergence: Optional[str] = None  # the one-line reason
+    found_after_examples: Optional[int] = None  # examples run when the first failure appeared
+    found_after_seconds: Optional[float] = None  # seconds into the run when it appeared (before shrinking)
+    found_steps: Optional[int] = None  # steps of that first failing example (before shrinking)
+    hypothesis_shrunk_steps: Optional[int] = None  # steps after Hypothesis's shrinking, before step deletion
+
+    @property
+    def steps_per_second(self) -> float:
+        return self.steps / self.seconds if self.seconds else 0.0
+
+
+def run_lockstep(
+    impl_factory: Callable[[], Driver],
+    *,
+    variant: Variant = Variant.FIXED,
+    settings: Optional[hypothesis.settings] = None,
+    out_dir: Optional[Path] = None,
+    state_check: bool = True,
+) -> LockstepReport:
+    """Run ``LockstepMachine`` against ``impl_factory()``'s driver under ``variant``.
+
+    The driver is built once and reused across examples (each example starts
+    with a ``reset``); it is rebuilt when it raised (a dead process). With
+    ``out_dir`` the shrunk failing example is written there as
+    ``lockstep-VARIANT.jsonl`` and ``lockstep-VARIANT.itf.json``.
+    ``settings`` defaults to ``lockstep_settings("dev")``; whatever is given,
+    the deadline is off, only the first bug is reported, and Hypothesis's own
+    printing is quiet (the report carries the readable trace).
+    """
+    variant = Variant(variant)
+    run = _Run(impl_factory, variant, out_dir, state_check)
+    machine = LockstepMachine.bind(run)
+    started = time.perf_counter()
+    error: Optional[BaseException] = None
+    try:
+        try:
+            with _shrink_budget(SHRINK_SECONDS):
+                run_state_machine_as_test(machine, settings=_effective_settings(settings))
+        except Exception as exc:  # a divergence, a driver crash, or Flaky
+            error = exc
+        return _report(run, error, started)
+    finally:
+        run.close()
+
+
+def _report(run: _Run, error: Optional[BaseException], started: float) -> LockstepReport:
+    variant = run.variant
+    report = LockstepReport(ok=error is None, examples=run.examples, steps=run.steps, seconds=0.0,
+                            coverage=run.coverage, variant=variant.value)
+    if error is not None:
+        failing = run.failure
+        if failing is not None:
+            steps, reason = failing["steps"], failing["reason"]
+            report.hypothesis_shrunk_steps = len(steps)
+            steps, reason = _minimize(run, steps, reason)
+        else:
+            steps, reason = run.last_steps, f"{type(error).__name__}: {error}"
+        if isinstance(error, hypothesis.errors.Flaky) or type(error).__name__.startswith("Flaky"):
+            reason = f"{reason} (Hypothesis reports the failure as flaky: {type(error).__name__})"
+        if run.out_dir is not None and steps:
+            run.trace_path, _ = write_trace(run.out_dir, run.trace_name, steps, reason,
+                                            {"variant": variant.value, "steps": len(steps)})
+        report.divergence = reason
+        report.shrunk_steps = len(steps)
+        if run.first_failure is not None:
+            report.found_after_examples, report.found_after_seconds, report.found_steps = run.first_failure
+        report.failure = format_steps(steps, reason, header=f"lockstep divergence under variant {variant.value}, "
+                                                             f"shrunk to {len(steps)} steps:")
+        report.trace_path = run.trace_path
+        if run.trace_path is not None:
+            report.itf_path = run.trace_path.parent / f"{run.trace_name}.itf.json"
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+#: Seconds the post-shrink step deletion may take.
+MINIMIZE_SECONDS = 10.0
+
+
+def _failure_kind(reason: str) -> str:
+    """What a divergence is about, without the values: its path (``response.result.ok``) or its phrase."""
+    return reason.removeprefix("after the last step: ").split(":", 1)[0]
+
+
+def _minimize(run: _Run, steps: list, reason: str) -> tuple[list, str]:
+    """Delete steps (and nested requests) from Hypothesis's shrunk example while it still fails the same way.
+
+    Hypothesis shrinks the choices that generate an example; this replays
+    the concrete requests (each replay starts with the example's ``reset``),
+    so a step that only fed the generator's state goes too. Bounded by
+    ``MINIMIZE_SECONDS``; returns the steps as replayed and their divergence.
+    """
+    deadline = time.perf_counter() + MINIMIZE_SECONDS
+    kind = _failure_kind(reason)
+    best_requests = [s["request"] for s in steps]
+    best = (steps, reason)
+
+    def attempt(requests: list):
+        try:
+            impl = run.driver()
+            got, divergence = replay_steps(requests, impl, ModelDriver(run.variant), variant=run.variant,
+                                           state_check=run.state_check)
+        except Exception:
+            run.discard()
+            return None
+        if getattr(impl, "alive", True) is False:
+            run.discard()
+        if divergence is None or _failure_kind(divergence["reason"]) != kind:
+            return None
+        return got, divergence["reason"]
+
+    changed = True
+    while changed and time.perf_counter() < deadline:
+        changed = False
+        i = len(best_requests) - 2
+        while i >= 1 and time.perf_counter() < deadline:  # never the first step (the reset)
+            candidate = best_requests[:i] + best_requests[i + 1:]
+            found = attempt(candidate)
+            if found is not None:
+                best = found
+                best_requests = [s["request"] for s in found[0]]
+                changed = True
+            i = min(i - 1, len(best_requests) - 2)
+        i = 0
+        while i < len(best_requests) and time.perf_counter() < deadline:
+            request = best_requests[i]
+            inner = request.get("duringFetch") if isinstance(request, dict) else None
+            j = len(inner) - 1 if isinstance(inner, list) else -1
+            while j >= 0 and time.perf_counter() < deadline:
+                rest = inner[:j] + inner[j + 1:]
+                smaller = dict(request, duringFetch=rest)
+                if not rest:
+                    del smaller["duringFetch"]
+                found = attempt(best_requests[:i] + [smaller] + best_requests[i + 1:])
+                if found is not None:
+                    best = found
+                    best_requests = [s["request"] for s in found[0]]
+                    changed = True
+                    if i >= len(best_requests):
+                        break
+                    request, inner = smaller, rest
+                j -= 1
+            i += 1
+    return best
+
+
+# ---------------------------------------------------------------------------
+# Replay of saved requests
+# ---------------------------------------------------------------------------
+
+
+def replay_steps(requests: Sequence[Any], impl: Driver, model: Driver, *, variant: Optional[Variant] = None,
+                 state_check: bool = True, stop: bool = True) -> tuple[list[dict], Optional[dict]]:
+    """Send each request to both drivers; (steps so far, first divergence or None)."""
+    variant = Variant(variant or getattr(model, "variant", Variant.FIXED))
+    steps: list[dict] = []
+    first = None
+    for index, request in enumerate(requests, 1):
+        m = model.handle(_roundtrip(request))
+        try:
+            i = impl.handle(_roundtrip(request))
+        except Exception as error:
+            i = {"driver-error": f"{type(error).__name__}: {error}"}
+        steps.append({"request": request, "model": m, "impl": i})
+        reason = compare_responses(m, i)
+        if reason is None:
+            reason = _check_state(model, impl, variant, state_check)
+        if reason is not None and first is None:
+            first = {"index": index, "request": request, "model": m, "impl": i, "reason": reason}
+            if stop:
+                break
+    return steps, first
+
+
+def replay_requests(requests: Sequence[Any], impl: Driver, model: Driver) -> Optional[dict]:
+    """Replay adapter requests on both drivers; the first divergence, or None when they agree.
+
+    The divergence is ``{"index" (1-based), "request", "model", "impl", "reason"}``.
+    """
+    return replay_steps(requests, impl, model)[1]
