@@ -71,6 +71,19 @@ replay FILE.jsonl``, ``envreplica conformance --traces DIR``) and as an
 ITF-style trace of (request, model response, implementation response) per
 step.
 
+Left out on purpose:
+
+* the state of an external implementation: a ``SubprocessDriver`` shows only
+  its responses (the adapter protocol has no state read-back), so it is
+  held to the model's answers, not its tables;
+* error messages (only the error ``type`` is compared: wording is free);
+* interleavings other than the value-store read windows the adapter exposes
+  (``duringFetch``): no second writer process, no crash inside a
+  transaction (``restart`` falls between requests; inside a read it is
+  answered ``unsupported``);
+* the SSM value store: the lockstep stocks the embedded store through
+  ``store.put``; SSM is tested on its own against moto.
+
 Entry points: ``run_lockstep`` (the CLI, ``envreplica check`` and the
 mutant tests use it: keep its signature), ``replay_requests`` /
 ``replay_steps``, ``lockstep_settings``, ``print_coverage``.
