@@ -13,7 +13,7 @@ tests.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from envreplica.model.actions import ActionKind, fired_trigger
 from envreplica.spec.domain import Failed, MatKind, RefusalCode, UnavailableReason, WithheldReason
@@ -34,8 +34,27 @@ REASONS = (
 )
 
 
+#: The item every binding-chosen withheld reason counts under (they are open-ended).
+BINDING_REASON_ITEM = "withheld: <binding reason>"
+#: The materialization rows of a coverage table, in order.
+MATERIALIZATION_ITEMS = ["installed"] + [f"{k.value}: {r}" for k, r in REASONS] + [BINDING_REASON_ITEM]
+
+
+class CoverageCounts:
+    """What every coverage dataclass shares: its ``Counter`` fields merge, and ``rows()`` gives what was missed."""
+
+    def merge(self, other) -> None:
+        for f in fields(self):
+            getattr(self, f.name).update(getattr(other, f.name))
+
+    def unreached(self, exempt=()):
+        """Items with count 0, minus the ones argued unreachable and ``exempt``."""
+        skip = {c.value for c in UNREACHABLE} | set(exempt)
+        return [(g, i) for g, i, n in self.rows() if n == 0 and i not in skip]
+
+
 @dataclass
-class Coverage:
+class Coverage(CoverageCounts):
     """Counts of what a run reached."""
 
     actions: Counter = field(default_factory=Counter)
@@ -65,10 +84,6 @@ class Coverage:
                 else:
                     self.reasons[(MatKind.INSTALLED, None)] += 1
 
-    def merge(self, other: "Coverage") -> None:
-        for name in ("actions", "refusals", "reasons", "edges", "errors"):
-            getattr(self, name).update(getattr(other, name))
-
     def rows(self):
         """(group, item, count) for every item the run should reach."""
         out = []
@@ -81,15 +96,10 @@ class Coverage:
             out.append(("materialization", f"{kind.value}: {reason}", self.reasons.get((kind, reason), 0)))
         binding = sum(n for (k, r), n in self.reasons.items()
                       if k is MatKind.WITHHELD and r not in {w.value for w in WithheldReason})
-        out.append(("materialization", "withheld: <binding reason>", binding))
+        out.append(("materialization", BINDING_REASON_ITEM, binding))
         for edge in TRANSITIONS:
             out.append(("gate", edge.label(), self.edges.get(edge, 0)))
         return out
-
-    def unreached(self, exempt=()):
-        """Items with count 0, minus the ones argued unreachable and ``exempt``."""
-        skip = {c.value for c in UNREACHABLE} | set(exempt)
-        return [(g, i) for g, i, n in self.rows() if n == 0 and i not in skip]
 
 
 def print_coverage_table(coverage, console, title: str, missing_label: str) -> list:

@@ -53,7 +53,7 @@ import inspect
 import itertools
 import os
 import textwrap
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable, Optional, Union
@@ -63,8 +63,22 @@ from envreplica.conformance.drivers import SqliteDriver
 from envreplica.impl import replica as replica_module
 from envreplica.impl.replica import SqliteReplica
 from envreplica.model.state import Variant
-from envreplica.model.store import staged_envelope
 from envreplica.spec.domain import ApplyOk
+
+from adapter_requests import (
+    BOOT,
+    SID2,
+    begin,
+    commit,
+    delivery,
+    op,
+    page,
+    put,
+    rec,
+    reset,
+    snapshot,
+    staged,
+)
 
 __all__ = [
     "ImplMutant",
@@ -73,7 +87,6 @@ __all__ = [
     "MUTANTS",
     "EQUIVALENT_MUTANTS",
     "BY_NAME",
-    "with_ids",
 ]
 
 
@@ -151,88 +164,9 @@ def _replay_reapplies() -> tuple[str, Any]:
 
 
 # ---------------------------------------------------------------------------
-# Request builders (adapter JSON, wire-protocol.md section 5)
+# Scenario records (the request builders are tests/adapter_requests.py)
 # ---------------------------------------------------------------------------
 
-SID = "0f8fad5b-d9cb-469f-a165-70867728950e"
-SID2 = "1f8fad5b-d9cb-469f-a165-70867728950e"
-
-
-def staged(sid: str = SID) -> dict:
-    return {"kind": "staged", "stagingId": sid}
-
-
-def rec(key: str = "A", rev: int = 1, gen: int = 1, ref: Optional[dict] = None, tomb: bool = False,
-        binding: Any = None, epoch: Optional[int] = 1, listing: int = 0) -> dict:
-    if ref is None and not tomb:
-        ref = staged()
-    return {"key": key, "head": {"revision": rev, "generation": gen, "tombstone": tomb, "valueRef": ref},
-            "binding": binding, "policyEpoch": epoch, "listingGeneration": listing}
-
-
-def reset(**config) -> dict:
-    return {"op": "reset", "config": config} if config else {"op": "reset"}
-
-
-def begin(attempt: str = "a1", stream: str = "s1", projects=("p1",), epochs=(1,), org: str = "o1") -> dict:
-    return {"op": "begin", "frame": {"attempt": {"streamId": stream, "attemptId": attempt},
-                                     "projectIds": list(projects)},
-            "keptPolicyEpochs": list(epochs), "orgId": org}
-
-
-def page(records=(), attempt: str = "a1", project: str = "p1", after: Optional[str] = None, version: int = 0,
-         complete: bool = True, during: Optional[list] = None) -> dict:
-    out = {"op": "page", "frame": {"opId": "op-page", "attemptId": attempt, "projectId": project, "after": after,
-                                   "recordVersion": version, "records": list(records), "complete": complete}}
-    if during is not None:
-        out["duringFetch"] = during
-    return out
-
-
-def delivery(state: dict, sequence: int = 1, version: int = 1, project: str = "p1", stream: str = "s1",
-             attempt: Optional[str] = None, during: Optional[list] = None) -> dict:
-    frame = {"kind": "env.replica.apply", "opId": f"op-{sequence}", "projectId": project,
-             "recordVersion": version, "state": state, "delivery": {"streamId": stream, "sequence": sequence}}
-    if attempt is not None:
-        frame["reconciliationAttemptId"] = attempt
-    out = {"op": "delivery", "frame": frame}
-    if during is not None:
-        out["duringFetch"] = during
-    return out
-
-
-def commit(attempt: str = "a1", stream: str = "s1", sequence: int = 0, versions=(("p1", 0),)) -> dict:
-    return {"op": "commit", "frame": {"attemptId": attempt, "highWater": {"streamId": stream, "sequence": sequence},
-                                      "versions": [{"projectId": p, "recordVersion": v} for p, v in versions]}}
-
-
-def put(key: str = "A", sid: str = SID, project: str = "p1", value: str = "secret-A") -> dict:
-    return {"op": "store.put", "projectId": project, "key": key, "ref": staged(sid),
-            "raw": staged_envelope("o1", project, key, sid, value)}
-
-
-def op(name: str, **fields) -> dict:
-    return {"op": name, **fields}
-
-
-def snapshot(*projects: str) -> dict:
-    return op("snapshot", projectIds=list(projects or ("p1",)))
-
-
-def with_ids(requests: list, start: int = 1) -> list:
-    """Number the requests (nested ones from 1000 up) so every response can be matched."""
-    out = []
-    nested_id = itertools.count(1000)
-    for i, request in enumerate(requests):
-        request = dict(request, id=request.get("id", start + i))
-        if isinstance(request.get("duringFetch"), list):
-            request["duringFetch"] = [dict(n, id=next(nested_id)) for n in request["duringFetch"]]
-        out.append(request)
-    return out
-
-
-#: An activated replica with an open gate: p1 live at record version 0, no records.
-BOOT = [reset(), begin(), page(), commit()]
 A = rec("A")
 #: A with a higher listing generation: the same delivery slot, another request.
 A_LISTED = rec("A", listing=1)
@@ -348,7 +282,7 @@ MUTANTS: tuple[ImplMutant, ...] = (
         (replica_edit("_seal", (
             "revision=head.revision, generation=head.generation",
             "revision=head.generation, generation=head.revision")),),
-        tuple([reset(), put(sid=SID2), begin(), page([A_ROT], version=1), commit(versions=[("p1", 1)]),
+        tuple([reset(), put(ref=staged(SID2)), begin(), page([A_ROT], version=1), commit(versions=[("p1", 1)]),
                snapshot()]),
         note="stands in for 'AD dropped' (seal_constant_ad), which the adapter cannot observe",
     ),

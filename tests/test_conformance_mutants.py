@@ -55,7 +55,8 @@ from envreplica.conformance.lockstep import lockstep_settings, run_lockstep
 from envreplica.conformance.lockstep import run as lockstep_run
 from envreplica.impl.replica import with_macs
 
-from impl_mutants import EQUIVALENT_MUTANTS, MUTANTS, ImplMutant, with_ids
+from adapter_requests import with_ids
+from impl_mutants import EQUIVALENT_MUTANTS, MUTANTS, ImplMutant
 
 
 #: The longest shrunk trace a catch may have.

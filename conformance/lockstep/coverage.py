@@ -10,10 +10,14 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Optional
+from typing import Any, Optional
 
-from envreplica.checker.coverage import REASONS as MAT_REASONS
-from envreplica.checker.coverage import UNREACHABLE, print_coverage_table
+from envreplica.checker.coverage import (
+    BINDING_REASON_ITEM,
+    MATERIALIZATION_ITEMS,
+    CoverageCounts,
+    print_coverage_table,
+)
 from envreplica.conformance.drivers import OPS
 from envreplica.spec.domain import RefusalCode, WithheldReason
 from envreplica.spec.gate import TRANSITIONS, GateEdge
@@ -27,16 +31,15 @@ def _mat_item(mat: Any) -> Optional[str]:
         return "installed"
     reason = mat.get("reason")
     if kind == "withheld" and reason not in {w.value for w in WithheldReason}:
-        return "withheld: <binding reason>"
+        return BINDING_REASON_ITEM
     return f"{kind}: {reason}"
 
 
-_MAT_ITEMS = ["installed"] + [f"{k.value}: {r}" for k, r in MAT_REASONS] + ["withheld: <binding reason>"]
 _ERROR_TYPES = ("invalid", "corrupt", "unsupported")
 
 
 @dataclass
-class LockstepCoverage:
+class LockstepCoverage(CoverageCounts):
     """What lockstep runs reached: ops, refusal codes, materialization reasons, errors, gate moves."""
 
     ops: Counter = field(default_factory=Counter)
@@ -88,24 +91,14 @@ class LockstepCoverage:
     def observe_edge(self, edge: GateEdge) -> None:
         self.edges[edge] += 1
 
-    def merge(self, other: "LockstepCoverage") -> None:
-        for name in ("ops", "refusals", "reasons", "errors", "edges"):
-            getattr(self, name).update(getattr(other, name))
-
     def rows(self) -> list[tuple[str, str, int]]:
         """(group, item, count) for every item a run should reach."""
         out = [("op", op, self.ops.get(op, 0)) for op in OPS]
         out += [("refusal", c.value, self.refusals.get(c.value, 0)) for c in RefusalCode]
-        out += [("materialization", item, self.reasons.get(item, 0)) for item in _MAT_ITEMS]
+        out += [("materialization", item, self.reasons.get(item, 0)) for item in MATERIALIZATION_ITEMS]
         out += [("error", kind, self.errors.get(kind, 0)) for kind in _ERROR_TYPES]
         out += [("gate", e.label(), self.edges.get(e, 0)) for e in TRANSITIONS]
         return out
-
-    def unreached(self, exempt: Iterable[str] = ()) -> list[tuple[str, str]]:
-        """Reachable items with count 0 (``UNREACHABLE`` and ``exempt`` left out)."""
-        skip = {c.value for c in UNREACHABLE} | set(exempt)
-        return [(g, i) for g, i, n in self.rows() if n == 0 and i not in skip]
-
 
 #: Every lockstep run of this process adds here.
 COVERAGE = LockstepCoverage()
