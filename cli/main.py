@@ -75,28 +75,17 @@ def cmd_check(args) -> int:
     if args.model_only:
         summary.add_row("lockstep", "skipped (--model-only)", "[dim]skipped[/]", "")
     else:
-        from envreplica.conformance.drivers import SqliteDriver
-        from envreplica.conformance.lockstep import (
-            _scratch_dir,
-            lockstep_settings,
-            print_coverage,
-            run_lockstep,
-        )
+        from envreplica.conformance.lockstep import lockstep_settings, print_coverage, run_lockstep
 
-        import shutil
-
-        scratch = _scratch_dir()
         console.print(f"\n[bold]lockstep[/]: the model against the built-in SQLite implementation "
                       f"(variant {args.variant}, profile {args.lockstep_profile})")
-        try:
-            report = run_lockstep(
-                lambda: SqliteDriver(args.variant, Path(scratch) / "replica.db"),
-                variant=Variant(args.variant),
-                settings=lockstep_settings(args.lockstep_profile, max_examples=args.lockstep_examples),
-                out_dir=Path(args.out),
-            )
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
+        # No factory: run_lockstep's default, SQLite in a scratch directory it removes afterwards.
+        report = run_lockstep(
+            None,
+            variant=Variant(args.variant),
+            settings=lockstep_settings(args.lockstep_profile, max_examples=args.lockstep_examples),
+            out_dir=Path(args.out),
+        )
         _print_lockstep(report)
         missing = print_coverage(report.coverage, console, title="lockstep coverage")
         summary.add_row("lockstep", f"SQLite vs model: {report.examples:,} examples, {report.steps:,} steps, "
@@ -463,12 +452,9 @@ def main(argv=None) -> int:
     from envreplica.conformance import adapter
 
     adapter.register(sub)
-    try:
-        from envreplica.impl import writer
-    except ImportError:  # pragma: no cover - the writer contract is optional until it lands
-        writer = None
-    if writer is not None and hasattr(writer, "register"):
-        writer.register(sub)
+    from envreplica.impl import writer
+
+    writer.register(sub)
     args = parser.parse_args(argv)
     return args.func(args)
 

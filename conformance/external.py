@@ -10,8 +10,8 @@ lines) to explain a failure.
 Failures raise ``AdapterError`` (a ``RuntimeError``) with what happened and
 what the process said on standard error: the process could not start, died
 (with its exit status), took longer than the timeout to answer, or wrote a
-line that is not a JSON object. ``AdapterError.dead`` is True when the
-process can no longer be used (the lockstep then starts a fresh one).
+line that is not a JSON object. After any of these the process can no
+longer be trusted to stay in step, so the lockstep starts a fresh one.
 
 Typical use::
 
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import collections
 import json
-import os
 import queue
 import shlex
 import subprocess
@@ -43,10 +42,6 @@ _EOF = object()
 class AdapterError(RuntimeError):
     """The external adapter did not answer a request with one JSON line."""
 
-    def __init__(self, message: str, *, dead: bool) -> None:
-        super().__init__(message)
-        self.dead = dead
-
 
 class SubprocessDriver:
     """The conformance adapter of ``command``, driven over its standard input and output."""
@@ -56,7 +51,7 @@ class SubprocessDriver:
         self.command = command if isinstance(command, str) else shlex.join(command)
         self.argv = shlex.split(command) if isinstance(command, str) else list(command)
         if not self.argv:
-            raise AdapterError("the adapter command is empty", dead=True)
+            raise AdapterError("the adapter command is empty")
         self.timeout = timeout
         self._stderr: collections.deque = collections.deque(maxlen=40)
         self._lines: "queue.Queue[Any]" = queue.Queue()
@@ -64,10 +59,10 @@ class SubprocessDriver:
         try:
             self.proc = subprocess.Popen(
                 self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                cwd=cwd, env=env if env is not None else os.environ.copy(), bufsize=0,
+                cwd=cwd, env=env, bufsize=0,
             )
         except OSError as error:
-            raise AdapterError(f"could not start the adapter {self.command!r}: {error}", dead=True) from None
+            raise AdapterError(f"could not start the adapter {self.command!r}: {error}") from None
         self._out = threading.Thread(target=self._read_stdout, name="adapter-stdout", daemon=True)
         self._err = threading.Thread(target=self._read_stderr, name="adapter-stderr", daemon=True)
         self._out.start()
@@ -108,7 +103,7 @@ class SubprocessDriver:
         text = f"the adapter {how} while {doing} (after {self.requests} requests): {self.command}"
         if tail:
             text += "\n  its standard error ends with:\n    " + "\n    ".join(tail.splitlines())
-        return AdapterError(text, dead=True)
+        return AdapterError(text)
 
     # -- the protocol -----------------------------------------------------------
 
@@ -132,7 +127,7 @@ class SubprocessDriver:
         except queue.Empty:
             raise AdapterError(
                 f"the adapter did not answer within {self.timeout:g} s (request {self.requests}: "
-                f"{data[:200].decode('utf-8', 'replace').rstrip()}): {self.command}", dead=True) from None
+                f"{data[:200].decode('utf-8', 'replace').rstrip()}): {self.command}") from None
         if line is _EOF:
             raise self._died("answering a request")
         try:
@@ -140,9 +135,9 @@ class SubprocessDriver:
         except ValueError:
             raise AdapterError(
                 f"the adapter wrote a line that is not JSON: {line[:200]!r} (one JSON object per line is "
-                f"expected on standard output; logs belong on standard error)", dead=True) from None
+                f"expected on standard output; logs belong on standard error)") from None
         if not isinstance(response, dict):
-            raise AdapterError(f"the adapter answered {line[:200]!r}, not a JSON object", dead=True)
+            raise AdapterError(f"the adapter answered {line[:200]!r}, not a JSON object")
         return response
 
     def close(self) -> Optional[int]:

@@ -11,6 +11,7 @@ Rendering steps for people is in ``traces``; sending requests is in
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any, Optional
 
@@ -110,8 +111,7 @@ def _readback(impl: Any):
     return replica, sealer
 
 
-_STATE_FIELDS = ("authority", "projects", "records", "values", "stage_projects", "stage_records",
-                 "stage_values", "receipts", "inflight", "store_on")
+_STATE_FIELDS = tuple(f.name for f in dataclasses.fields(State))
 
 
 def state_difference(model: State, impl: State) -> str:

@@ -54,7 +54,8 @@ class _Run:
         self.steps = 0
         self.failure: Optional[dict] = None  # the last failing example's steps and divergence
         self.last_steps: list = []
-        self.trace_path: Optional[Path] = None
+        self.trace_path: Optional[Path] = None  # the failing example's JSON lines, once written
+        self.itf_path: Optional[Path] = None  # and its ITF trace
         self._driver: Optional[Driver] = None
         self.started = time.perf_counter()
         self.first_failure: Optional[tuple[int, float, int]] = None  # (examples, seconds, steps) when first seen

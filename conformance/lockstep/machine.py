@@ -18,7 +18,7 @@ import hypothesis
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 
 from envreplica.conformance.drivers import OPS, ModelDriver
-from envreplica.conformance.lockstep.compare import _check_state, _roundtrip, compare_responses
+from envreplica.conformance.lockstep.compare import _check_state, compare_responses
 from envreplica.conformance.lockstep.context import _Run
 from envreplica.conformance.lockstep.coverage import COVERAGE
 from envreplica.conformance.lockstep.domains import (
@@ -152,12 +152,12 @@ class LockstepMachine(RuleBasedStateMachine):
         """One step on both sides; asserts they agree and the state checks pass."""
         request = self._number(request)
         self._remember(request)
-        wire_request = _roundtrip(request)
-        model_response = self.model.handle(_roundtrip(wire_request))
+        wire_request = json.dumps(request)  # each side decodes its own copy, as an adapter would
+        model_response = self.model.handle(json.loads(wire_request))
         try:
-            impl_response = self.impl.handle(_roundtrip(wire_request))
+            impl_response = self.impl.handle(json.loads(wire_request))
         except Exception as error:
-            self.impl_dead = bool(getattr(error, "dead", True))
+            self.impl_dead = True  # a driver that raised is not trusted again: the next example starts a fresh one
             impl_response = {"driver-error": f"{type(error).__name__}: {error}"}
         self.steps.append({"request": request, "model": model_response, "impl": impl_response})
         self.ctx.steps += 1
@@ -322,12 +322,13 @@ class LockstepMachine(RuleBasedStateMachine):
         if self.failure is not None:
             if ctx.first_failure is None:
                 ctx.first_failure = (ctx.examples, time.perf_counter() - ctx.started, len(self.steps))
+                # Written once, so an interrupted run still leaves its first failure on disk;
+                # run_lockstep overwrites it with the shrunk one (not rewritten per shrink attempt).
+                if ctx.out_dir is not None:
+                    ctx.trace_path, ctx.itf_path = write_trace(
+                        ctx.out_dir, ctx.trace_name, self.steps, self.failure,
+                        {"variant": ctx.variant.value, "steps": len(self.steps)})
             ctx.failure = {"steps": list(self.steps), "reason": self.failure}
-            if ctx.out_dir is not None:
-                jsonl, _itf_path = write_trace(
-                    ctx.out_dir, ctx.trace_name, self.steps, self.failure,
-                    {"variant": ctx.variant.value, "steps": len(self.steps)})
-                ctx.trace_path = jsonl
         if self.impl_dead:
             ctx.discard()
         hypothesis.target(float(len(self.seen_edges)), label="gate transitions seen")

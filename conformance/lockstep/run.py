@@ -194,17 +194,15 @@ def _report(run: _Run, error: Optional[BaseException], started: float) -> Lockst
         if isinstance(error, hypothesis.errors.Flaky) or type(error).__name__.startswith("Flaky"):
             reason = f"{reason} (Hypothesis reports the failure as flaky: {type(error).__name__})"
         if run.out_dir is not None and steps:
-            run.trace_path, _ = write_trace(run.out_dir, run.trace_name, steps, reason,
-                                            {"variant": variant.value, "steps": len(steps)})
+            run.trace_path, run.itf_path = write_trace(run.out_dir, run.trace_name, steps, reason,
+                                                       {"variant": variant.value, "steps": len(steps)})
         report.divergence = reason
         report.shrunk_steps = len(steps)
         if run.first_failure is not None:
             report.found_after_examples, report.found_after_seconds, report.found_steps = run.first_failure
         report.failure = format_steps(steps, reason, header=f"lockstep divergence under variant {variant.value}, "
                                                              f"shrunk to {len(steps)} steps:")
-        report.trace_path = run.trace_path
-        if run.trace_path is not None:
-            report.itf_path = run.trace_path.parent / f"{run.trace_name}.itf.json"
+        report.trace_path, report.itf_path = run.trace_path, run.itf_path
     report.seconds = time.perf_counter() - started
     return report
 
