@@ -318,6 +318,7 @@ class _Sql:
 
     project_version = select(S.projects.c.record_version).where(*_key_where(S.projects, "project_id"))
     projects = select(S.projects)
+    insert_projects = insert(S.projects)  # executemany: the promoted projects
     set_project_version = (
         update(S.projects).where(*_key_where(S.projects, "project_id")).values(record_version=bindparam("v_version"))
     )
@@ -328,6 +329,7 @@ class _Sql:
     live_values = select(S.values).where(*_key_where(S.values, "project_id"))
     delete_live_value = delete(S.values).where(*_key_where(S.values, "project_id", "key"))
     put_live_value = _upsert(S.values, ("project_id", "key"))
+    insert_live_values = insert(S.values)  # executemany: the promoted values
 
     stage_project = select(S.stage_projects).where(*_key_where(S.stage_projects, "attempt_id", "project_id"))
     put_stage_project = _upsert(S.stage_projects, ("attempt_id", "project_id"))
@@ -619,15 +621,13 @@ class SqliteReplica:
     # -- plumbing --------------------------------------------------------
 
     def _setup(self, conn) -> None:
-        """Check the writer contract, then create absent tables and the initial authority row.
+        """Check the writer contract (stamping a fresh file), then create the initial authority row.
 
         A fresh file is stamped with this schema and writer version and gets
         the fence triggers (``impl.writer``); a file of a newer envreplica is
         refused, an older one must be migrated first (``WriterVersionError``).
         """
-        if writer.check_writer(conn) is None:
-            writer.stamp(conn)
-        S.metadata.create_all(conn)
+        writer.stamp(conn)  # checks the contract; stamps (tables, versions, fence) only a fresh file
         conn.execute(
             sqlite_insert(S.authority)
             .values(
@@ -1152,17 +1152,18 @@ class SqliteReplica:
         tx._run(delete(S.values))
         tx._run(delete(S.records))
         tx._run(delete(S.projects))
-        for p, sp in staged_projects:
-            tx._run(insert(S.projects).values(project_id=p, record_version=sp.record_version))
+        if staged_projects:
+            tx._run(_Sql.insert_projects,
+                    [{"project_id": p, "record_version": sp.record_version} for p, sp in staged_projects])
         for (p, _), row in records:
             tx.put_live_record(p, row.state, row.mat)
-        for k, vrow in sorted(value_rows.items(), key=lambda kv: kv[0]):
-            if k not in live_keys:
-                continue
-            tx._run(insert(S.values).values(
-                project_id=k[0], key=k[1], revision=vrow.revision, generation=vrow.generation,
-                value_ref_json=vrow.value_ref_json, value_enc=vrow.value_enc,
-            ))
+        promoted = [
+            {"project_id": k[0], "key": k[1], "revision": vrow.revision, "generation": vrow.generation,
+             "value_ref_json": vrow.value_ref_json, "value_enc": vrow.value_enc}
+            for k, vrow in sorted(value_rows.items(), key=lambda kv: kv[0]) if k in live_keys
+        ]
+        if promoted:
+            tx._run(_Sql.insert_live_values, promoted)
         tx.clear_stage()
         tx.set_authority(gate_open=True, attempt_id=None)
         return CommitOk(frame.attempt_id, epochs, applied)

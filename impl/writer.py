@@ -134,7 +134,7 @@ FENCED_TABLES = tuple(t.name for t in schema.TABLES if t is not schema.store_met
 _META = schema.store_meta.name
 _EVIDENCE_SCHEMA = "envreplica/migration-evidence@1"
 
-Conn = Any  # a sqlite3.Connection, or a SQLAlchemy Connection / Engine on a pysqlite file
+Conn = Any  # a sqlite3.Connection, or a SQLAlchemy Connection on a pysqlite file
 
 
 # ---------------------------------------------------------------------------
@@ -193,9 +193,6 @@ def _run(conn: Conn, sql: str, params: tuple = ()) -> list:
 
 def _with_transaction(conn: Conn, body: Callable[[Conn], Any]) -> Any:
     """Run ``body`` in the caller's open transaction, or in a new immediate one."""
-    if hasattr(conn, "connect") and not _is_sqlalchemy(conn):  # an Engine
-        with conn.begin() as c:
-            return body(c)
     if _is_sqlalchemy(conn):
         if conn.in_transaction():
             return body(conn)
@@ -215,10 +212,6 @@ def _with_transaction(conn: Conn, body: Callable[[Conn], Any]) -> Any:
 
 def _read(conn: Conn, body: Callable[[Conn], Any]) -> Any:
     """Run read-only ``body``; on a SQLAlchemy connection, in a transaction it ends."""
-    if hasattr(conn, "connect") and not _is_sqlalchemy(conn):  # an Engine
-        with conn.connect() as c:
-            with c.begin():
-                return body(c)
     if _is_sqlalchemy(conn) and not conn.in_transaction():
         with conn.begin():
             return body(conn)
@@ -258,11 +251,8 @@ def register_writer(dbapi_connection: Any, version: int = WRITER_VERSION) -> Non
     Call it from the engine's ``connect`` event with the DBAPI (pysqlite)
     connection. Registration is per connection and never touches the file.
     """
-    con = dbapi_connection
-    if _is_sqlalchemy(con):  # a SQLAlchemy Connection: reach its pysqlite connection
-        con = con.connection.driver_connection
     declared = str(int(version))
-    con.create_function(WRITER_FUNCTION, 0, lambda: declared, deterministic=True)
+    dbapi_connection.create_function(WRITER_FUNCTION, 0, lambda: declared, deterministic=True)
 
 
 def create_tables(conn: Conn, version: int = schema.SCHEMA_VERSION) -> None:
@@ -782,14 +772,10 @@ def _verify(conn: sqlite3.Connection, target: int, counts_before: dict[str, int]
 
 
 def _post_commit_problems(conn: sqlite3.Connection, content_after: str) -> list[str]:
-    """Checks of the committed file, still under the lock."""
-    problems = []
-    integrity = _integrity(conn)
-    if integrity != ["ok"]:
-        problems.append(f"integrity_check after commit: {integrity[:5]}")
+    """Checks of the committed file's content, still under the lock (``migrate`` runs its integrity check)."""
     if content_sha256(conn) != content_after:
-        problems.append("the committed content differs from the verified content")
-    return problems
+        return ["the committed content differs from the verified content"]
+    return []
 
 
 def migrate(
@@ -870,8 +856,9 @@ def migrate(
                 raise MigrationError("verification failed: " + "; ".join(problems))
             ev.content_sha256_after = content_sha256(conn)
             conn.execute("COMMIT")
-            post = _post_commit_problems(conn, ev.content_sha256_after)
-            ev.integrity_check_after_commit = _integrity(conn)
+            ev.integrity_check_after_commit = integrity = _integrity(conn)
+            post = [f"integrity_check after commit: {integrity[:5]}"] if integrity != ["ok"] else []
+            post += _post_commit_problems(conn, ev.content_sha256_after)
             if post:
                 raise MigrationError("verification after commit failed: " + "; ".join(post))
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
