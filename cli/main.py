@@ -355,9 +355,7 @@ def _replay_requests(args) -> int:
     from envreplica.conformance.drivers import ModelDriver, SqliteDriver
     from envreplica.conformance.lockstep import (
         _scratch_dir,
-        compare_responses,
-        describe_request,
-        describe_response,
+        format_steps,
         read_requests,
         replay_steps,
     )
@@ -384,16 +382,9 @@ def _replay_requests(args) -> int:
         impl.close()
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
-    for i, step in enumerate(steps, 1):
-        console.print(f"  #{i} [bold]{describe_request(step['request'])}[/]", highlight=False)
-        if compare_responses(step["model"], step["impl"]) is None and (divergence is None or i < divergence["index"]):
-            console.print(f"      -> {describe_response(step['model'])}", highlight=False, markup=False)
-        else:
-            console.print(f"      model:          {describe_response(step['model'])}", highlight=False, markup=False)
-            console.print(f"      implementation: {describe_response(step['impl'])}", highlight=False, markup=False)
+    console.print(format_steps(steps, divergence["reason"] if divergence else None), highlight=False, markup=False)
     if divergence is not None:
-        console.print(f"[red]the implementation parts from the model at step #{divergence['index']}: "
-                      f"{divergence['reason']}[/]", highlight=False)
+        console.print(f"[red]the implementation parts from the model at step #{divergence['index']}[/]")
         return 1
     console.print("[green]the implementation and the model agree on every step[/]")
     return 0

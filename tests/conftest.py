@@ -5,7 +5,10 @@ after this file.
 """
 
 import os
+import shutil
+from pathlib import Path
 
+import pytest
 from hypothesis import settings
 
 # Each profile names its parent, so none depends on which profile Hypothesis
@@ -27,3 +30,16 @@ settings.register_profile(
 settings.register_profile("nightly", parent=default, max_examples=5000, deadline=None)
 
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+
+@pytest.fixture
+def scratch():
+    """A directory for SQLite files, on tmpfs when there is one (fsyncs then cost nothing); removed after.
+
+    The lockstep's own default does the same (``lockstep.context._scratch_dir``).
+    """
+    from envreplica.conformance.lockstep.context import _scratch_dir
+
+    path = Path(_scratch_dir())
+    yield path
+    shutil.rmtree(path, ignore_errors=True)

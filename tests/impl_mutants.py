@@ -56,7 +56,7 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Union
 
 from envreplica.conformance import drivers as drivers_module
 from envreplica.conformance.drivers import SqliteDriver
@@ -86,7 +86,6 @@ __all__ = [
     "MutationTargetMissing",
     "MUTANTS",
     "EQUIVALENT_MUTANTS",
-    "BY_NAME",
 ]
 
 
@@ -137,7 +136,6 @@ class MutantSqliteDriver(SqliteDriver):
     """``SqliteDriver`` whose construction point builds ``replica_class`` instead of ``SqliteReplica``."""
 
     replica_class: type = SqliteReplica
-    mutant_name: Optional[str] = None
 
     def _open(self):
         return self.replica_class(self.db_path, sealer=self.sealer, reader=self._reader(), config=self.cfg)
@@ -194,14 +192,6 @@ class ImplMutant:
     variant: Variant = Variant.FIXED
     note: str = ""
 
-    @property
-    def install(self) -> str:
-        """How it is installed into a ``SqliteDriver`` (for the report)."""
-        methods = ", ".join(build()[0] for build in self.edits)
-        if self.on == "driver":
-            return f"MutantSqliteDriver subclass overriding SqliteDriver.{methods}"
-        return f"MutantSqliteDriver._open builds a SqliteReplica subclass overriding {methods}"
-
     def driver_class(self) -> type:
         return _driver_class(self)
 
@@ -234,10 +224,10 @@ def _driver_class(mutant: ImplMutant) -> type:
 def _build_driver_class(mutant: ImplMutant) -> type:
     methods = dict(build() for build in mutant.edits)
     if mutant.on == "driver":
-        return type(f"Mutant_{mutant.name}", (MutantSqliteDriver,), {"mutant_name": mutant.name, **methods})
+        return type(f"Mutant_{mutant.name}", (MutantSqliteDriver,), methods)
     replica_class = type(f"SqliteReplica_{mutant.name}", (SqliteReplica,), methods)
     return type(f"Mutant_{mutant.name}", (MutantSqliteDriver,),
-                {"mutant_name": mutant.name, "replica_class": replica_class})
+                {"replica_class": replica_class})
 
 
 M = ImplMutant
@@ -393,5 +383,3 @@ EQUIVALENT_MUTANTS: dict[str, ImplMutant] = {
     ),
 }
 
-BY_NAME: dict[str, ImplMutant] = {m.name: m for m in MUTANTS}
-assert len(BY_NAME) == len(MUTANTS) >= 12

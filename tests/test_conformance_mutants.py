@@ -39,12 +39,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Optional
 
 import pytest
@@ -212,18 +208,6 @@ def _print_catch_table(request):
 def _catch_settings() -> settings:
     """The lockstep's ``ci`` profile, as ``envreplica check`` runs it."""
     return lockstep_settings("ci")
-
-
-@pytest.fixture
-def scratch(tmp_path):
-    """Where the databases go: tmpfs when there is one (the lockstep's own default does the same)."""
-    shm = Path("/dev/shm")
-    if shm.is_dir() and os.access(shm, os.W_OK):
-        path = Path(tempfile.mkdtemp(prefix="envreplica-mutants-", dir=shm))
-        yield path
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        yield tmp_path / "db"
 
 
 @pytest.fixture

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import time
 from pathlib import Path
 
@@ -51,21 +50,6 @@ def sqlite_factory(directory: Path, variant: str):
         return SqliteDriver(variant, directory / f"replica-{next(counter)}.db")
 
     return make
-
-
-@pytest.fixture
-def scratch(tmp_path):
-    """A directory on tmpfs when there is one (SQLite's fsyncs then cost nothing); removed after."""
-    import shutil
-    import tempfile
-
-    shm = Path("/dev/shm")
-    if not (shm.is_dir() and os.access(shm, os.W_OK)):
-        yield tmp_path
-        return
-    directory = Path(tempfile.mkdtemp(prefix="envreplica-test-lockstep-", dir=shm))
-    yield directory
-    shutil.rmtree(directory, ignore_errors=True)
 
 
 # ---------------------------------------------------------------------------
