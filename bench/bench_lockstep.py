@@ -39,7 +39,7 @@ def main() -> None:
     parser.add_argument("--examples", type=int, default=200, help="examples per run (default 200)")
     args = parser.parse_args()
     settings = lockstep_settings("ci", max_examples=args.examples)
-    adapter = shlex.join([sys.executable, "-m", "envreplica.cli.main", "adapter", "--impl", "sqlite",
+    adapter = shlex.join([sys.executable, "-m", "envreplica.cli.main", "adapter", "--impl", "sqlite", "--test-key",
                           "--variant", Variant.FIXED.value])
     runs = [
         ("model only", lambda: ModelDriver(Variant.FIXED), True),

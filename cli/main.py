@@ -29,6 +29,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from envreplica.checker import itf
+from envreplica.cli.errors import guarded
 from envreplica.checker.coverage import UNREACHABLE, Coverage, print_coverage_table
 from envreplica.checker.run import run
 from envreplica.model.presets import PRESETS, suite
@@ -79,6 +80,8 @@ def cmd_check(args) -> int:
 
         console.print(f"\n[bold]lockstep[/]: the model against the built-in SQLite implementation "
                       f"(variant {args.variant}, profile {args.lockstep_profile})")
+        print("envreplica check: the lockstep's scratch replicas are sealed under the public TEST key "
+              "(test data only; removed afterwards)", file=sys.stderr)
         # No factory: run_lockstep's default, SQLite in a scratch directory it removes afterwards.
         report = run_lockstep(
             None,
@@ -352,7 +355,7 @@ def cmd_replay(args) -> int:
 
 def _replay_requests(args) -> int:
     """Replay a JSON-lines file of adapter requests on the model and an implementation."""
-    from envreplica.conformance.drivers import ModelDriver, SqliteDriver
+    from envreplica.conformance.drivers import TEST_MASTER_KEY, ModelDriver, SqliteDriver
     from envreplica.conformance.lockstep import (
         _scratch_dir,
         format_steps,
@@ -372,7 +375,8 @@ def _replay_requests(args) -> int:
         what = repr(args.adapter)
     else:
         scratch = _scratch_dir()
-        impl = SqliteDriver(variant, Path(scratch) / "replica.db")
+        print("envreplica replay: the scratch replica is sealed under the public TEST key", file=sys.stderr)
+        impl = SqliteDriver(variant, Path(scratch) / "replica.db", master_key=TEST_MASTER_KEY)
         what = "the built-in SQLite implementation"
     console.print(f"replaying {args.file}: {len(requests)} adapter requests on the model and {what} "
                   f"(variant {variant.value})")
@@ -387,6 +391,38 @@ def _replay_requests(args) -> int:
         console.print(f"[red]the implementation parts from the model at step #{divergence['index']}[/]")
         return 1
     console.print("[green]the implementation and the model agree on every step[/]")
+    return 0
+
+
+def cmd_verify(args) -> int:
+    """Check a replica at rest: SQLite's integrity, then every row, set and seal under the master key."""
+    from envreplica.impl.anchor import FileAnchor
+    from envreplica.impl.replica import SqliteReplica
+    from envreplica.impl.sealing import Sealer, load_master_key
+
+    if args.test_key:
+        print("envreplica verify: opening with the public TEST key (--test-key)", file=sys.stderr)
+        from envreplica.conformance.drivers import TEST_MASTER_KEY
+
+        key = TEST_MASTER_KEY
+    else:
+        key = load_master_key()
+    anchor = FileAnchor(args.anchor) if args.anchor else None
+    replica = SqliteReplica(args.db, sealer=Sealer(key), reader=None, create=False, anchor=anchor)
+    try:
+        problems = replica.verify()
+    finally:
+        replica.close()
+    if problems:
+        for problem in problems:
+            console.print(f"[red]tampered or damaged[/]: {problem}", highlight=False, markup=True)
+        console.print(f"[bold red]FAIL[/]: {args.db} does not verify ({len(problems)} problem(s)); the replica "
+                      f"serves nothing until it is replaced (move it aside: the host re-creates it and the cloud "
+                      f"re-sends a snapshot)")
+        return 1
+    what = "with the anchor" if anchor else "without an anchor: a whole-file rollback cannot be seen"
+    console.print(f"[bold green]ok[/]: {args.db} verifies (SQLite integrity, every row's tag, every set's digest, "
+                  f"every sealed value; {what})")
     return 0
 
 
@@ -406,7 +442,7 @@ def main(argv=None) -> int:
     k = sub.add_parser("conformance", help="hold an implementation (an adapter command) against the model")
     k.add_argument("--adapter", required=True,
                    help="command that serves the adapter protocol on stdin/stdout, e.g. "
-                        "'envreplica adapter --impl sqlite'")
+                        "'envreplica adapter --impl sqlite --test-key'")
     k.add_argument("--variant", default=Variant.FIXED.value, choices=[v.value for v in Variant],
                    help="the model variant the implementation is held against (default: fixed)")
     # The profiles' sizes live in conformance.lockstep.run (not imported here: it loads Hypothesis).
@@ -440,6 +476,11 @@ def main(argv=None) -> int:
                    help="variant for a .jsonl replay (default: fixed)")
     r.add_argument("--adapter", help="for a .jsonl replay: an adapter command instead of the built-in SQLite")
     r.set_defaults(func=cmd_replay)
+    v = sub.add_parser("verify", help="check a replica at rest (integrity, tags, digests, seals); exit 1 if tampered")
+    v.add_argument("--db", required=True, metavar="PATH", help="the replica's SQLite file")
+    v.add_argument("--anchor", metavar="FILE", help="the replica's rollback anchor file, if it has one")
+    v.add_argument("--test-key", action="store_true", help="open with the public test key (conformance replicas)")
+    v.set_defaults(func=cmd_verify)
     from envreplica.conformance import adapter
 
     adapter.register(sub)
@@ -447,7 +488,7 @@ def main(argv=None) -> int:
 
     writer.register(sub)
     args = parser.parse_args(argv)
-    return args.func(args)
+    return guarded(f"envreplica {args.command}", args.func, args)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -11,10 +11,18 @@ A JSON object with a repeated key keeps the last one (as ``JSON.parse``).
 ``main`` runs it from the command line::
 
     python -m envreplica.conformance.adapter --impl model --variant fixed
-    python -m envreplica.conformance.adapter --impl sqlite --db /tmp/r.db --store embedded
-    envreplica adapter --impl sqlite ...        # once cli/main.py calls ``register``
+    python -m envreplica.conformance.adapter --impl sqlite --test-key --db /tmp/r.db --store embedded
+    envreplica adapter --impl sqlite ...        # the same, as a subcommand of ``envreplica``
 
-``--impl sqlite`` without ``--db`` uses a file in a fresh temporary directory,
+``--impl sqlite`` seals under the configured master key
+(``ENVREPLICA_MASTER_KEY`` or ``ENVREPLICA_MASTER_KEY_FILE``; without one it
+refuses to start), or under the public test key when asked for by name
+(``--test-key``, announced on standard error; refused with ``--store ssm``).
+``--db PATH`` creates a new replica there, or reopens one that the adapter
+created itself (``store_meta.created_by``); anything else at PATH is refused
+with one line and exit 2, never overwritten. While it runs the adapter holds
+the replica alone (``PATH.lock``), and ``reset`` empties that replica in
+place. Without ``--db`` it uses a file in a fresh temporary directory,
 removed at exit. ``--store ssm`` reads AWS SSM Parameter Store through
 ``impl.valuestores.SsmStore`` (region ``AWS_REGION``, endpoint
 ``ENVREPLICA_SSM_ENDPOINT``, credentials from boto3's default chain); there
@@ -34,7 +42,8 @@ import sys
 import tempfile
 from typing import Any, Optional, TextIO
 
-from envreplica.conformance.drivers import Driver, ModelDriver, SqliteDriver
+from envreplica.cli.errors import UsageError, guarded
+from envreplica.conformance.drivers import TEST_MASTER_KEY, Driver, ModelDriver, SqliteDriver
 from envreplica.model.state import Variant
 
 __all__ = ["serve", "main", "register", "build_driver"]
@@ -104,27 +113,77 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="what answers the requests: the SQLite implementation or the model")
     parser.add_argument("--variant", default=Variant.FIXED.value, choices=[v.value for v in Variant],
                         help="protocol variant (default: fixed)")
-    parser.add_argument("--db", help="SQLite database file (default: a file in a fresh temporary directory)")
+    parser.add_argument("--db", help="the replica file: created if absent, or reopened if this adapter created it "
+                                     "(default: a file in a fresh temporary directory, removed at exit)")
     parser.add_argument("--store", choices=["embedded", "ssm"], default="embedded",
                         help="value store: in-process (default) or AWS SSM Parameter Store")
+    parser.add_argument("--test-key", action="store_true",
+                        help="seal under the public TEST key instead of ENVREPLICA_MASTER_KEY[_FILE] "
+                             "(for conformance runs; refused with --store ssm)")
+    parser.add_argument("--anchor", metavar="FILE",
+                        help="a rollback anchor file outside the replica (impl.anchor; created if absent)")
+
+
+def _warn_test_key(where: str) -> None:
+    print(f"envreplica adapter: sealing under the public TEST key ({where}): anyone can open what this replica "
+          f"stores; never give it real secrets", file=sys.stderr, flush=True)
+
+
+def _master_key(args: argparse.Namespace) -> bytes:
+    """The key the adapter seals under: the configured one, or the test key when asked for by name."""
+    from envreplica.impl.sealing import load_master_key
+
+    if args.test_key:
+        if args.store == "ssm":
+            raise UsageError("--test-key is refused with --store ssm: values read from a real store must not be "
+                             "sealed under a key anyone has. Set ENVREPLICA_MASTER_KEY or ENVREPLICA_MASTER_KEY_FILE")
+        _warn_test_key("--test-key")
+        return TEST_MASTER_KEY
+    return load_master_key()
+
+
+def _replica_path(args: argparse.Namespace, tmpdir: Optional[str]) -> str:
+    """The ``--db`` path if the adapter may use it (new, or a replica it created), else ``ReplicaPathError``."""
+    from envreplica.impl import files
+
+    if not args.db:
+        return os.path.join(tmpdir or tempfile.mkdtemp(prefix="envreplica-adapter-"), "replica.db")
+    found = files.probe(args.db)
+    if found.kind is files.PathKind.REPLICA and not found.created_by_adapter:
+        raise files.ReplicaPathError(
+            f"{args.db} is an envreplica replica that `envreplica adapter` did not create; the adapter's reset "
+            f"empties its replica, so it opens only one it created. Choose a new --db path")
+    if found.kind not in (files.PathKind.MISSING, files.PathKind.REPLICA):
+        files.refuse_unusable(found, what="the adapter's replica")
+    return args.db
 
 
 def build_driver(args: argparse.Namespace, tmpdir: Optional[str] = None) -> Driver:
-    """The driver the parsed arguments ask for."""
+    """The driver the parsed arguments ask for (``UsageError``, ``KeyConfigError``, ``ReplicaPathError``...)."""
     if args.impl == "model":
         if args.store != "embedded":
-            raise SystemExit("envreplica adapter: --impl model keeps its own value store; use --store embedded")
+            raise UsageError("--impl model keeps its own value store; use --store embedded")
         return ModelDriver(args.variant)
-    db = args.db or os.path.join(tmpdir or tempfile.mkdtemp(prefix="envreplica-adapter-"), "replica.db")
+    from envreplica.impl import files
+
+    key = _master_key(args)
+    db = _replica_path(args, tmpdir)
+    anchor = None
+    if args.anchor:
+        from envreplica.impl.anchor import FileAnchor
+
+        anchor = FileAnchor(args.anchor)
+    options = dict(master_key=key, exclusive=True, created_by=files.CREATED_BY_ADAPTER, anchor=anchor,
+                   on_test_key=_warn_test_key)
     if args.store != "ssm":
-        return SqliteDriver(args.variant, db)
+        return SqliteDriver(args.variant, db, **options)
     from envreplica.impl.valuestores import SsmStore
 
     def ssm_store():
         return SsmStore(region_name=os.environ.get("AWS_REGION"),
                         endpoint_url=os.environ.get("ENVREPLICA_SSM_ENDPOINT"))
 
-    return SqliteDriver(args.variant, db, store_factory=ssm_store)
+    return SqliteDriver(args.variant, db, store_factory=ssm_store, forbid_test_key=True, **options)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -157,7 +216,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m envreplica.conformance.adapter",
                                      description=__doc__.splitlines()[0])
     _add_arguments(parser)
-    return run(parser.parse_args(argv))
+    return guarded("envreplica adapter", run, parser.parse_args(argv))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -21,11 +21,24 @@ same JSON from both whenever the two replicas agree.
 Decisions where wire-protocol.md section 5 is silent (each is tested in
 ``tests/test_adapter.py``):
 
-* Requests are exact objects, like frames: ``id`` and ``op`` are required, an
-  op's own fields are required unless the table says optional, and any other
-  key is ``invalid``. ``duringFetch`` is accepted on ``page`` and ``delivery``
-  only. A request whose ``id`` is missing or not an integer (booleans are not
-  integers) is answered with ``"id": null``.
+* What section 5 fixes: a request whose ``op`` is a string the adapter does
+  not know is ``unsupported`` (whatever its other keys); a known op given a
+  key the table does not list (beside ``id`` and ``op``) is ``invalid`` and
+  changes nothing; a request without an integer ``id`` is ``invalid``,
+  answered with ``"id": null``.
+* Where it is silent: the ``id`` is checked first (so an unknown op without
+  an integer id is ``invalid``, ``"id": null``); a missing ``op``, or an
+  ``op`` that is not a string, is ``invalid`` (the request is malformed, not
+  of an unknown kind); a line that is not a JSON object is ``invalid`` with
+  ``"id": null``. Requests are exact objects, like frames: an op's own fields
+  are required unless the table says optional. ``duringFetch`` is accepted on
+  ``page`` and ``delivery`` only; a nested request is answered in ``nested``
+  by the same rules (an unknown nested op is ``unsupported`` there). Booleans
+  are not integers.
+* Error messages never echo a value that may be secret: the value of a key
+  that is not allowed, ``raw``, ``masterKeyHex``, or a request that is not an
+  object are described by their JSON type and size only, and key names that
+  do not look like field names by their length.
 * ``nested`` is present exactly when a well-formed request carried
   ``duringFetch`` (even when the operation then failed: invalid frame, corrupt
   replica, operation lost). It is ``[]`` when the operation made no
@@ -49,11 +62,16 @@ Decisions where wire-protocol.md section 5 is silent (each is tested in
   ``"error"``.
 * ``reset`` ``config`` is an exact object with optional ``ackPageBytes``
   (Count), ``masterKeyHex`` (64 hex digits) and ``prefix`` (a string); omitted
-  keys take their defaults (262144, ``DEFAULT_MASTER_KEY_HEX``,
+  keys take their defaults (262144, the driver's configured master key,
   ``/envreplica``). ``ModelDriver`` checks ``masterKeyHex`` and otherwise
-  ignores it (the model neither seals nor MACs). A driver starts as after
-  ``reset`` with no config. A ``reset`` also clears the value store and turns
-  it back on (``store.off`` is undone).
+  ignores it (the model neither seals nor MACs). A ``reset`` empties the
+  replica in place (``SqliteReplica.empty``: every row, never a file) and
+  clears the value store and turns it back on (``store.off`` is undone). A
+  ``SqliteDriver`` given a store that must not hold test data
+  (``forbid_test_key``, set with ``--store ssm``) refuses a ``masterKeyHex``
+  that is the public test key (``invalid``).
+* A driver starts with its replica as it finds it: a new one when nothing is
+  at its path, else its own replica reopened as after ``restart``.
 * ``store.off`` is for operations that start after it: a page or delivery
   already inside its read (``store.off`` nested in its ``duringFetch``) keeps
   reading through the store it started with, as the seed's operations take
@@ -63,6 +81,10 @@ Decisions where wire-protocol.md section 5 is silent (each is tested in
   ``store.off`` survives ``restart`` (the model's ``State.durable`` keeps
   ``store_on``; the process still has no store after it reopens).
 * ``close`` is the seed's ``closeProjectEnvReplicaGate``.
+* A replica whose file is busy past the busy timeout, failing on the disk, or
+  removed under it is answered ``{"type": "unsupported", "message": "replica
+  unavailable: ..."}``: section 5 has no error type for the environment, and
+  this is neither the replica's answer nor its corruption.
 * An exception that is neither ``InvalidFrame`` nor ``CorruptReplica`` is a
   driver bug; it is answered with ``{"type": "unsupported", "message":
   "internal error: ..."}`` rather than crashing the adapter.
@@ -103,6 +125,7 @@ from envreplica.model.store import (
     legacy_parameter_name,
     staged_parameter_name,
 )
+from envreplica.impl.files import ReplicaPathError, ReplicaUnavailable
 from envreplica.spec import wire
 from envreplica.spec.domain import (
     Done,
@@ -116,7 +139,8 @@ from envreplica.spec.domain import (
 )
 
 __all__ = [
-    "DEFAULT_MASTER_KEY_HEX",
+    "TEST_MASTER_KEY",
+    "TEST_MASTER_KEY_HEX",
     "Driver",
     "ModelDriver",
     "SqliteDriver",
@@ -125,9 +149,11 @@ __all__ = [
     "OPS",
 ]
 
-#: The master key of a driver whose reset config has no ``masterKeyHex``: a
-#: fixed, public TEST key (bytes 0x00..0x1f). Never use it for real values.
-DEFAULT_MASTER_KEY_HEX = bytes(range(32)).hex()
+#: The public TEST master key (bytes 0x00..0x1f): used only when asked for by
+#: name (``--test-key``, a ``reset`` whose ``masterKeyHex`` is it, the
+#: in-process harness). Anyone can open what is sealed under it.
+TEST_MASTER_KEY = bytes(range(32))
+TEST_MASTER_KEY_HEX = TEST_MASTER_KEY.hex()
 
 OPERATION_LOST_RESTART = "operation lost: the replica restarted inside its value-store read"
 OPERATION_LOST_RESET = "operation lost: the replica was reset inside its value-store read"
@@ -176,6 +202,20 @@ def _show(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+def _unknown_op(op: str) -> str:
+    shown = op if re.fullmatch(r"[A-Za-z0-9_.:-]{1,64}", op) else f"<an op of {len(op)} characters>"
+    return (f"unsupported: this adapter does not know op {shown!r} (it knows {', '.join(OPS)}); "
+            f"nothing was done")
+
+
+class UnknownOp(Exception):
+    """A request whose ``op`` is a string this adapter does not know: ``unsupported`` (section 5)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
 def _request_id(request: Any) -> Optional[int]:
     if isinstance(request, dict):
         rid = request.get("id")
@@ -187,16 +227,21 @@ def _request_id(request: Any) -> Optional[int]:
 def check_request(request: Any) -> tuple[str, dict]:
     """The op and fields of a well-formed request; ``InvalidFrame`` otherwise. Changes nothing."""
     if type(request) is not dict:
-        raise _bad("request", "must be a JSON object with keys 'id' and 'op'", _show(request), "Send an object.")
+        raise _bad("request", "must be a JSON object with keys 'id' and 'op'", wire.unshown(request),
+                   "Send an object.")
     if "id" not in request:
         raise _bad("request.id", "is required", "nothing (the key is absent)", "Add an integer 'id'.")
     if type(request["id"]) is not int:
-        raise _bad("request.id", "must be a JSON integer", _show(request["id"]), "Send an integer id.")
+        raise _bad("request.id", "must be a JSON integer", _show(request["id"]) if isinstance(
+            request["id"], (int, float, bool, type(None))) else wire.unshown(request["id"]), "Send an integer id.")
     if "op" not in request:
         raise _bad("request.op", "is required", "nothing (the key is absent)", "Add the key 'op'.")
     op = request["op"]
-    if not isinstance(op, str) or op not in OPS:
-        raise _bad("request.op", f"must be one of {', '.join(OPS)}", _show(op), "Send a known op.")
+    if not isinstance(op, str):
+        raise _bad("request.op", f"must be a string naming an op ({', '.join(OPS)})", wire.unshown(op),
+                   "Send a known op.")
+    if op not in OPS:
+        raise UnknownOp(_unknown_op(op))
     required, optional = OPS[op]
     for key in required:
         if key not in request:
@@ -205,10 +250,11 @@ def check_request(request: Any) -> tuple[str, dict]:
     allowed = ("id", "op") + required + optional
     extra = sorted(k for k in request if k not in allowed)
     if extra:
-        raise _bad(f"request.{extra[0]}", f"is not allowed for op {op!r} (allowed keys: {', '.join(allowed)})",
-                   _show(request[extra[0]]), "Remove the key.")
+        raise _bad(f"request.{wire.shown_key(extra[0])}",
+                   f"is not allowed for op {op!r} (allowed keys: {', '.join(allowed)})",
+                   wire.unshown(request[extra[0]]), "Remove the key.")
     if "duringFetch" in request and type(request["duringFetch"]) is not list:
-        raise _bad("request.duringFetch", "must be a JSON array of requests", _show(request["duringFetch"]),
+        raise _bad("request.duringFetch", "must be a JSON array of requests", wire.unshown(request["duringFetch"]),
                    "Send an array.")
     return op, request
 
@@ -226,21 +272,22 @@ def _key(value: Any, path: str) -> str:
     return value
 
 
-def parse_config(value: Any) -> tuple[int, str, str]:
-    """``reset``'s config: (ack page bytes, master key hex, prefix)."""
+def parse_config(value: Any) -> tuple[int, Optional[str], str]:
+    """``reset``'s config: (ack page bytes, master key hex or None for the driver's own, prefix)."""
     if value is None:
         value = {}
     if type(value) is not dict:
         raise _bad("request.config", f"must be a JSON object with optional keys {', '.join(_CONFIG_KEYS)}",
-                   _show(value), "Send an object.")
+                   wire.unshown(value), "Send an object.")
     extra = sorted(k for k in value if k not in _CONFIG_KEYS)
     if extra:
-        raise _bad(f"request.config.{extra[0]}", f"is not allowed (allowed keys: {', '.join(_CONFIG_KEYS)})",
-                   _show(value[extra[0]]), "Remove the key.")
+        raise _bad(f"request.config.{wire.shown_key(extra[0])}",
+                   f"is not allowed (allowed keys: {', '.join(_CONFIG_KEYS)})",
+                   wire.unshown(value[extra[0]]), "Remove the key.")
     ack = DEFAULT_ACK_PAGE_BYTES
     if "ackPageBytes" in value:
         ack = _count(value["ackPageBytes"], "request.config.ackPageBytes")
-    key_hex = DEFAULT_MASTER_KEY_HEX
+    key_hex = None
     if "masterKeyHex" in value:
         key_hex = value["masterKeyHex"]
         if not isinstance(key_hex, str) or _MASTER_KEY_HEX.fullmatch(key_hex) is None:
@@ -252,7 +299,7 @@ def parse_config(value: Any) -> tuple[int, str, str]:
         prefix = value["prefix"]
         if not isinstance(prefix, str):
             raise _bad("request.config.prefix", "must be a string", _show(prefix), "Send a string such as '/envreplica'.")
-    return ack, key_hex.lower(), prefix
+    return ack, None if key_hex is None else key_hex.lower(), prefix
 
 
 def _store_target(fields: dict, prefix: str) -> tuple[str, str, ValueRef, str]:
@@ -273,7 +320,7 @@ def _put_args(fields: dict, prefix: str):
     project_id, key, ref, name = _store_target(fields, prefix)
     raw = fields["raw"]
     if not isinstance(raw, str):
-        raise _bad("request.raw", "must be a string", _show(raw), "Send the parameter's text.")
+        raise _bad("request.raw", "must be a string", wire.unshown(raw), "Send the parameter's text.")
     reported = None
     if "reportedVersion" in fields:
         if isinstance(ref, StagedRef):
@@ -327,6 +374,8 @@ class _BaseDriver:
             op, fields = check_request(request)
         except InvalidFrame as error:
             return _error(rid, "invalid", error.message)
+        except UnknownOp as error:
+            return _error(rid, "unsupported", error.message)
         nested: Optional[list] = [] if "duringFetch" in fields else None
         method = getattr(self, "_op_" + op.replace(".", "_"))
         try:
@@ -335,6 +384,9 @@ class _BaseDriver:
             response = _error(rid, error.wire_type, error.message)
         except (_Unsupported, _OperationLost) as error:
             response = _error(rid, "unsupported", error.message)
+        except (ReplicaUnavailable, ReplicaPathError) as error:
+            # Not the replica's answer: its file is busy, failing or gone. Section 5 has no type for it.
+            response = _error(rid, "unsupported", f"replica unavailable: {error}")
         except Exception as error:  # a driver bug: answer, never crash the adapter
             response = _error(rid, "unsupported", f"internal error: {type(error).__name__}: {error}")
         else:
@@ -442,7 +494,7 @@ class ModelDriver(_BaseDriver):
         return model_replica.read_status(self.state)
 
     def _op_snapshot(self, fields, nested):
-        return model_replica.read_snapshot(self.state, wire.parse_project_ids(fields["projectIds"]))
+        return model_replica.read_snapshot(self.state, wire.parse_project_ids(fields["projectIds"]), self.cfg)
 
     def _op_receipts(self, fields, nested):
         return list(model_replica.list_receipts(self.state))
@@ -468,55 +520,89 @@ def _embedded_store():
 class SqliteDriver(_BaseDriver):
     """``SqliteReplica`` on ``db_path`` behind the adapter protocol.
 
-    ``store_factory`` builds the value store at every ``reset`` (default: a
-    fresh ``EmbeddedStore``). With another store (``SsmStore``), ``store.put``
-    writes through ``put_for_ref`` and answers ``unsupported`` when that
-    store cannot produce the answer asked for; ``store.fail`` is
-    ``unsupported``.
+    ``master_key`` is the key a ``reset`` without ``masterKeyHex`` seals
+    under (the adapter's configured key, or the public test key when asked
+    for by name). ``store_factory`` builds the value store at every ``reset``
+    (default: a fresh ``EmbeddedStore``). With another store (``SsmStore``),
+    ``store.put`` writes through ``put_for_ref`` and answers ``unsupported``
+    when that store cannot produce the answer asked for; ``store.fail`` is
+    ``unsupported``. ``exclusive`` holds the replica alone (the adapter);
+    ``created_by`` marks a replica this driver creates; ``anchor`` is
+    ``impl.anchor``'s. ``forbid_test_key`` refuses the public test key
+    (``--store ssm``).
     """
 
-    def __init__(self, variant: Union[str, Variant], db_path: Union[str, os.PathLike],
-                 store_factory: Optional[Callable[[], Any]] = None) -> None:
+    def __init__(self, variant: Union[str, Variant], db_path: Union[str, os.PathLike], *,
+                 master_key: bytes, store_factory: Optional[Callable[[], Any]] = None,
+                 exclusive: bool = False, created_by: Optional[str] = None, anchor=None,
+                 forbid_test_key: bool = False, on_test_key: Optional[Callable[[str], None]] = None) -> None:
+        from envreplica.impl.sealing import Sealer
+
         self.variant = Variant(variant)
         self.db_path = os.fspath(db_path)
         self._store_factory = store_factory or _embedded_store
+        self._exclusive = exclusive
+        self._created_by = created_by
+        self._anchor = anchor
+        self._forbid_test_key = forbid_test_key
+        self._on_test_key = on_test_key
+        if forbid_test_key and bytes(master_key) == TEST_MASTER_KEY:
+            raise ValueError("the public test key is refused with this value store")
+        self._master_key = bytes(master_key)
         self._replica = None
         self._lives = 0
         self._last_drop = OPERATION_LOST_RESTART
-        self._reset(None)
+        self.cfg = ModelConfig(variant=self.variant)
+        self.sealer = Sealer(self._master_key)
+        self._fresh_store()
+        existed = os.path.exists(self.db_path)
+        self._replica = self._open()
+        if existed:
+            self._replica.close_gate()  # its own replica, reopened: as after a restart
 
     # -- lifecycle ----------------------------------------------------------
 
     def _open(self):
         from envreplica.impl.replica import SqliteReplica
 
-        return SqliteReplica(self.db_path, sealer=self.sealer, reader=self._reader(), config=self.cfg)
+        return SqliteReplica(self.db_path, **self._replica_options())
+
+    def _replica_options(self) -> dict:
+        """How this driver opens its replica (a subclass may open another class with them)."""
+        return dict(sealer=self.sealer, reader=self._reader(), config=self.cfg, exclusive=self._exclusive,
+                    created_by=self._created_by, anchor=self._anchor)
+
+    def _fresh_store(self) -> None:
+        self.store = self._store_factory()
+        if hasattr(self.store, "clear"):
+            self.store.clear()
+        self._store_on = True
 
     def _close_replica(self) -> None:
         replica, self._replica = self._replica, None
         if replica is not None:
             replica.close()
 
-    def _remove_files(self) -> None:
-        for suffix in ("", "-wal", "-shm", "-journal"):
-            try:
-                os.remove(self.db_path + suffix)
-            except FileNotFoundError:
-                pass
-
     def _reset(self, config: Any) -> None:
         from envreplica.impl.sealing import Sealer
 
         ack, key_hex, prefix = parse_config(config)
-        self._close_replica()
-        self._remove_files()
+        key = self._master_key if key_hex is None else bytes.fromhex(key_hex)
+        if key == TEST_MASTER_KEY:
+            if self._forbid_test_key:
+                raise InvalidFrame("invalid request: request.config.masterKeyHex is the public test key, which is "
+                                   "refused with this value store (--store ssm): values read from a real store "
+                                   "must not be sealed under a key anyone has. Send another key, or none.")
+            if self._on_test_key is not None and key_hex is not None:
+                self._on_test_key("reset.config.masterKeyHex")
         self.cfg = ModelConfig(variant=self.variant, ack_page_bytes=ack, prefix=prefix)
-        self.sealer = Sealer(bytes.fromhex(key_hex))
-        self.store = self._store_factory()
-        if hasattr(self.store, "clear"):
-            self.store.clear()
-        self._store_on = True
-        self._replica = self._open()
+        self.sealer = Sealer(key)
+        self._fresh_store()
+        if self._replica is None:
+            self._replica = self._open()
+        self._replica.config = self.cfg
+        self._replica.reader = self._reader()
+        self._replica.empty(self.sealer)  # every row, in place: never a file
         self._lives += 1
         self._last_drop = OPERATION_LOST_RESET
 

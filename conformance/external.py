@@ -15,7 +15,7 @@ longer be trusted to stay in step, so the lockstep starts a fresh one.
 
 Typical use::
 
-    driver = SubprocessDriver("python -m envreplica.conformance.adapter --impl sqlite")
+    driver = SubprocessDriver("python -m envreplica.conformance.adapter --impl sqlite --test-key")
     driver.handle({"id": 1, "op": "reset"})   # {"id": 1, "ok": True, "result": {}}
     driver.close()
 """

@@ -63,9 +63,15 @@ _DEFERRED = "BEGIN"
 
 
 def open_engine(
-    path: Union[str, Path], *, synchronous: str = "FULL", busy_timeout_ms: int = 5000
+    path: Union[str, Path], *, synchronous: str = "FULL", busy_timeout_ms: int = 5000, journal_mode: str = "WAL"
 ) -> Engine:
-    """An ``Engine`` on the SQLite file ``path`` (created if absent), with the replica's pragmas."""
+    """An ``Engine`` on the SQLite file ``path``, with the replica's pragmas.
+
+    ``journal_mode`` is WAL but while a replica is being created
+    (``SqliteReplica._create`` builds it in a rollback-journal file first).
+    """
+    if journal_mode not in ("WAL", "DELETE"):
+        raise ValueError(f"journal_mode must be WAL or DELETE; got {journal_mode!r}")
     level = str(synchronous).upper()
     if level not in SYNCHRONOUS_LEVELS:
         raise ValueError(f"synchronous must be one of {', '.join(SYNCHRONOUS_LEVELS)}; got {synchronous!r}")
@@ -90,7 +96,7 @@ def open_engine(
             # The busy timeout first: switching a fresh file to WAL takes a
             # lock that another process opening the file may hold.
             cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
-            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute(f"PRAGMA journal_mode={journal_mode}")
             cur.execute(f"PRAGMA synchronous={level}")
             cur.execute("PRAGMA foreign_keys=ON")
         finally:

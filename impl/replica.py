@@ -26,12 +26,26 @@ specification, and where the two disagree this file is wrong.
   given ``during_fetch`` calls it once, at its first real read, after the read
   returned and before its answer is used: the seed's ``await`` window.
 * Variants ``seed``, ``fix-f1`` and ``fixed`` differ exactly where the model's
-  ``# FIX(F1)`` / ``# FIX(F2)`` do.
+  ``# FIX(F1)`` / ``# FIX(F2)`` / ``# FIX(F3)`` do. F3 is the text of a value:
+  ``seed`` and ``fix-f1`` seal it as the seed's Node does
+  (``Buffer.from(value, "utf8")``: a lone surrogate becomes U+FFFD), ``fixed``
+  seals exactly the value fetched (``impl.sealing.TextEncoding``). ``fixed``
+  also re-judges each served record against the kept epochs and its binding
+  when it reads a snapshot (defence in depth; it never changes an answer of
+  an untampered replica).
+* Every stored fact is authenticated at rest (``impl.integrity``, through
+  ``impl.tables``): rows carry tags, sets carry digests, the authority row
+  counts writes. A tampered row, set or whole file (with an anchor) is
+  ``TamperDetected``: the snapshot fails closed, ``snapshot_diagnostics`` and
+  ``verify`` name the table and row, and no write launders it.
 * Rows are rebuilt through the wire parsers of ``spec.wire`` on every read; a
   row that does not parse is ``CorruptReplica`` naming its table and key,
   never a value. Values are sealed at rest (``impl.sealing``), bound to
   project, key, revision, generation and value reference: a blob moved to
   another row does not open, and the snapshot read then fails closed.
+* Files (``impl.files``): opening never writes unless it creates the replica
+  (atomically, owner-only); SQLite's lock errors are ``ReplicaBusy`` and I/O
+  errors ``ReplicaIOError``, never a ``None`` snapshot.
 * A delivery receipt stores the HMAC of the canonical semantic request
   (``canonical_json(frame.request())``), never the request.
 
@@ -50,22 +64,38 @@ calls ``close_gate``, as the model's ``restart`` does), and schema migration
 
 from __future__ import annotations
 
-import json
+import os
+import sqlite3
 import threading
 import time
+import uuid
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Union
 
-from sqlalchemy import Text, bindparam, delete, insert, select, update
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DatabaseError, IntegrityError, OperationalError
 
-from envreplica.impl import schema as S
-from envreplica.impl import writer
+from envreplica.impl import files, writer
+from envreplica.impl.anchor import Anchor
 from envreplica.impl.engine import open_engine, read_transaction, write_transaction
-from envreplica.impl.sealing import Sealer, SealError
+from envreplica.impl.files import (
+    PathKind,
+    ReplicaKeyMismatch,
+    ReplicaLock,
+    ReplicaPathError,
+    ReplicaUnavailable,
+)
+from envreplica.impl.integrity import TamperDetected
+from envreplica.impl.sealing import ENV_KEY, ENV_KEY_FILE, Sealer, SealError, TextEncoding
+from envreplica.impl.tables import (
+    Tables,
+    count_of,
+    json_text,
+    receipt_of_row,
+    value_ref_of_row,
+    where_text,
+)
 from envreplica.impl.valuestores import ValueReader, answer_of
 from envreplica.model.fmap import FMap
 from envreplica.model.replica import authority_org_id, cursor, page_fits, required_cursor
@@ -77,7 +107,6 @@ from envreplica.model.rules import (
 )
 from envreplica.model.state import (
     Authority,
-    LiveRow,
     ModelConfig,
     ReadRequest,
     Receipt,
@@ -104,8 +133,6 @@ from envreplica.spec.domain import (
     CommitResult,
     CorruptReplica,
     Cursor,
-    InvalidFrame,
-    Materialization,
     MatKind,
     PageFrame,
     PageOk,
@@ -122,7 +149,6 @@ from envreplica.spec.domain import (
     ValueRef,
     unavailable,
 )
-from envreplica.spec.gate import Gate
 
 __all__ = ["SqliteReplica", "request_mac", "with_macs", "READY_POLL_SECONDS"]
 
@@ -131,7 +157,15 @@ R = RefusalCode
 #: How often ``await_ready`` re-reads the file (another process may change it).
 READY_POLL_SECONDS = 0.05
 
-_AUTHORITY_ID = "replica"
+
+
+def _identity(path: Path) -> Optional[tuple[int, int]]:
+    """(device, inode) of the file at ``path``, or None when nothing is there."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 # ---------------------------------------------------------------------------
@@ -164,98 +198,8 @@ def with_macs(state: State, sealer: Sealer) -> State:
 
 
 # ---------------------------------------------------------------------------
-# Rows <-> values
+# Rows
 # ---------------------------------------------------------------------------
-
-
-def _json(value: Any) -> str:
-    """``JSON.stringify`` of an encoded wire value (insertion order, no whitespace)."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-
-
-def _ref_json(ref: ValueRef) -> str:
-    return _json(wire.encode(ref))
-
-
-def _state_columns(state: BindingState) -> dict:
-    ref = state.head.value_ref
-    return {
-        "revision": state.head.revision,
-        "generation": state.head.generation,
-        "tombstone": state.head.tombstone,
-        "value_ref_json": None if ref is None else _ref_json(ref),
-        "binding_json": None if state.binding is None else _json(wire.encode(state.binding)),
-        "policy_epoch": state.policy_epoch,
-        "listing_generation": state.listing_generation,
-    }
-
-
-def _mat_columns(mat: Materialization) -> dict:
-    return {
-        "materialization": mat.kind.value,
-        "materialization_reason": None if mat.kind is MatKind.INSTALLED else mat.reason,
-    }
-
-
-def _where_text(table: str, ident: tuple) -> str:
-    return f"{table} {'/'.join(str(part) for part in ident)}"
-
-
-def _parse_json_column(text: Any, what: str, table: str, ident: tuple) -> Any:
-    if text is None:
-        return None
-    if not isinstance(text, str):
-        raise CorruptReplica(f"stored {what} is malformed ({_where_text(table, ident)})")
-    try:
-        return json.loads(text)
-    except (ValueError, RecursionError):
-        raise CorruptReplica(f"stored {what} is malformed ({_where_text(table, ident)})") from None
-
-
-def _record_of_row(row, table: str, ident: tuple) -> tuple[BindingState, Materialization]:
-    """``rowState`` and ``rowMaterialization``: the record of a row, validated by the wire parsers."""
-    ref = _parse_json_column(row.value_ref_json, "replica value reference", table, ident)
-    binding = _parse_json_column(row.binding_json, "replica binding", table, ident)
-    doc = {
-        "key": row.key,
-        "head": {
-            "revision": row.revision,
-            "generation": row.generation,
-            "tombstone": row.tombstone,
-            "valueRef": ref,
-        },
-        "binding": binding,
-        "policyEpoch": row.policy_epoch,
-        "listingGeneration": row.listing_generation,
-    }
-    try:
-        state = wire.parse_binding_state(doc)
-    except InvalidFrame:
-        raise CorruptReplica(f"stored replica record is invalid ({_where_text(table, ident)})") from None
-    mat_doc = (
-        {"kind": "installed"}
-        if row.materialization == "installed" and row.materialization_reason is None
-        else {"kind": row.materialization, "reason": row.materialization_reason}
-    )
-    try:
-        mat = wire.parse_materialization(mat_doc)
-    except InvalidFrame:
-        raise CorruptReplica(
-            f"stored replica materialization is invalid ({_where_text(table, ident)})"
-        ) from None
-    return state, mat
-
-
-def _value_ref_of_row(row, table: str, ident: tuple) -> ValueRef:
-    doc = _parse_json_column(row.value_ref_json, "replica value reference", table, ident)
-    try:
-        return wire.parse_value_ref(doc)
-    except InvalidFrame:
-        raise CorruptReplica(f"stored replica value reference is invalid ({_where_text(table, ident)})") from None
-
-
-def _count_of(value: Any) -> bool:
-    return type(value) is int and 0 <= value <= wire.MAX_COUNT
 
 
 def _value_matches_head(vrow, head, table: str, ident: tuple) -> bool:
@@ -265,288 +209,9 @@ def _value_matches_head(vrow, head, table: str, ident: tuple) -> bool:
     if vrow.revision != head.revision or vrow.generation != head.generation:
         return False
     try:
-        return _value_ref_of_row(vrow, table, ident) == head.value_ref
+        return value_ref_of_row(vrow, table, ident) == head.value_ref
     except CorruptReplica:  # an unreadable reference matches no head
         return False
-
-
-def _parse_code(code: Any, ident: tuple) -> RefusalCode:
-    try:
-        return RefusalCode(code)
-    except ValueError:
-        raise CorruptReplica(f"stored replica receipt code is invalid ({_where_text('receipts', ident)})") from None
-
-
-def _receipt_of_row(row) -> Receipt:
-    """A receipt row as the model's ``Receipt``, its ``request`` being the stored MAC."""
-    ident = (row.stream_id, row.sequence)
-    code = None if row.code is None else _parse_code(row.code, ident)
-    result = None
-    if row.result_json is not None:
-        doc = _parse_json_column(row.result_json, "replica delivery result", "receipts", ident)
-        try:
-            result = wire.parse_record_result(doc)
-        except InvalidFrame:
-            raise CorruptReplica("stored replica delivery result is invalid") from None
-    return Receipt(row.request_mac, bool(row.ok), code, result, row.record_version)
-
-
-# ---------------------------------------------------------------------------
-# One transaction's view of the tables
-# ---------------------------------------------------------------------------
-
-
-def _key_where(table, *names):
-    """``WHERE name = :w_name AND ...`` (bound parameters, so the statement is built once)."""
-    return [table.c[n] == bindparam(f"w_{n}") for n in names]
-
-
-def _upsert(table, keys: tuple[str, ...]):
-    """``INSERT ... ON CONFLICT (keys) DO UPDATE SET <every other column> = excluded.<column>``."""
-    stmt = sqlite_insert(table)
-    return stmt.on_conflict_do_update(
-        index_elements=list(keys),
-        set_={c.name: stmt.excluded[c.name] for c in table.c if c.name not in keys},
-    )
-
-
-class _Sql:
-    """The statements of the replica, built once (SQLAlchemy then caches their compiled form)."""
-
-    authority = select(S.authority).where(S.authority.c.id == _AUTHORITY_ID)
-    set_authority = update(S.authority).where(S.authority.c.id == _AUTHORITY_ID)
-
-    project_version = select(S.projects.c.record_version).where(*_key_where(S.projects, "project_id"))
-    projects = select(S.projects)
-    insert_projects = insert(S.projects)  # executemany: the promoted projects
-    set_project_version = (
-        update(S.projects).where(*_key_where(S.projects, "project_id")).values(record_version=bindparam("v_version"))
-    )
-
-    live_record = select(S.records).where(*_key_where(S.records, "project_id", "key"))
-    live_records = select(S.records).where(*_key_where(S.records, "project_id"))
-    put_live_record = _upsert(S.records, ("project_id", "key"))
-    live_values = select(S.values).where(*_key_where(S.values, "project_id"))
-    delete_live_value = delete(S.values).where(*_key_where(S.values, "project_id", "key"))
-    put_live_value = _upsert(S.values, ("project_id", "key"))
-    insert_live_values = insert(S.values)  # executemany: the promoted values
-
-    stage_project = select(S.stage_projects).where(*_key_where(S.stage_projects, "attempt_id", "project_id"))
-    put_stage_project = _upsert(S.stage_projects, ("attempt_id", "project_id"))
-    stage_record = select(S.stage_records).where(*_key_where(S.stage_records, "attempt_id", "project_id", "key"))
-    stage_records = select(S.stage_records).where(*_key_where(S.stage_records, "attempt_id"))
-    stage_records_of_project = select(S.stage_records).where(
-        *_key_where(S.stage_records, "attempt_id", "project_id"))
-    put_stage_record = _upsert(S.stage_records, ("attempt_id", "project_id", "key"))
-    delete_stage_value = delete(S.stage_values).where(
-        *_key_where(S.stage_values, "attempt_id", "project_id", "key"))
-    put_stage_value = _upsert(S.stage_values, ("attempt_id", "project_id", "key"))
-    delete_stage_project_values = delete(S.stage_values).where(
-        *_key_where(S.stage_values, "attempt_id", "project_id"))
-    delete_stage_project_records = delete(S.stage_records).where(
-        *_key_where(S.stage_records, "attempt_id", "project_id"))
-    copy_live_values_to_stage = insert(S.stage_values).from_select(
-        ["attempt_id", "project_id", "key", "revision", "generation", "value_ref_json", "value_enc"],
-        select(
-            bindparam("v_attempt", type_=Text), S.values.c.project_id, S.values.c.key, S.values.c.revision,
-            S.values.c.generation, S.values.c.value_ref_json, S.values.c.value_enc,
-        ).where(*_key_where(S.values, "project_id")),
-    )
-
-    receipt = select(S.receipts).where(*_key_where(S.receipts, "stream_id", "sequence"))
-    put_receipt = insert(S.receipts)
-
-
-class _Tx:
-    """The table operations of one transaction (the seed's ``tx`` helpers)."""
-
-    __slots__ = ("conn", "notify")
-
-    def __init__(self, conn) -> None:
-        self.conn = conn
-        self.notify = False  # the authority row or the live view changed
-
-    def _one(self, stmt, params=None):
-        return self.conn.execute(stmt, params).first()
-
-    def _all(self, stmt, params=None):
-        return self.conn.execute(stmt, params).all()
-
-    def _run(self, stmt, params=None) -> None:
-        self.conn.execute(stmt, params)
-
-    # -- authority -------------------------------------------------------
-
-    def authority(self) -> Authority:
-        """``authorityRow`` read as the model's ``Authority``; a malformed row is corrupt."""
-        row = self._one(_Sql.authority)
-        if row is None:
-            raise CorruptReplica("project environment replica authority row is missing")
-        text = row.policy_epochs_json
-        try:
-            parsed = json.loads(text) if isinstance(text, str) else None
-        except (ValueError, RecursionError):
-            raise CorruptReplica("stored replica policy epochs are malformed") from None
-        try:
-            epochs = wire.parse_policy_epochs(parsed)
-        except InvalidFrame:
-            raise CorruptReplica("stored replica policy epochs are invalid") from None
-        activated, gate_open, attempt = bool(row.activated), bool(row.gate_open), row.attempt_id
-        if attempt is not None and (not isinstance(attempt, str) or wire.ID.regex.fullmatch(attempt) is None):
-            raise CorruptReplica("stored replica attempt is invalid")
-        if not activated:
-            if gate_open or attempt is not None:
-                raise CorruptReplica("stored replica gate is invalid")
-            gate = Gate.INACTIVE
-        elif gate_open:
-            if attempt is not None:
-                raise CorruptReplica("stored replica gate is invalid")
-            gate = Gate.OPEN
-        else:
-            gate = Gate.IDLE if attempt is None else Gate.STAGING
-        stream, sequence, org = row.stream_id, row.applied_sequence, row.org_id
-        if activated:
-            if not isinstance(stream, str) or wire.ID.regex.fullmatch(stream) is None or not _count_of(sequence):
-                raise CorruptReplica("stored replica delivery cursor is invalid")
-            if not isinstance(org, str) or wire.SEGMENT.regex.fullmatch(org) is None:
-                raise CorruptReplica("stored replica organization is invalid")
-        return Authority(gate, stream, sequence, attempt, org, epochs)
-
-    def set_authority(self, **columns) -> None:
-        self._run(_Sql.set_authority, columns)
-        self.notify = True
-
-    # -- projects --------------------------------------------------------
-
-    def project_version(self, project: str) -> Optional[int]:
-        row = self._one(_Sql.project_version, {"w_project_id": project})
-        return None if row is None else row.record_version
-
-    def projects(self) -> dict[str, int]:
-        return {r.project_id: r.record_version for r in self._all(_Sql.projects)}
-
-    def set_project_version(self, project: str, version: int) -> None:
-        self._run(_Sql.set_project_version, {"w_project_id": project, "v_version": version})
-        self.notify = True
-
-    # -- live records and values ----------------------------------------
-
-    def live_record(self, project: str, key: str) -> Optional[LiveRow]:
-        row = self._one(_Sql.live_record, {"w_project_id": project, "w_key": key})
-        if row is None:
-            return None
-        return LiveRow(*_record_of_row(row, "records", (project, key)))
-
-    def live_records(self, project: str) -> list[tuple[str, LiveRow]]:
-        """The project's live records, sorted by key (``ORDER BY key``)."""
-        rows = self._all(_Sql.live_records, {"w_project_id": project})
-        out = [(r.key, LiveRow(*_record_of_row(r, "records", (project, r.key)))) for r in rows]
-        out.sort(key=lambda kv: kv[0])
-        return out
-
-    def put_live_record(self, project: str, state: BindingState, mat: Materialization) -> None:
-        self._run(_Sql.put_live_record,
-                  {"project_id": project, "key": state.key, **_state_columns(state), **_mat_columns(mat)})
-        self.notify = True
-
-    def live_value_rows(self, project: str) -> dict[str, Any]:
-        return {r.key: r for r in self._all(_Sql.live_values, {"w_project_id": project})}
-
-    def delete_live_value(self, project: str, key: str) -> None:
-        self._run(_Sql.delete_live_value, {"w_project_id": project, "w_key": key})
-        self.notify = True
-
-    def put_live_value(self, project: str, key: str, head, blob: bytes) -> None:
-        self._run(_Sql.put_live_value, {"project_id": project, "key": key, **_value_columns(head, blob)})
-        self.notify = True
-
-    # -- staged projects, records and values ----------------------------
-
-    def stage_project(self, attempt: str, project: str) -> Optional[StageProject]:
-        row = self._one(_Sql.stage_project, {"w_attempt_id": attempt, "w_project_id": project})
-        return None if row is None else _stage_project_of_row(row)
-
-    def put_stage_project(self, attempt: str, project: str, sp: StageProject) -> None:
-        self._run(_Sql.put_stage_project, {
-            "attempt_id": attempt, "project_id": project,
-            "record_version": sp.record_version, "last_key": sp.last_key, "complete": sp.complete,
-        })
-
-    def stage_record(self, attempt: str, project: str, key: str) -> Optional[StageRow]:
-        row = self._one(_Sql.stage_record, {"w_attempt_id": attempt, "w_project_id": project, "w_key": key})
-        if row is None:
-            return None
-        state, mat = _record_of_row(row, "stage_records", (attempt, project, key))
-        return StageRow(state, mat, bool(row.present))
-
-    def stage_records(self, attempt: str, project: Optional[str] = None) -> list[tuple[tuple[str, str], StageRow]]:
-        """Staged records of the attempt (and project), sorted by (project, key)."""
-        if project is None:
-            rows = self._all(_Sql.stage_records, {"w_attempt_id": attempt})
-        else:
-            rows = self._all(_Sql.stage_records_of_project, {"w_attempt_id": attempt, "w_project_id": project})
-        out = []
-        for r in rows:
-            state, mat = _record_of_row(r, "stage_records", (attempt, r.project_id, r.key))
-            out.append(((r.project_id, r.key), StageRow(state, mat, bool(r.present))))
-        out.sort(key=lambda kv: kv[0])
-        return out
-
-    def put_stage_record(self, attempt: str, project: str, row: StageRow) -> None:
-        self._run(_Sql.put_stage_record, {
-            "attempt_id": attempt, "project_id": project, "key": row.state.key,
-            **_state_columns(row.state), **_mat_columns(row.mat), "present": row.present,
-        })
-
-    def delete_stage_value(self, attempt: str, project: str, key: str) -> None:
-        self._run(_Sql.delete_stage_value, {"w_attempt_id": attempt, "w_project_id": project, "w_key": key})
-
-    def put_stage_value(self, attempt: str, project: str, key: str, head, blob: bytes) -> None:
-        self._run(_Sql.put_stage_value,
-                  {"attempt_id": attempt, "project_id": project, "key": key, **_value_columns(head, blob)})
-
-    def clear_stage(self) -> None:
-        """Delete every staged row (values, records, projects: children first)."""
-        self._run(delete(S.stage_values))
-        self._run(delete(S.stage_records))
-        self._run(delete(S.stage_projects))
-
-    def reset_staged_project(self, attempt: str, project: str) -> None:
-        """``resetStagedProject``: the project's staged view becomes a copy of its live view."""
-        where = {"w_attempt_id": attempt, "w_project_id": project}
-        self._run(_Sql.delete_stage_project_values, where)
-        self._run(_Sql.delete_stage_project_records, where)
-        for _, live in self.live_records(project):
-            self.put_stage_record(attempt, project, StageRow(live.state, live.mat, False))
-        # Sealed blobs are copied as they are: their seal binds project, key and head, not the view.
-        self._run(_Sql.copy_live_values_to_stage, {"v_attempt": attempt, "w_project_id": project})
-
-    # -- receipts --------------------------------------------------------
-
-    def receipt_row(self, stream: str, sequence: int):
-        return self._one(_Sql.receipt, {"w_stream_id": stream, "w_sequence": sequence})
-
-    def put_receipt(self, **columns) -> None:
-        self._run(_Sql.put_receipt, columns)
-
-
-def _value_columns(head, blob: bytes) -> dict:
-    return {
-        "revision": head.revision,
-        "generation": head.generation,
-        "value_ref_json": _ref_json(head.value_ref),
-        "value_enc": blob,
-    }
-
-
-def _stage_project_of_row(row) -> StageProject:
-    ident = (row.attempt_id, row.project_id)
-    rv, last_key = row.record_version, row.last_key
-    if (rv is not None and not _count_of(rv)) or (
-        last_key is not None and (not isinstance(last_key, str) or wire.KEY.regex.fullmatch(last_key) is None)
-    ):
-        raise CorruptReplica(f"stored replica staged project is invalid ({_where_text('stage_projects', ident)})")
-    return StageProject(rv, last_key, bool(row.complete))
 
 
 # ---------------------------------------------------------------------------
@@ -572,7 +237,16 @@ class _ReadWindow:
 
 
 class SqliteReplica:
-    """The replica on one SQLite file; behaves exactly like ``envreplica.model.replica``."""
+    """The replica on one SQLite file; behaves exactly like ``envreplica.model.replica``.
+
+    Opening it checks the file and takes no write lock unless it creates the
+    replica (``create=True`` and nothing at ``path``): a missing directory, a
+    directory, a file that is not an envreplica replica, a replica of another
+    version or sealed under another master key are refused (``impl.files``,
+    ``impl.writer``). While open it holds ``PATH.lock`` shared
+    (``exclusive=True``: alone, as ``envreplica adapter`` does) and notices when
+    the file at ``path`` is removed or replaced.
+    """
 
     def __init__(
         self,
@@ -582,6 +256,11 @@ class SqliteReplica:
         reader: Optional[ValueReader],
         config: ModelConfig = ModelConfig(),
         synchronous: str = "FULL",
+        create: bool = True,
+        exclusive: bool = False,
+        anchor: Optional[Anchor] = None,
+        created_by: Optional[str] = None,
+        busy_timeout_ms: int = 5000,
     ) -> None:
         if not isinstance(sealer, Sealer):
             raise TypeError("sealer must be an impl.sealing.Sealer")
@@ -589,22 +268,42 @@ class SqliteReplica:
         self.sealer = sealer
         self.reader = reader
         self.config = config
-        self._engine = open_engine(self.path, synchronous=synchronous)
-        self._conn = self._engine.connect()
+        self.anchor = anchor
         self._lock = threading.RLock()  # one transaction at a time on the held connection
         self._changed = threading.Condition()
         self._generation = 0  # bumped after each committed change to the authority row or live view
-        self._closed = False
+        self._floor = 0  # the highest write counter seen: a file below it was rolled back
+        self._closed = True
+        self._holder: Optional[ReplicaLock] = None
+        self._engine = None
+        self._conn = None
+        found = files.probe(self.path)
+        if found.kind is PathKind.MISSING and not create:
+            raise ReplicaPathError(f"{self.path}: no replica there (the file does not exist)")
+        if found.kind is not PathKind.MISSING:
+            files.refuse_unusable(found, what="a replica")
+        self._holder = ReplicaLock(self.path, exclusive=exclusive)
         try:
-            with self._write(setup=True):
-                pass
+            if found.kind is PathKind.MISSING:
+                with self._sql_errors():
+                    self._create(created_by)
+            self._identity = _identity(self.path)
+            self._engine = open_engine(self.path, synchronous=synchronous, busy_timeout_ms=busy_timeout_ms)
+            with self._sql_errors():
+                self._conn = self._engine.connect()
+                self._closed = False
+                self.replica_id = self._open_file()
+            if self.anchor is not None:
+                self._floor = max(self._floor, self.anchor.read(self.replica_id))
+                with self._read():  # refuses a file below its anchor
+                    pass
         except BaseException:
             self.close()
             raise
 
     @classmethod
     def from_environment(cls, path, *, reader: Optional[ValueReader], config: ModelConfig = ModelConfig(),
-                         synchronous: str = "FULL", env=None) -> "SqliteReplica":
+                         synchronous: str = "FULL", env=None, **options) -> "SqliteReplica":
         """Open a replica sealed under the configured master key.
 
         The key comes from ``ENVREPLICA_MASTER_KEY`` (64 hex digits) or
@@ -616,52 +315,137 @@ class SqliteReplica:
         from envreplica.impl.sealing import load_master_key
 
         key = load_master_key(os.environ if env is None else env)
-        return cls(path, sealer=Sealer(key), reader=reader, config=config, synchronous=synchronous)
+        return cls(path, sealer=Sealer(key), reader=reader, config=config, synchronous=synchronous, **options)
+
+    # -- opening, emptying ------------------------------------------------
+
+    def _create(self, created_by: Optional[str]) -> None:
+        """Create a complete, stamped, empty replica at ``path``, atomically.
+
+        It is built in a hidden file beside ``path`` (rollback journal, FULL
+        sync), then hard-linked into place, which fails if anything appeared
+        there: a kill at any moment leaves either no replica or a whole one,
+        and never replaces a file. The hidden file is removed.
+        """
+        tmp = self.path.with_name(f".{self.path.name}.{uuid.uuid4().hex}.creating")
+        files.create_private(tmp)
+        try:
+            engine = open_engine(tmp, synchronous="FULL", journal_mode="DELETE")
+            try:
+                with engine.connect() as conn, write_transaction(conn):
+                    writer.stamp(conn, key_check=self.sealer.rows.key_check, created_by=created_by)
+                    Tables(conn, self.sealer.rows).insert_initial_authority()
+            finally:
+                engine.dispose()
+            files.fsync_path(tmp)
+            try:
+                os.link(tmp, self.path)
+            except FileExistsError:
+                raise ReplicaPathError(f"{self.path}: another process created a file at this path at the same "
+                                       f"moment; nothing was overwritten. Open it again") from None
+            files.fsync_path(self.path.parent)
+        finally:
+            for leftover in (tmp, Path(f"{tmp}-journal")):
+                try:
+                    leftover.unlink()
+                except FileNotFoundError:
+                    pass
+
+    def _open_file(self) -> str:
+        """Check the file's writer contract and master key (a read transaction); return the replica's id.
+
+        A file of a newer envreplica is refused, an older one must be migrated
+        first (``WriterVersionError``); one sealed under another master key is
+        refused (``ReplicaKeyMismatch``).
+        """
+        with read_transaction(self._conn) as conn:
+            version = writer.check_writer(conn)
+            meta = writer.read_meta(conn) or {}
+        if version is None:
+            raise ReplicaPathError(f"{self.path}: an envreplica store with no writer contract recorded and no rows "
+                                   f"(not created by this envreplica); move it aside")
+        if meta.get("key_check") != self.sealer.rows.key_check:
+            raise ReplicaKeyMismatch(
+                f"{self.path}: this replica was sealed under another master key than the one configured (its key "
+                f"check differs). Set {ENV_KEY} or {ENV_KEY_FILE} to the key it was created with; a replica cannot "
+                f"be read under another key (move it aside and let the cloud re-send a snapshot)")
+        return meta.get("replica_id", "")
+
+    def empty(self, sealer: Optional[Sealer] = None) -> None:
+        """Delete every row, under a new ``sealer`` if given: a fresh, empty replica in the same file.
+
+        The write counter keeps counting (an anchor never sees it go back).
+        """
+        sealer = self.sealer if sealer is None else sealer
+        with self._lock, self._sql_errors():
+            self._ensure_open()
+            with write_transaction(self._conn) as conn:
+                counter = writer.wipe(conn, key_check=sealer.rows.key_check)
+                Tables(conn, sealer.rows).insert_initial_authority(counter + 1)
+            self.sealer = sealer
+            self._floor = counter + 1
+        if self.anchor is not None:
+            self.anchor.advance(self.replica_id, self._floor)
+        self._notify()
 
     # -- plumbing --------------------------------------------------------
 
-    def _setup(self, conn) -> None:
-        """Check the writer contract (stamping a fresh file), then create the initial authority row.
+    @contextmanager
+    def _sql_errors(self) -> Iterator[None]:
+        """SQLite errors as envreplica's: a constraint is corrupt, a lock busy, the disk I/O."""
+        try:
+            yield
+        except (IntegrityError, sqlite3.IntegrityError) as error:
+            # The message names the constraint (never a bound value).
+            raise CorruptReplica(f"replica constraint violated: {getattr(error, 'orig', None) or error}") from None
+        except (OperationalError, DatabaseError, sqlite3.OperationalError, sqlite3.DatabaseError) as error:
+            raise files.sqlite_error(error, self.path) from None
 
-        A fresh file is stamped with this schema and writer version and gets
-        the fence triggers (``impl.writer``); a file of a newer envreplica is
-        refused, an older one must be migrated first (``WriterVersionError``).
-        """
-        writer.stamp(conn)  # checks the contract; stamps (tables, versions, fence) only a fresh file
-        conn.execute(
-            sqlite_insert(S.authority)
-            .values(
-                id=_AUTHORITY_ID, activated=False, gate_open=False, stream_id=None, applied_sequence=0,
-                attempt_id=None, org_id=None, policy_epochs_json="[]",
-            )
-            .on_conflict_do_nothing(index_elements=["id"])
-        )
+    def _check_file(self, tx: Tables) -> None:
+        """The file is still the one opened, and not older than any counter seen (nor the anchor)."""
+        if _identity(self.path) != self._identity:
+            raise ReplicaPathError(f"{self.path} was removed or replaced while this replica had it open; nothing "
+                                   f"more is read or written through it. Open the replica again")
+        if tx.write_counter < self._floor:
+            raise TamperDetected(
+                f"authority row: the write counter is {tx.write_counter}, below {self._floor}, which this replica "
+                f"or its anchor has already seen: the whole file was rolled back to an older copy")
 
     @contextmanager
-    def _write(self, *, setup: bool = False) -> Iterator[_Tx]:
-        """One ``BEGIN IMMEDIATE`` transaction: commits on return (refusals too), rolls back on error."""
+    def _write(self) -> Iterator[Tables]:
+        """One ``BEGIN IMMEDIATE`` transaction: commits on return (refusals too), rolls back on error.
+
+        ``Tables.flush`` writes the changed parents and the authority row just
+        before the commit; the anchor, if any, advances just after it.
+        """
         self._ensure_open()
-        tx: Optional[_Tx] = None
+        tx: Optional[Tables] = None
+        moved = False
         with self._lock:
-            try:
+            with self._sql_errors():
                 with write_transaction(self._conn) as conn:
-                    if setup:
-                        self._setup(conn)
-                    tx = _Tx(conn)
+                    tx = Tables(conn, self.sealer.rows)
+                    self._check_file(tx)
                     yield tx
-            except IntegrityError as error:
-                # The message names the constraint (never a bound value).
-                raise CorruptReplica(f"replica constraint violated: {error.orig}") from None
+                    moved = tx.flush()
+            if moved:
+                self._floor = tx.write_counter
+                if self.anchor is not None:
+                    self.anchor.advance(self.replica_id, self._floor)
         if tx is not None and tx.notify:
             self._notify()
 
     @contextmanager
-    def _read(self) -> Iterator[_Tx]:
+    def _read(self) -> Iterator[Tables]:
         """One read-only transaction (deferred ``BEGIN``: one consistent WAL snapshot)."""
         self._ensure_open()
         with self._lock:
-            with read_transaction(self._conn) as conn:
-                yield _Tx(conn)
+            with self._sql_errors():
+                with read_transaction(self._conn) as conn:
+                    tx = Tables(conn, self.sealer.rows)
+                    self._check_file(tx)
+                    self._floor = tx.write_counter
+                    yield tx
 
     def _ensure_open(self) -> None:
         if self._closed:
@@ -675,23 +459,28 @@ class SqliteReplica:
     def _seal(self, value: str, project: str, key: str, head) -> bytes:
         return self.sealer.seal(
             value, project_id=project, key=key, revision=head.revision, generation=head.generation,
-            value_ref=wire.encode(head.value_ref),
+            value_ref=wire.encode(head.value_ref), text=self._text,
         )
+
+    @property
+    def _text(self) -> TextEncoding:
+        """How a value's text becomes the bytes sealed: the seed's Node encoding, or exactly (FIX(F3))."""
+        return TextEncoding.NODE_UTF8 if self.config.variant is not Variant.FIXED else TextEncoding.EXACT
 
     def _open_value(self, vrow, table: str, ident: tuple, project: str, key: str,
                     ref: Optional[ValueRef] = None) -> StoredValue:
         """Open a value row's sealed blob for its own record fields (``ref``: already parsed)."""
-        ref = _value_ref_of_row(vrow, table, ident) if ref is None else ref
-        if not _count_of(vrow.revision) or not _count_of(vrow.generation):
-            raise CorruptReplica(f"stored replica value is invalid ({_where_text(table, ident)})")
+        ref = value_ref_of_row(vrow, table, ident) if ref is None else ref
+        if not count_of(vrow.revision) or not count_of(vrow.generation):
+            raise CorruptReplica(f"stored replica value is invalid ({where_text(table, ident)})")
         try:
             value = self.sealer.open(
                 vrow.value_enc, project_id=project, key=key, revision=vrow.revision,
                 generation=vrow.generation, value_ref=wire.encode(ref),
             )
         except SealError as error:
-            raise CorruptReplica(
-                f"sealed replica value does not open for its record ({_where_text(table, ident)}): {error}"
+            raise TamperDetected(
+                f"sealed replica value does not open for its record ({where_text(table, ident)}): {error}"
             ) from None
         return StoredValue(vrow.revision, vrow.generation, ref, value)
 
@@ -737,6 +526,8 @@ class SqliteReplica:
             if not self._still_awaits_value(current, a.policy_epochs):  # FIX(F1)
                 return
             if blob is not None:
+                if current.mat.kind is not MatKind.INSTALLED:
+                    tx.assume_no_value("stage_values", attempt, project, key)
                 tx.put_stage_value(attempt, project, key, before.head, blob)
                 tx.put_stage_record(attempt, project, StageRow(before, INSTALLED, current.present))
             else:
@@ -761,6 +552,8 @@ class SqliteReplica:
                 if not self._still_awaits_value(current, tx.authority().policy_epochs):  # FIX(F1)
                     return
             if blob is not None:
+                if current.mat.kind is not MatKind.INSTALLED:
+                    tx.assume_no_value("record_values", project, key)
                 tx.put_live_value(project, key, before.head, blob)
                 tx.put_live_record(project, before, INSTALLED)
             else:
@@ -770,7 +563,7 @@ class SqliteReplica:
     # -- retain (``retainStageState`` / ``retainLiveState``) ---------------
 
     def _retain_stage_state(
-        self, tx: _Tx, attempt: str, project: str, incoming: BindingState, epochs: tuple[int, ...]
+        self, tx: Tables, attempt: str, project: str, incoming: BindingState, epochs: tuple[int, ...]
     ) -> tuple[RecordResult, bool]:
         key = incoming.key
         stored = tx.stage_record(attempt, project, key)
@@ -820,7 +613,7 @@ class SqliteReplica:
         return row.result(), fetch
 
     def _retain_live_state(
-        self, tx: _Tx, project: str, incoming: BindingState, epochs: tuple[int, ...]
+        self, tx: Tables, project: str, incoming: BindingState, epochs: tuple[int, ...]
     ) -> tuple[RecordResult, bool]:
         key = incoming.key
         stored = tx.live_record(project, key)
@@ -855,7 +648,7 @@ class SqliteReplica:
             changed_stream = a.stream_id != frame.stream_id
             if changed_stream:
                 # Receipts only deduplicate one stream: a new stream drops them.
-                tx._run(delete(S.receipts))
+                tx.clear_receipts()
             tx.clear_stage()
             for project in frame.project_ids:
                 tx.put_stage_project(frame.attempt_id, project, StageProject(None, None, False))
@@ -863,7 +656,7 @@ class SqliteReplica:
             sequence = 0 if changed_stream else a.applied_sequence
             tx.set_authority(
                 activated=True, gate_open=False, stream_id=frame.stream_id, applied_sequence=sequence,
-                attempt_id=frame.attempt_id, org_id=org_id, policy_epochs_json=_json(list(epochs)),
+                attempt_id=frame.attempt_id, org_id=org_id, policy_epochs_json=json_text(list(epochs)),
             )
         return BeginResult(Cursor(frame.stream_id, sequence), epochs)
 
@@ -882,7 +675,7 @@ class SqliteReplica:
         with self._read() as tx:
             return self._page_final(tx, frame)
 
-    def _page_prepare(self, tx: _Tx, frame: PageFrame) -> Union[PageRefused, tuple[str, ...]]:
+    def _page_prepare(self, tx: Tables, frame: PageFrame) -> Union[PageRefused, tuple[str, ...]]:
         cfg = self.config
         a = tx.authority()
         applied = required_cursor(a)
@@ -936,7 +729,7 @@ class SqliteReplica:
         tx.put_stage_project(attempt, project, StageProject(frame.record_version, last_key, frame.complete))
         return tuple(fetch_keys)
 
-    def _page_final(self, tx: _Tx, frame: PageFrame) -> PageResult:
+    def _page_final(self, tx: Tables, frame: PageFrame) -> PageResult:
         a = tx.authority()
         applied = required_cursor(a)
         epochs = a.policy_epochs
@@ -960,7 +753,7 @@ class SqliteReplica:
         """``transientApply``: refused, not consumed; the cloud may send it again."""
         return ApplyRefused(False, False, a.attempt_id, code, a.policy_epochs, required_cursor(a))
 
-    def _save_receipt(self, tx: _Tx, frame: ApplyFrame, mac: str, *, ok: bool,
+    def _save_receipt(self, tx: Tables, frame: ApplyFrame, mac: str, *, ok: bool,
                       code: Optional[RefusalCode] = None, result: Optional[RecordResult] = None,
                       record_version: Optional[int] = None) -> None:
         """``saveReceipt``: record the answer and consume the sequence."""
@@ -969,7 +762,7 @@ class SqliteReplica:
             raise CorruptReplica(f"replica receipt {k} already exists")
         tx.put_receipt(
             stream_id=k[0], sequence=k[1], request_mac=mac,
-            result_json=None if result is None else _json(wire.encode(result)),
+            result_json=None if result is None else json_text(wire.encode(result)),
             record_version=record_version, ok=ok, code=None if code is None else code.value,
         )
         tx.set_authority(applied_sequence=frame.delivery.sequence)
@@ -992,7 +785,7 @@ class SqliteReplica:
         with self._write() as tx:
             return self._delivery_final(tx, frame, mac, actual_version, attempt)
 
-    def _delivery_prepare(self, tx: _Tx, frame: ApplyFrame, mac: str):
+    def _delivery_prepare(self, tx: Tables, frame: ApplyFrame, mac: str):
         """The first transaction: a result, or (result, fetch, actual version, attempt)."""
         a = tx.authority()
         if not a.gate.activated:
@@ -1003,10 +796,13 @@ class SqliteReplica:
         if frame.delivery.sequence <= current.sequence:
             row = tx.receipt_row(frame.delivery.stream_id, frame.delivery.sequence)
             if row is None:
+                # Unreachable unless the file was changed (receipts cover 1..applied): the set's
+                # digest names the tamper; if it somehow verifies, answer as the seed does.
+                tx.verified_receipts()
                 return self._transient(a, R.RECEIPT_MISSING)
             if not Sealer.same_mac(row.request_mac, mac):
                 return ApplyRefused(True, True, a.attempt_id, R.DELIVERY_CONFLICT, a.policy_epochs, current)
-            return self._receipt_result(_receipt_of_row(row), a, frame.project_id)
+            return self._receipt_result(receipt_of_row(row), a, frame.project_id)
         if frame.delivery.sequence != current.sequence + 1:
             return self._transient(a, R.DELIVERY_GAP)
         if (
@@ -1083,7 +879,7 @@ class SqliteReplica:
         return ApplyOk(True, a.attempt_id, project_id, receipt.record_version, receipt.result,
                        a.policy_epochs, applied)
 
-    def _delivery_final(self, tx: _Tx, frame: ApplyFrame, mac: str, actual_version: int,
+    def _delivery_final(self, tx: Tables, frame: ApplyFrame, mac: str, actual_version: int,
                         attempt: Optional[str]) -> ApplyResult:
         a = tx.authority()
         current = required_cursor(a)
@@ -1113,7 +909,7 @@ class SqliteReplica:
         with self._write() as tx:
             return self._complete(tx, frame)
 
-    def _complete(self, tx: _Tx, frame: CommitFrame) -> CommitResult:
+    def _complete(self, tx: Tables, frame: CommitFrame) -> CommitResult:
         a = tx.authority()
         applied = required_cursor(a)
         epochs = a.policy_epochs
@@ -1126,8 +922,8 @@ class SqliteReplica:
         if frame.high_water != applied:
             return refuse(R.DELIVERY_INCOMPLETE)
         attempt = frame.attempt_id
-        rows = tx._all(select(S.stage_projects).where(S.stage_projects.c.attempt_id == attempt))
-        staged_projects = sorted(((r.project_id, _stage_project_of_row(r)) for r in rows), key=lambda kv: kv[0])
+        staged = {p: view for (a_id, p), view in tx.verified_stage().items() if a_id == attempt}
+        staged_projects = sorted(((p, sp) for p, (sp, _) in staged.items()), key=lambda kv: kv[0])
         if len(staged_projects) != len(frame.versions) or any(
             not sp.complete
             or sp.record_version is None
@@ -1136,34 +932,24 @@ class SqliteReplica:
             for i, (p, sp) in enumerate(staged_projects)
         ):
             return refuse(R.RECORD_VERSION_CHANGED)
-        records = [(k, row) for k, row in tx.stage_records(attempt) if row.present]
-        value_rows = {
-            (r.project_id, r.key): r
-            for r in tx._all(select(S.stage_values).where(S.stage_values.c.attempt_id == attempt))
-        }
-        for k, row in records:
-            vrow = value_rows.get(k)
-            if row.mat.kind is MatKind.INSTALLED:
-                if not _value_matches_head(vrow, row.state.head, "stage_values", (attempt, *k)):
-                    raise CorruptReplica("staged installed value does not match its replica head")
-            elif vrow is not None:
-                raise CorruptReplica("staged withheld replica record still has a value")
-        live_keys = {k for k, _ in records}
-        tx._run(delete(S.values))
-        tx._run(delete(S.records))
-        tx._run(delete(S.projects))
-        if staged_projects:
-            tx._run(_Sql.insert_projects,
-                    [{"project_id": p, "record_version": sp.record_version} for p, sp in staged_projects])
-        for (p, _), row in records:
-            tx.put_live_record(p, row.state, row.mat)
-        promoted = [
-            {"project_id": k[0], "key": k[1], "revision": vrow.revision, "generation": vrow.generation,
-             "value_ref_json": vrow.value_ref_json, "value_enc": vrow.value_enc}
-            for k, vrow in sorted(value_rows.items(), key=lambda kv: kv[0]) if k in live_keys
-        ]
-        if promoted:
-            tx._run(_Sql.insert_live_values, promoted)
+        promoted = []
+        for project, (_, view) in sorted(staged.items()):
+            for key, row in view.records:
+                if not row.present:
+                    continue
+                vrow = view.values.get(key)
+                if row.mat.kind is MatKind.INSTALLED:
+                    if not _value_matches_head(vrow, row.state.head, "stage_values", (attempt, project, key)):
+                        raise CorruptReplica("staged installed value does not match its replica head")
+                elif vrow is not None:
+                    raise CorruptReplica("staged withheld replica record still has a value")
+                promoted.append((project, row, vrow))
+        tx.replace_live((p, sp.record_version) for p, sp in staged_projects)
+        for project, row, vrow in promoted:
+            tx.put_live_record(project, row.state, row.mat)
+            if vrow is not None:
+                # Sealed blobs move as they are: their seal binds project, key and head, not the view.
+                tx.put_live_value_row(project, row.state.key, vrow)
         tx.clear_stage()
         tx.set_authority(gate_open=True, attempt_id=None)
         return CommitOk(frame.attempt_id, epochs, applied)
@@ -1211,29 +997,35 @@ class SqliteReplica:
                 if self._generation == seen:
                     self._changed.wait(min(READY_POLL_SECONDS, remaining))
 
-    def _snapshot(self, tx: _Tx, project_ids) -> Optional[Snapshot]:
+    def _snapshot(self, tx: Tables, project_ids) -> Optional[Snapshot]:
         a = tx.authority()
         if not a.gate.activated or not a.gate.is_open or a.attempt_id is not None:
             return None
         requested = list(project_ids)
         expected = sorted(set(requested))
-        live_projects = tx.projects()
+        live_projects = tx.projects()  # the project set, verified against the authority row
         if len(expected) != len(requested) or expected != sorted(live_projects):
             return None
+        rejudge = self.config.variant is Variant.FIXED
         projects = []
         for project in requested:  # task order: the lead project wins duplicate keys
             version = live_projects.get(project)
             if version is None:
                 raise CorruptReplica("replica project is missing")
-            value_rows = tx.live_value_rows(project)
+            view = tx.verified_live_project(project)  # every row, and the set, verified
+            value_rows = dict(view.values)
             entries = []
-            for key, row in tx.live_records(project):
+            for key, row in view.records:
                 head = row.state.head
                 vrow = value_rows.pop(key, None)
                 value = None
                 if row.mat.kind is MatKind.INSTALLED:
                     if not _value_matches_head(vrow, head, "record_values", (project, key)):
                         raise CorruptReplica("installed replica value does not match its head")
+                    if rejudge and desired_materialization(row.state, a.policy_epochs).kind is MatKind.WITHHELD:
+                        # Defence in depth (variant fixed): serve nothing the kept policy or binding withholds.
+                        raise CorruptReplica(f"records row {project}/{key} is installed, but its binding or policy "
+                                             f"epoch withholds it under the kept epochs; nothing is served")
                     value = self._open_value(vrow, "record_values", (project, key), project, key,
                                              head.value_ref).value
                 elif vrow is not None:
@@ -1252,6 +1044,8 @@ class SqliteReplica:
         try:
             with self._read() as tx:
                 return self._snapshot(tx, project_ids)
+        except (ReplicaUnavailable, ReplicaPathError):
+            raise  # a lock or the disk is not "nothing to serve": the caller must see it
         except Exception:  # the seed's catch-all: never serve on doubt
             return None
 
@@ -1268,45 +1062,49 @@ class SqliteReplica:
                     return "requested projects are not exactly the replica's projects"
         except ReplicaError as error:
             return error.message
-        except Exception as error:  # a database error: its type only (messages may quote parameters)
+        except (ReplicaUnavailable, ReplicaPathError) as error:
+            return str(error)
+        except Exception as error:  # anything else: its type only (messages may quote parameters)
             return f"replica read failed ({type(error).__name__})"
         return None
 
     def list_receipts(self) -> tuple[ReceiptView, ...]:
-        """``listProjectEnvReplicaReceipts`` without MACs, ordered by stream and sequence."""
+        """``listProjectEnvReplicaReceipts`` without MACs, ordered by stream and sequence (the set verified)."""
         with self._read() as tx:
-            rows = tx._all(select(S.receipts))
-        receipts = sorted(((r.stream_id, r.sequence), _receipt_of_row(r)) for r in rows)
+            rows = tx.verified_receipts()
+        receipts = sorted(((r.stream_id, r.sequence), receipt_of_row(r)) for r in rows)
         return tuple(ReceiptView(s, n, r.ok, r.code, r.result, r.record_version) for (s, n), r in receipts)
 
     def to_model_state(self) -> State:
-        """Every table read back into the model's ``State`` (values opened; receipts carry their MAC)."""
+        """Every table read back into the model's ``State``, every row and set verified.
+
+        Values are opened; receipts carry their MAC. Any tamper raises
+        ``TamperDetected``.
+        """
         with self._read() as tx:
             authority = tx.authority()
-            projects = FMap(tx.projects())
-            records = {}
-            for r in tx._all(select(S.records)):
-                records[(r.project_id, r.key)] = LiveRow(*_record_of_row(r, "records", (r.project_id, r.key)))
-            values = {}
-            for r in tx._all(select(S.values)):
-                ident = (r.project_id, r.key)
-                values[ident] = self._open_value(r, "record_values", ident, r.project_id, r.key)
-            stage_projects = {
-                (r.attempt_id, r.project_id): _stage_project_of_row(r) for r in tx._all(select(S.stage_projects))
-            }
-            stage_records = {}
-            for r in tx._all(select(S.stage_records)):
-                ident = (r.attempt_id, r.project_id, r.key)
-                state, mat = _record_of_row(r, "stage_records", ident)
-                stage_records[ident] = StageRow(state, mat, bool(r.present))
-            stage_values = {}
-            for r in tx._all(select(S.stage_values)):
-                ident = (r.attempt_id, r.project_id, r.key)
-                stage_values[ident] = self._open_value(r, "stage_values", ident, r.project_id, r.key)
-            receipts = {(r.stream_id, r.sequence): _receipt_of_row(r) for r in tx._all(select(S.receipts))}
+            live = tx.verified_live()
+            stage = tx.verified_stage()
+            receipt_rows = tx.verified_receipts()
+        projects, records, values = {}, {}, {}
+        for project, (version, view) in live.items():
+            projects[project] = version
+            for key, row in view.records:
+                records[(project, key)] = row
+            for key, vrow in view.values.items():
+                values[(project, key)] = self._open_value(vrow, "record_values", (project, key), project, key)
+        stage_projects, stage_records, stage_values = {}, {}, {}
+        for (attempt, project), (sp, view) in stage.items():
+            stage_projects[(attempt, project)] = sp
+            for key, row in view.records:
+                stage_records[(attempt, project, key)] = row
+            for key, vrow in view.values.items():
+                ident = (attempt, project, key)
+                stage_values[ident] = self._open_value(vrow, "stage_values", ident, project, key)
+        receipts = {(r.stream_id, r.sequence): receipt_of_row(r) for r in receipt_rows}
         return State(
             authority=authority,
-            projects=projects,
+            projects=FMap(projects),
             records=FMap(records),
             values=FMap(values),
             stage_projects=FMap(stage_projects),
@@ -1317,15 +1115,38 @@ class SqliteReplica:
             store_on=self.reader is not None,
         )
 
+    def verify(self) -> list[str]:
+        """Every check of integrity at rest: SQLite's own, then every row, set and seal. [] when all hold.
+
+        Each problem names a table and a row, never a value.
+        """
+        problems: list[str] = []
+        with self._lock, self._sql_errors():
+            self._ensure_open()
+            with read_transaction(self._conn) as conn:
+                lines = [line for (line,) in conn.exec_driver_sql("PRAGMA integrity_check").fetchall()]
+            problems += [f"SQLite integrity_check: {line}" for line in lines if line != "ok"]
+        try:
+            self.to_model_state()
+        except ReplicaError as error:
+            problems.append(error.message)
+        return problems
+
     def close(self) -> None:
-        """Close the connection and the engine (idempotent)."""
+        """Close the connection and the engine, then release the holder lock (idempotent)."""
         with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            self._conn.close()
-            self._engine.dispose()
-        self._notify()
+            was_open, self._closed = not self._closed, True
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+            if self._engine is not None:
+                self._engine.dispose()
+                self._engine = None
+            if self._holder is not None:
+                self._holder.release()
+                self._holder = None
+        if was_open:
+            self._notify()
 
     def __enter__(self) -> "SqliteReplica":
         return self

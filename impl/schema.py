@@ -9,6 +9,15 @@ the record is not installed; a value needs its record and a record its
 project (foreign keys); a refused receipt has a code and no result, an applied
 one the reverse.
 
+Integrity columns (schema version 2, ``impl.integrity``): every replica table
+has ``tag``, the HMAC of the row's other columns under a subkey of the master
+key. ``projects`` and ``stage_projects`` hold the masked set digest of their
+rows (``rows_digest``) and the write counter that masked it (``written_at``);
+the authority row holds the write counter, the stream incarnation that
+receipts bind (``stream_epoch``), and the digests of the project rows, the
+staged project rows and the receipts. ``TABLES_V1`` are the tables of
+versions 0 and 1 (without them), for ``envreplica migrate`` and its tests.
+
 Leaves out on purpose: the seed's ``updatedAt``/``createdAt`` columns (never
 read), and indexes beyond the primary keys (every query here is by key prefix,
 which the primary keys serve).
@@ -31,36 +40,9 @@ from sqlalchemy import (
 
 #: The schema version this code writes. Opening a newer file fails; an older
 #: file must be migrated (``envreplica migrate``) before this code writes it.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 MATERIALIZATIONS = ("installed", "withheld", "unavailable")
-
-metadata = MetaData()
-
-store_meta = Table(
-    "store_meta",
-    metadata,
-    Column("key", Text, primary_key=True),
-    Column("value", Text, nullable=False),
-)
-
-authority = Table(
-    "authority",
-    metadata,
-    Column("id", Text, primary_key=True),
-    Column("activated", Boolean, nullable=False),
-    Column("gate_open", Boolean, nullable=False),
-    Column("stream_id", Text),
-    Column("applied_sequence", Integer, nullable=False),
-    Column("attempt_id", Text),
-    Column("org_id", Text),
-    Column("policy_epochs_json", Text, nullable=False),
-    CheckConstraint("id = 'replica'", name="one_authority_row"),
-    CheckConstraint("applied_sequence >= 0", name="sequence_not_negative"),
-    CheckConstraint("NOT (gate_open AND attempt_id IS NOT NULL)", name="open_gate_has_no_attempt"),
-    CheckConstraint("activated OR (NOT gate_open AND attempt_id IS NULL)", name="inactive_is_closed"),
-    CheckConstraint("NOT activated OR (stream_id IS NOT NULL AND org_id IS NOT NULL)", name="active_has_stream_and_org"),
-)
 
 
 def _record_columns() -> list:
@@ -100,91 +82,160 @@ def _value_columns() -> list:
     ]
 
 
-projects = Table(
-    "projects",
-    metadata,
-    Column("project_id", Text, primary_key=True),
-    Column("record_version", Integer, nullable=False),
-    CheckConstraint("record_version >= 0", name="project_version_not_negative"),
-)
+def _build(metadata: MetaData, integrity: bool) -> tuple[Table, ...]:
+    """The replica's tables in ``metadata``: of schema version 2 (``integrity``), or of versions 0 and 1."""
 
-records = Table(
-    "records",
-    metadata,
-    Column("project_id", Text, nullable=False),
-    Column("key", Text, nullable=False),
-    *_record_columns(),
-    PrimaryKeyConstraint("project_id", "key"),
-    ForeignKeyConstraint(["project_id"], ["projects.project_id"]),
-    *_record_checks("record"),
-)
+    def tag() -> list:
+        """The row's integrity tag (``impl.integrity``): HMAC of every other column."""
+        return [Column("tag", LargeBinary, nullable=False)] if integrity else []
 
-values = Table(
-    "record_values",
-    metadata,
-    Column("project_id", Text, nullable=False),
-    Column("key", Text, nullable=False),
-    *_value_columns(),
-    PrimaryKeyConstraint("project_id", "key"),
-    ForeignKeyConstraint(["project_id", "key"], ["records.project_id", "records.key"]),
-)
+    def digest() -> list:
+        """A set digest of a parent row's children, and the write counter that masked it."""
+        return [Column("rows_digest", LargeBinary, nullable=False),
+                Column("written_at", Integer, nullable=False)] if integrity else []
 
-stage_projects = Table(
-    "stage_projects",
-    metadata,
-    Column("attempt_id", Text, nullable=False),
-    Column("project_id", Text, nullable=False),
-    Column("record_version", Integer),
-    Column("last_key", Text),
-    Column("complete", Boolean, nullable=False),
-    PrimaryKeyConstraint("attempt_id", "project_id"),
-    CheckConstraint("record_version IS NULL OR record_version >= 0", name="stage_version_not_negative"),
-)
+    def authority_integrity() -> list:
+        return [
+            Column("write_counter", Integer, nullable=False),  # committed write transactions (impl.anchor)
+            Column("stream_epoch", Integer, nullable=False),  # the write that started this stream's receipts
+            Column("live_digest", LargeBinary, nullable=False),  # masked digest of the projects rows
+            Column("stage_digest", LargeBinary, nullable=False),  # masked digest of the stage_projects rows
+            Column("receipts_digest", LargeBinary, nullable=False),  # masked digest of the receipts rows
+        ] if integrity else []
 
-stage_records = Table(
-    "stage_records",
-    metadata,
-    Column("attempt_id", Text, nullable=False),
-    Column("project_id", Text, nullable=False),
-    Column("key", Text, nullable=False),
-    *_record_columns(),
-    Column("present", Boolean, nullable=False),
-    PrimaryKeyConstraint("attempt_id", "project_id", "key"),
-    ForeignKeyConstraint(["attempt_id", "project_id"], ["stage_projects.attempt_id", "stage_projects.project_id"]),
-    *_record_checks("stage_record"),
-)
+    store_meta = Table(
+        "store_meta",
+        metadata,
+        Column("key", Text, primary_key=True),
+        Column("value", Text, nullable=False),
+    )
+    authority = Table(
+        "authority",
+        metadata,
+        Column("id", Text, primary_key=True),
+        Column("activated", Boolean, nullable=False),
+        Column("gate_open", Boolean, nullable=False),
+        Column("stream_id", Text),
+        Column("applied_sequence", Integer, nullable=False),
+        Column("attempt_id", Text),
+        Column("org_id", Text),
+        Column("policy_epochs_json", Text, nullable=False),
+        *authority_integrity(),
+        *tag(),
+        CheckConstraint("id = 'replica'", name="one_authority_row"),
+        CheckConstraint("applied_sequence >= 0", name="sequence_not_negative"),
+        CheckConstraint("NOT (gate_open AND attempt_id IS NOT NULL)", name="open_gate_has_no_attempt"),
+        CheckConstraint("activated OR (NOT gate_open AND attempt_id IS NULL)", name="inactive_is_closed"),
+        CheckConstraint("NOT activated OR (stream_id IS NOT NULL AND org_id IS NOT NULL)",
+                        name="active_has_stream_and_org"),
+    )
+    projects = Table(
+        "projects",
+        metadata,
+        Column("project_id", Text, primary_key=True),
+        Column("record_version", Integer, nullable=False),
+        *digest(),
+        *tag(),
+        CheckConstraint("record_version >= 0", name="project_version_not_negative"),
+    )
+    records = Table(
+        "records",
+        metadata,
+        Column("project_id", Text, nullable=False),
+        Column("key", Text, nullable=False),
+        *_record_columns(),
+        *tag(),
+        PrimaryKeyConstraint("project_id", "key"),
+        ForeignKeyConstraint(["project_id"], ["projects.project_id"]),
+        *_record_checks("record"),
+    )
+    values = Table(
+        "record_values",
+        metadata,
+        Column("project_id", Text, nullable=False),
+        Column("key", Text, nullable=False),
+        *_value_columns(),
+        *tag(),
+        PrimaryKeyConstraint("project_id", "key"),
+        ForeignKeyConstraint(["project_id", "key"], ["records.project_id", "records.key"]),
+    )
+    stage_projects = Table(
+        "stage_projects",
+        metadata,
+        Column("attempt_id", Text, nullable=False),
+        Column("project_id", Text, nullable=False),
+        Column("record_version", Integer),
+        Column("last_key", Text),
+        Column("complete", Boolean, nullable=False),
+        *digest(),
+        *tag(),
+        PrimaryKeyConstraint("attempt_id", "project_id"),
+        CheckConstraint("record_version IS NULL OR record_version >= 0", name="stage_version_not_negative"),
+    )
+    stage_records = Table(
+        "stage_records",
+        metadata,
+        Column("attempt_id", Text, nullable=False),
+        Column("project_id", Text, nullable=False),
+        Column("key", Text, nullable=False),
+        *_record_columns(),
+        Column("present", Boolean, nullable=False),
+        *tag(),
+        PrimaryKeyConstraint("attempt_id", "project_id", "key"),
+        ForeignKeyConstraint(["attempt_id", "project_id"],
+                             ["stage_projects.attempt_id", "stage_projects.project_id"]),
+        *_record_checks("stage_record"),
+    )
+    stage_values = Table(
+        "stage_values",
+        metadata,
+        Column("attempt_id", Text, nullable=False),
+        Column("project_id", Text, nullable=False),
+        Column("key", Text, nullable=False),
+        *_value_columns(),
+        *tag(),
+        PrimaryKeyConstraint("attempt_id", "project_id", "key"),
+        ForeignKeyConstraint(
+            ["attempt_id", "project_id", "key"],
+            ["stage_records.attempt_id", "stage_records.project_id", "stage_records.key"],
+        ),
+    )
+    receipts = Table(
+        "receipts",
+        metadata,
+        Column("stream_id", Text, nullable=False),
+        Column("sequence", Integer, nullable=False),
+        Column("request_mac", Text, nullable=False),
+        Column("result_json", Text),
+        Column("record_version", Integer),
+        Column("ok", Boolean, nullable=False),
+        Column("code", Text),
+        *tag(),
+        PrimaryKeyConstraint("stream_id", "sequence"),
+        CheckConstraint("sequence >= 1", name="receipt_sequence_positive"),
+        CheckConstraint("length(request_mac) = 64", name="receipt_mac_is_sha256_hex"),
+        CheckConstraint("ok = (code IS NULL)", name="receipt_code_iff_refused"),
+        CheckConstraint("ok = (result_json IS NOT NULL) AND ok = (record_version IS NOT NULL)",
+                        name="receipt_result_iff_applied"),
+    )
+    # In an order safe for inserts (parents first).
+    return store_meta, authority, projects, records, values, stage_projects, stage_records, stage_values, receipts
 
-stage_values = Table(
-    "stage_values",
-    metadata,
-    Column("attempt_id", Text, nullable=False),
-    Column("project_id", Text, nullable=False),
-    Column("key", Text, nullable=False),
-    *_value_columns(),
-    PrimaryKeyConstraint("attempt_id", "project_id", "key"),
-    ForeignKeyConstraint(
-        ["attempt_id", "project_id", "key"],
-        ["stage_records.attempt_id", "stage_records.project_id", "stage_records.key"],
-    ),
-)
 
-receipts = Table(
-    "receipts",
-    metadata,
-    Column("stream_id", Text, nullable=False),
-    Column("sequence", Integer, nullable=False),
-    Column("request_mac", Text, nullable=False),
-    Column("result_json", Text),
-    Column("record_version", Integer),
-    Column("ok", Boolean, nullable=False),
-    Column("code", Text),
-    PrimaryKeyConstraint("stream_id", "sequence"),
-    CheckConstraint("sequence >= 1", name="receipt_sequence_positive"),
-    CheckConstraint("length(request_mac) = 64", name="receipt_mac_is_sha256_hex"),
-    CheckConstraint("ok = (code IS NULL)", name="receipt_code_iff_refused"),
-    CheckConstraint("ok = (result_json IS NOT NULL) AND ok = (record_version IS NOT NULL)",
-                    name="receipt_result_iff_applied"),
-)
+metadata = MetaData()
+#: Every replica table of this schema version, in an order safe for inserts (parents first).
+TABLES = _build(metadata, integrity=True)
+store_meta, authority, projects, records, values, stage_projects, stage_records, stage_values, receipts = TABLES
 
-#: Every replica table, in an order safe for inserts (parents first).
-TABLES = (store_meta, authority, projects, records, values, stage_projects, stage_records, stage_values, receipts)
+#: The tables of schema versions 0 and 1 (no integrity columns; version 0 has no ``store_meta`` rows).
+TABLES_V1 = _build(MetaData(), integrity=False)
+
+#: Per tagged table, the columns its tag covers, in order (every column but ``tag``).
+TAGGED = {t.name: tuple(c.name for c in t.c if c.name != "tag") for t in TABLES if t is not store_meta}
+
+
+def tables_of(version: int) -> tuple[Table, ...]:
+    """The tables of schema ``version`` (0: without ``store_meta``)."""
+    if version >= 2:
+        return TABLES
+    return tuple(t for t in TABLES_V1 if version >= 1 or t.name != "store_meta")

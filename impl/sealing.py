@@ -22,6 +22,17 @@ What it does:
   length, authentication) and never says what the value was.
 * ``Sealer.mac`` / ``Sealer.same_mac``: a domain-separated HMAC-SHA256 in hex,
   and its constant-time comparison that accepts only well-formed MACs.
+* ``Sealer.rows``: the row tags, set digests and key check of integrity at
+  rest (``impl.integrity``), from their own HKDF subkeys.
+* The text of a value (``TextEncoding``). Any JSON string can arrive,
+  including one with a lone surrogate (``"\ud800"``, which JavaScript's
+  ``JSON.stringify`` writes). ``NODE_UTF8`` is what the seed's Node does:
+  ``cipher.update(value, "utf8")`` encodes each lone surrogate as U+FFFD, so
+  the value served is not the value fetched (finding F3, variant ``seed``).
+  ``EXACT`` (variant ``fixed``) keeps every code point: UTF-8 with lone
+  surrogates encoded as themselves (Python's ``surrogatepass``), so opening
+  gives back exactly the string sealed. Either way nothing raises, so no
+  value can leave a delivery half-applied.
 
 What it leaves out on purpose:
 
@@ -40,6 +51,7 @@ What it leaves out on purpose:
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import hmac
 import json
@@ -55,6 +67,8 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+from envreplica.impl.integrity import RowAuthenticator
+
 __all__ = [
     "ENV_KEY",
     "ENV_KEY_FILE",
@@ -64,6 +78,8 @@ __all__ = [
     "SEAL_VERSION",
     "SealError",
     "Sealer",
+    "TextEncoding",
+    "node_utf8",
     "associated_data",
     "load_master_key",
 ]
@@ -84,6 +100,32 @@ RECEIPT_HMAC_DOMAIN = b"envreplica.replica_receipt.v1\0"
 _KEY_HEX = re.compile(r"[0-9a-fA-F]{64}")
 _MAC_HEX = re.compile(r"[0-9a-f]{64}")
 _MAX_KEY_FILE_BYTES = 4096
+
+
+class TextEncoding(str, enum.Enum):
+    """How a value's text becomes the bytes that are sealed."""
+
+    NODE_UTF8 = "node-utf8"  # the seed (Node's Buffer.from(s, "utf8")): lone surrogates become U+FFFD
+    EXACT = "exact"  # every code point kept; lone surrogates round-trip (FIX(F3))
+
+
+def node_utf8(value: str) -> bytes:
+    """``Buffer.from(value, "utf8")`` of Node: UTF-8 with each lone surrogate as U+FFFD (EF BF BD).
+
+    A high surrogate followed by a low one is a pair (one non-BMP character),
+    as in JavaScript's UTF-16 strings.
+    """
+    try:
+        return value.encode("utf-8")
+    except UnicodeEncodeError:
+        pass
+    return value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace").encode("utf-8")
+
+
+def _plaintext(value: str, text: "TextEncoding") -> bytes:
+    if text is TextEncoding.EXACT:
+        return value.encode("utf-8", "surrogatepass")
+    return node_utf8(value)
 
 
 class KeyConfigError(Exception):
@@ -232,7 +274,7 @@ def associated_data(
 class Sealer:
     """Seals values to their records and MACs receipts, with HKDF subkeys of one master key."""
 
-    __slots__ = ("_aead", "_mac_key")
+    __slots__ = ("_aead", "_mac_key", "rows")
 
     def __init__(self, master_key: bytes) -> None:
         if not isinstance(master_key, (bytes, bytearray)):
@@ -242,6 +284,7 @@ class Sealer:
         master = bytes(master_key)
         self._aead = AESGCM(_hkdf(master, VALUE_SEAL_INFO))
         self._mac_key = _hkdf(master, RECEIPT_MAC_INFO)
+        self.rows = RowAuthenticator(master)
 
     def __repr__(self) -> str:
         return "Sealer(<keys hidden>)"
@@ -258,15 +301,12 @@ class Sealer:
         revision: int,
         generation: int,
         value_ref: Mapping[str, Any],
+        text: TextEncoding = TextEncoding.EXACT,
     ) -> bytes:
-        """``0x01 || nonce || AES-256-GCM(value)``, bound to the record's fields."""
+        """``0x01 || nonce || AES-256-GCM(value)``, bound to the record's fields; ``text`` as above."""
         if not isinstance(value, str):
             raise TypeError("value must be a str")
-        try:
-            plaintext = value.encode("utf-8")
-        except UnicodeEncodeError:
-            # The exception object carries the whole value: do not chain it.
-            raise ValueError("the value is not valid Unicode (lone surrogate); not sealed") from None
+        plaintext = _plaintext(value, TextEncoding(text))
         aad = associated_data(
             project_id=project_id, key=key, revision=revision, generation=generation, value_ref=value_ref
         )
@@ -300,7 +340,8 @@ class Sealer:
         except InvalidTag:
             raise SealError(_refusal("it does not authenticate")) from None
         try:
-            return plaintext.decode("utf-8")
+            # Lone surrogates were sealed as themselves (TextEncoding.EXACT): they come back as such.
+            return plaintext.decode("utf-8", "surrogatepass")
         except UnicodeDecodeError:  # authenticated but not ours: never expected
             raise SealError(_refusal("its content is not UTF-8")) from None
 

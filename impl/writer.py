@@ -102,6 +102,10 @@ __all__ = [
     "MigrationError",
     "MigrationRefused",
     "MigrationFailed",
+    "MigrationContext",
+    "StoreInUse",
+    "read_meta",
+    "wipe",
     "Evidence",
     "register_writer",
     "create_tables",
@@ -120,7 +124,8 @@ __all__ = [
 SCHEMA_VERSION = schema.SCHEMA_VERSION
 
 #: The writer contract version this code writes (``store_meta.writer_version``).
-WRITER_VERSION = 1
+#: 2: every row carries an integrity tag under the master key (``impl.integrity``).
+WRITER_VERSION = 2
 
 #: The SQL function a writer registers on each connection; the fence calls it.
 WRITER_FUNCTION = "envreplica_writer_version"
@@ -162,6 +167,10 @@ class MigrationError(Exception):
 
 class MigrationRefused(MigrationError):
     """Refused before changing the store (it is as it was)."""
+
+
+class StoreInUse(MigrationRefused):
+    """Refused: another process holds the store (the exclusive lock could not be had)."""
 
 
 class MigrationFailed(MigrationError):
@@ -256,12 +265,12 @@ def register_writer(dbapi_connection: Any, version: int = WRITER_VERSION) -> Non
 
 
 def create_tables(conn: Conn, version: int = schema.SCHEMA_VERSION) -> None:
-    """Create any missing table of the schema of ``version`` (0: no ``store_meta``).
+    """Create any missing table of the schema of ``version`` (0: no ``store_meta``; 0 and 1: no integrity columns).
 
     Creates tables only (``IF NOT EXISTS``): no ``store_meta`` rows and no
     fence (``stamp`` adds them). Runs in the caller's transaction if one is open.
     """
-    tables = [t for t in schema.TABLES if version >= 1 or t is not schema.store_meta]
+    tables = schema.tables_of(version)
     dialect = _sqlite_dialect.dialect()
 
     def body(c: Conn) -> None:
@@ -296,7 +305,7 @@ def _install_fence(conn: Conn) -> None:
 
 def _install_contract(conn: Conn, schema_version: int, writer_version: int) -> None:
     """Record the versions and (re)install the fence; in the caller's transaction."""
-    create_tables(conn, 1)  # store_meta, and any table a v0 file lacked
+    create_tables(conn, schema_version)  # store_meta, and any table a v0 file lacked
     _run(conn, f"INSERT OR REPLACE INTO {_q(_META)} (key, value) VALUES ('schema_version', ?)",
          (str(schema_version),))
     _run(conn, f"INSERT OR REPLACE INTO {_q(_META)} (key, value) VALUES ('writer_version', ?)",
@@ -400,23 +409,57 @@ def check_writer(conn: Conn) -> Optional[int]:
     return _read(conn, _assess)
 
 
-def stamp(conn: Conn) -> int:
+def stamp(conn: Conn, *, key_check: Optional[str] = None, created_by: Optional[str] = None) -> int:
     """Make a fresh store an envreplica store of this version; return ``SCHEMA_VERSION``.
 
     Creates the missing tables, records ``schema_version`` and
     ``writer_version`` in ``store_meta`` and installs the fence, in one
-    transaction (the caller's if open). On a store already at this version it
-    only checks it (idempotent); any other store raises ``WriterVersionError``
-    as ``check_writer`` would (an older one must go through ``migrate``).
+    transaction (the caller's if open). A fresh store also records
+    ``replica_id`` (a random id, for an anchor), ``key_check`` (the master
+    key's public check value, ``impl.integrity``) and ``created_by`` when
+    given (``impl.files.CREATED_BY_ADAPTER`` marks a replica the adapter may
+    empty). On a store already at this version it only checks it
+    (idempotent); any other store raises ``WriterVersionError`` as
+    ``check_writer`` would (an older one must go through ``migrate``).
     """
 
     def body(c: Conn) -> int:
         if _assess(c) is None:
             _install_contract(c, schema.SCHEMA_VERSION, WRITER_VERSION)
+            _put_meta(c, "replica_id", uuid.uuid4().hex)
+            if key_check is not None:
+                _put_meta(c, "key_check", key_check)
+            if created_by is not None:
+                _put_meta(c, "created_by", created_by)
             _assess(c)
         return schema.SCHEMA_VERSION
 
     return _with_transaction(conn, body)
+
+
+def read_meta(conn: Conn) -> Optional[dict[str, str]]:
+    """``store_meta`` as a dict (None when the table is absent)."""
+    return _meta(conn)
+
+
+def _put_meta(conn: Conn, key: str, value: str) -> None:
+    _run(conn, f"INSERT OR REPLACE INTO {_q(_META)} (key, value) VALUES (?, ?)", (key, value))
+
+
+def wipe(conn: Conn, *, key_check: str) -> int:
+    """Delete every replica row and record ``key_check``; return the write counter the rows had.
+
+    For a replica's own ``empty``: run in its write transaction on a
+    registered writer's connection. The counter is read without verifying
+    anything (the rows are being discarded), so a damaged replica can be emptied.
+    """
+    rows = _run(conn, f"SELECT write_counter FROM {_q(schema.authority.name)}")
+    counter = rows[0][0] if rows and type(rows[0][0]) is int and rows[0][0] >= 0 else 0
+    for table in reversed(schema.TABLES):
+        if table is not schema.store_meta:
+            _run(conn, f"DELETE FROM {_q(table.name)}")
+    _put_meta(conn, "key_check", key_check)
+    return counter
 
 
 def detect_version(conn: Conn) -> int:
@@ -507,17 +550,64 @@ def _fk_violations(conn: sqlite3.Connection) -> list[list]:
 # Migration steps
 
 
-def _step_0_to_1(conn: sqlite3.Connection) -> None:
+@dataclass(frozen=True)
+class MigrationContext:
+    """What a migration step may need beyond the store: the master key (steps that authenticate rows)."""
+
+    master_key: Optional[bytes] = None
+
+
+def _step_0_to_1(conn: sqlite3.Connection, ctx: MigrationContext = MigrationContext()) -> None:
     """Version 0 (the tables, no store_meta, no fence) -> 1: stamp it."""
     _install_contract(conn, 1, 1)
 
 
+def _step_1_to_2(conn: sqlite3.Connection, ctx: MigrationContext) -> None:
+    """Version 1 -> 2: every row gets its integrity tag, every set its digest (``impl.integrity``).
+
+    The rows are read, the tables dropped and created again with the tag and
+    digest columns, and the rows written back with tags and digests computed
+    under the master key from what the file holds now (migration is the moment
+    the file's content is trusted). Then the contract of version 2: versions,
+    key check, replica id, fence.
+    """
+    from envreplica.impl.sealing import Sealer
+    from envreplica.impl.tables import authenticate_contents
+
+    if ctx.master_key is None:
+        raise MigrationError("the step to schema version 2 needs the master key")
+    rows = Sealer(ctx.master_key).rows
+    conn.row_factory = sqlite3.Row
+    try:
+        contents = {t: [dict(r) for r in conn.execute(f"SELECT * FROM {_q(t)}")] for t in FENCED_TABLES}
+    finally:
+        conn.row_factory = None
+    for name in reversed(FENCED_TABLES):  # children first (their triggers go with them)
+        _run(conn, f"DROP TABLE IF EXISTS {_q(name)}")
+    create_tables(conn, 2)
+    authenticated = authenticate_contents(rows, contents, counter=1)
+    for table in schema.TABLES:
+        for row in authenticated.get(table.name, []) if table is not schema.store_meta else []:
+            cols = [c.name for c in table.c]
+            _run(conn, f"INSERT INTO {_q(table.name)} ({', '.join(_q(c) for c in cols)}) "
+                       f"VALUES ({', '.join('?' for _ in cols)})", tuple(row[c] for c in cols))
+    _install_contract(conn, 2, 2)
+    _put_meta(conn, "key_check", rows.key_check)
+    if "replica_id" not in (_meta(conn) or {}):
+        _put_meta(conn, "replica_id", uuid.uuid4().hex)
+
+
+_step_1_to_2.needs_key = True  # type: ignore[attr-defined]
+
 #: ``from_version -> step``: a step takes the migration's sqlite3 connection
-#: inside the migration's transaction and must leave the store at
-#: ``from_version + 1`` without committing. It runs registered as the writer
-#: version recorded when it starts, so it can write fenced tables; a step that
-#: changes ``writer_version`` should do so last.
-MIGRATIONS: Mapping[int, Callable[[sqlite3.Connection], None]] = {0: _step_0_to_1}
+#: inside the migration's transaction, and a ``MigrationContext``, and must
+#: leave the store at ``from_version + 1`` without committing. It runs
+#: registered as the writer version recorded when it starts, so it can write
+#: fenced tables; a step that changes ``writer_version`` should do so last. A
+#: step with ``needs_key = True`` gets the master key (the migration refuses
+#: to start without one).
+MIGRATIONS: Mapping[int, Callable[[sqlite3.Connection, MigrationContext], None]] = {
+    0: _step_0_to_1, 1: _step_1_to_2}
 
 
 # ---------------------------------------------------------------------------
@@ -589,7 +679,8 @@ class Evidence:
 def _write_json_atomically(path: Path, data: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # owner-only
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
         json.dump(data, f, indent=2, sort_keys=True)
         f.write("\n")
         f.flush()
@@ -633,9 +724,9 @@ def _lock(db: Path, busy_timeout: float) -> sqlite3.Connection:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # WAL content into the file (no-op otherwise)
     except sqlite3.OperationalError as e:
         conn.close()
-        raise MigrationRefused(
+        raise StoreInUse(
             f"{db}: cannot take the exclusive lock ({e}): the store is in use. Stop every envreplica "
-            f"process using it (and any other reader), then run the migration again.") from e
+            f"process using it (and any other reader), then run the migration again.") from None
     return conn
 
 
@@ -707,6 +798,9 @@ def _write_backup(conn: sqlite3.Connection, backup: Path, content_before: str) -
                 f"{backup}: a different backup already exists there (its content is not the store's "
                 f"current content). Move it aside or pass --backup-dir, then run the migration again.")
     tmp = backup.with_name(f".{backup.name}.{uuid.uuid4().hex}.tmp")
+    from envreplica.impl.files import create_private
+
+    create_private(tmp)  # owner-only, like the store it copies
     try:
         dst = sqlite3.connect(str(tmp), isolation_level=None)
         try:
@@ -784,9 +878,10 @@ def migrate(
     backup_dir: Union[str, Path, None] = None,
     evidence_path: Union[str, Path, None] = None,
     target: int = schema.SCHEMA_VERSION,
-    steps: Mapping[int, Callable[[sqlite3.Connection], None]] = MIGRATIONS,
+    steps: Mapping[int, Callable[[sqlite3.Connection, MigrationContext], None]] = MIGRATIONS,
     request_id: Optional[str] = None,
     busy_timeout: float = 5.0,
+    master_key: Optional[bytes] = None,
 ) -> Evidence:
     """Migrate the store at ``db_path`` to schema version ``target``; return the evidence.
 
@@ -794,32 +889,52 @@ def migrate(
     store, ``<name>.migrate-v<target>.evidence.json``). The backup goes to
     ``backup_dir`` (default: next to the store) as ``<name>.v<from>.bak``.
 
+    ``master_key`` is needed by the steps that authenticate rows (1 -> 2).
+
     Outcomes: ``Evidence(status="migrated")`` (evidence file written);
     ``Evidence(status="already_at_version")`` when the store is at ``target``
-    (no backup, nothing written); ``MigrationRefused`` (nothing changed: the
-    store is in use, unknown, newer than ``target``, a step is missing, or a
-    completed request's store or backup changed since); ``MigrationFailed``
-    (verification or a step failed: rolled back, restored from the backup,
-    evidence written with status ``failed``).
+    (no backup, nothing written; also when it was written since an earlier
+    migration: that is normal use); ``MigrationRefused`` (nothing changed: the
+    store is in use, newer than ``target``, a step is missing, the master key
+    is missing, or a completed request's evidence no longer matches);
+    ``MigrationFailed`` (verification or a step failed: rolled back, restored
+    from the backup, evidence written with status ``failed``). A path that is
+    not an envreplica store raises ``impl.files.ReplicaPathError``.
     """
+    from envreplica.impl import files
+
     raw = Path(db_path)
-    if not raw.is_file():
-        raise MigrationRefused(f"{raw}: no such database file; nothing to migrate.")
+    found = files.probe(raw)
+    if found.kind is files.PathKind.MISSING:
+        raise files.ReplicaPathError(f"{raw}: no such database file; nothing to migrate (check the --db path)")
+    if found.kind is files.PathKind.SQLITE:
+        pass  # version 0 has no store_meta: detect_version decides
+    else:
+        files.refuse_unusable(found, what="the store to migrate")
+    if backup_dir is not None and Path(backup_dir).exists() and not Path(backup_dir).is_dir():
+        raise files.ReplicaPathError(f"{backup_dir} is not a directory; --backup-dir names the directory "
+                                     f"the backup is written to (created if absent)")
     db = raw.resolve()
     ev_path = Path(evidence_path).resolve() if evidence_path is not None else _default_evidence(db, target)
+    if ev_path.is_dir():
+        raise files.ReplicaPathError(f"{ev_path} is a directory; --evidence names the evidence JSON file")
     started = _now()
     conn = _lock(db, busy_timeout)
     try:
+        rid = request_id or uuid.uuid4().hex
+        version = detect_version(conn)
+        if version == target:
+            note = " (no backup taken)"
+            if ev_path.exists():
+                note = f"; an earlier migration's evidence is {ev_path}"
+            return Evidence(status="already_at_version",
+                            message=f"{db}: already at schema version {target}; nothing to do{note}.",
+                            request_id=rid, db_path=str(db), from_version=version, to_version=target,
+                            evidence_path=str(ev_path) if ev_path.exists() else None)
         if ev_path.exists():
             done = _check_recorded(db, conn, ev_path, target, request_id)
             if done is not None:
                 return done
-        rid = request_id or uuid.uuid4().hex
-        version = detect_version(conn)
-        if version == target:
-            return Evidence(status="already_at_version",
-                            message=f"{db}: already at version {target}; nothing to do (no backup taken).",
-                            request_id=rid, db_path=str(db), from_version=version, to_version=target)
         if version > target:
             raise MigrationRefused(f"{db}: the store is at schema version {version}, newer than the target "
                                    f"{target}; downgrades are not supported. Upgrade envreplica instead.")
@@ -827,6 +942,12 @@ def migrate(
         if missing:
             raise MigrationRefused(f"{db}: no migration step from version(s) {missing}; cannot migrate "
                                    f"{version} -> {target} with this envreplica.")
+        if master_key is None and any(getattr(steps[v], "needs_key", False) for v in range(version, target)):
+            raise MigrationRefused(
+                f"{db}: migrating to schema version {target} authenticates every row under the replica's master "
+                f"key, and none was given. Set ENVREPLICA_MASTER_KEY or ENVREPLICA_MASTER_KEY_FILE to the key "
+                f"the replica's values were sealed with, then run the migration again.")
+        ctx = MigrationContext(master_key)
 
         ev = Evidence(status="failed", message="", request_id=rid, db_path=str(db), from_version=version,
                       to_version=target, evidence_path=str(ev_path), started_at=started)
@@ -845,7 +966,7 @@ def migrate(
             for v in range(version, target):
                 meta = _meta(conn) or {}
                 writer["version"] = meta.get("writer_version")
-                steps[v](conn)
+                steps[v](conn, ctx)
                 if not conn.in_transaction:
                     raise MigrationError(f"the step from version {v} ended the migration's transaction")
             problems, facts = _verify(conn, target, ev.row_counts_before)
@@ -897,10 +1018,20 @@ def migrate(
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    """``envreplica migrate``: 0 when migrated or already at the version, 1 when refused or failed."""
+    """``envreplica migrate``: 0 migrated or already at the version; 1 refused or failed; 2 bad input or in use.
+
+    The master key (``ENVREPLICA_MASTER_KEY`` / ``_FILE``) is read when set; a
+    step that authenticates rows refuses to start without it.
+    """
+    from envreplica.impl.sealing import ENV_KEY, ENV_KEY_FILE, load_master_key
+
+    key = load_master_key() if (ENV_KEY in os.environ or ENV_KEY_FILE in os.environ) else None
     try:
         ev = migrate(args.db, backup_dir=args.backup_dir, evidence_path=args.evidence,
-                     request_id=getattr(args, "request_id", None))
+                     request_id=getattr(args, "request_id", None), master_key=key)
+    except StoreInUse as e:
+        print(f"envreplica migrate: refused: {e}", file=sys.stderr)
+        return 2
     except MigrationError as e:
         kind = "refused" if isinstance(e, MigrationRefused) else "failed"
         print(f"envreplica migrate: {kind}: {e}", file=sys.stderr)
@@ -918,7 +1049,9 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
                      "exclusive lock: back it up (SQLite backup API), apply the steps in one transaction, "
                      "verify (integrity, foreign keys, row counts, writer contract), write evidence JSON. "
                      "Exit 0 when migrated or already at the version, 1 when refused or failed (a failure "
-                     "restores the backup)."))
+                     "restores the backup), 2 for a bad path, a file of the wrong kind, a store in use or a "
+                     "malformed key. Migrating to schema version 2 needs the master key "
+                     "(ENVREPLICA_MASTER_KEY or ENVREPLICA_MASTER_KEY_FILE)."))
     p.add_argument("--db", required=True, metavar="PATH", help="the replica's SQLite file")
     p.add_argument("--backup-dir", metavar="DIR", default=None,
                    help="where to write <name>.v<from>.bak (default: next to the store)")

@@ -31,6 +31,8 @@ validation (``spec.wire`` parses JSON into the typed frames taken here).
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import replace
 from functools import lru_cache
 from typing import Optional, Union
@@ -283,6 +285,33 @@ def _still_awaits_value(cfg: ModelConfig, st: State, row) -> bool:
     )
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def stored_text(cfg: ModelConfig, value: str) -> str:
+    """What the replica keeps, and later serves, of a fetched value's text.
+
+    The seed seals with Node (``sealProjectEnvValueForStorage``:
+    ``cipher.update(value, "utf8")``), and Node's UTF-8 encoding writes each
+    lone surrogate, a legal JSON string (``"\ud800"``), as U+FFFD: the value
+    served is not the value fetched (finding F3). A high surrogate followed by
+    a low one is a pair, one character, as in JavaScript. FIX(F3): ``fixed``
+    keeps the text exactly.
+    """
+    if cfg.variant is Variant.FIXED or _SURROGATE.search(value) is None:  # FIX(F3)
+        return value
+    out, i, n = [], 0, len(value)
+    while i < n:
+        code = ord(value[i])
+        if 0xD800 <= code <= 0xDBFF and i + 1 < n and 0xDC00 <= ord(value[i + 1]) <= 0xDFFF:
+            out.append(chr(0x10000 + ((code - 0xD800) << 10) + (ord(value[i + 1]) - 0xDC00)))
+            i += 2
+            continue
+        out.append("\ufffd" if 0xD800 <= code <= 0xDFFF else value[i])
+        i += 1
+    return "".join(out)
+
+
 def _stage_after(cfg: ModelConfig, st: State, attempt: str, project: str, key: str, before: BindingState, fetched: value_store.Fetched) -> State:
     """The after-transaction of ``materializeStage``: install only onto the very state read for."""
     if st.authority.attempt_id != attempt:
@@ -294,7 +323,8 @@ def _stage_after(cfg: ModelConfig, st: State, attempt: str, project: str, key: s
     if not _still_awaits_value(cfg, st, current):  # FIX(F1)
         return st
     if fetched.value is not None:
-        value = StoredValue(before.head.revision, before.head.generation, before.head.value_ref, fetched.value)
+        value = StoredValue(before.head.revision, before.head.generation, before.head.value_ref,
+                            stored_text(cfg, fetched.value))
         return replace(
             st,
             stage_values=st.stage_values.set(k, value),
@@ -325,7 +355,8 @@ def _live_after(cfg: ModelConfig, st: State, project: str, key: str, before: Bin
     if not _still_awaits_value(cfg, st, current):  # FIX(F1)
         return st
     if fetched.value is not None:
-        value = StoredValue(before.head.revision, before.head.generation, before.head.value_ref, fetched.value)
+        value = StoredValue(before.head.revision, before.head.generation, before.head.value_ref,
+                            stored_text(cfg, fetched.value))
         return replace(st, values=st.values.set(k, value), records=st.records.set(k, LiveRow(before, INSTALLED)))
     return replace(
         st, values=st.values.delete(k), records=st.records.set(k, LiveRow(before, unavailable(fetched.reason)))
@@ -808,8 +839,9 @@ def is_ready(st: State) -> bool:
     return a.gate.activated and a.gate.is_open and a.attempt_id is None
 
 
-def _snapshot(st: State, project_ids) -> Optional[Snapshot]:
+def _snapshot(st: State, project_ids, cfg: Optional[ModelConfig] = None) -> Optional[Snapshot]:
     a = st.authority
+    rejudge = cfg is not None and cfg.variant is Variant.FIXED
     if not a.gate.activated or not a.gate.is_open or a.attempt_id is not None:
         return None
     requested = list(project_ids)
@@ -837,6 +869,11 @@ def _snapshot(st: State, project_ids) -> Optional[Snapshot]:
                     or value_row.value_ref != head.value_ref
                 ):
                     raise CorruptReplica("installed replica value does not match its head")
+                if rejudge and desired_materialization(row.state, a.policy_epochs).kind is MatKind.WITHHELD:
+                    # Defence in depth (fixed): never serve what the kept epochs or the binding withhold.
+                    # Unreachable while served_values_are_live_bound_kept holds; a tampered file can reach it.
+                    raise CorruptReplica(f"records row {project}/{key} is installed, but its binding or policy "
+                                         f"epoch withholds it under the kept epochs; nothing is served")
                 value = value_row.value
             elif value_row is not None:
                 raise CorruptReplica("withheld replica record still has a value")
@@ -847,15 +884,19 @@ def _snapshot(st: State, project_ids) -> Optional[Snapshot]:
     return Snapshot(tuple(projects))
 
 
-def read_snapshot(st: State, project_ids) -> Optional[Snapshot]:
-    """``readProjectEnvReplicaSnapshot``: the served view of exactly these projects, or None."""
+def read_snapshot(st: State, project_ids, cfg: Optional[ModelConfig] = None) -> Optional[Snapshot]:
+    """``readProjectEnvReplicaSnapshot``: the served view of exactly these projects, or None.
+
+    Given ``cfg`` of variant ``fixed``, each served record is re-judged
+    against the kept epochs and its binding (defence in depth).
+    """
     try:
-        return _snapshot(st, project_ids)
+        return _snapshot(st, project_ids, cfg)
     except ReplicaError:
         return None
 
 
-def snapshot_diagnostics(st: State, project_ids) -> Optional[str]:
+def snapshot_diagnostics(st: State, project_ids, cfg: Optional[ModelConfig] = None) -> Optional[str]:
     """Why ``read_snapshot`` fails closed (None when it serves); never includes a value."""
     a = st.authority
     if not a.gate.activated:
@@ -863,7 +904,7 @@ def snapshot_diagnostics(st: State, project_ids) -> Optional[str]:
     if not a.gate.is_open or a.attempt_id is not None:
         return "serving gate is closed"
     try:
-        if _snapshot(st, project_ids) is None:
+        if _snapshot(st, project_ids, cfg) is None:
             return "requested projects are not exactly the replica's projects"
     except ReplicaError as error:
         return error.message

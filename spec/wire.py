@@ -262,12 +262,39 @@ def _object(value: Any, path: str, required: tuple[str, ...], optional: tuple[st
     if extra:
         key = min(extra, key=repr)
         _invalid(
-            f"{path}.{key}",
+            f"{path}.{shown_key(key)}",
             f"is not allowed (objects are exact; allowed keys: {allowed})",
             value[key],
             "Remove the key.",
+            shown=unshown(value[key]),
         )
     return value
+
+
+_SHOWN_KEY = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,31}")
+
+
+def shown_key(key: str) -> str:
+    """A key name fit for an error message: itself when it looks like a field name (a letter, then at most 31
+    letters, digits or '_'), else only its length (a misplaced secret can arrive as a key)."""
+    return key if _SHOWN_KEY.fullmatch(key) else f"<a key of {len(key)} characters>"
+
+
+def unshown(value: Any) -> str:
+    """What an error message says of a value it must not echo (a misplaced field may hold a secret)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number (not shown)"
+    if isinstance(value, str):
+        return f"a string of {len(value)} characters (not shown)"
+    if isinstance(value, list):
+        return f"an array of {len(value)} items (not shown)"
+    if isinstance(value, dict):
+        return f"an object of {len(value)} keys (not shown)"
+    return f"a {type(value).__name__} (not shown)"
 
 
 def _kind(value: Any, path: str, kinds: tuple[str, ...]) -> str:

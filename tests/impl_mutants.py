@@ -59,7 +59,7 @@ from types import ModuleType
 from typing import Any, Callable, Union
 
 from envreplica.conformance import drivers as drivers_module
-from envreplica.conformance.drivers import SqliteDriver
+from envreplica.conformance.drivers import TEST_MASTER_KEY, SqliteDriver
 from envreplica.impl import replica as replica_module
 from envreplica.impl.replica import SqliteReplica
 from envreplica.model.state import Variant
@@ -138,7 +138,7 @@ class MutantSqliteDriver(SqliteDriver):
     replica_class: type = SqliteReplica
 
     def _open(self):
-        return self.replica_class(self.db_path, sealer=self.sealer, reader=self._reader(), config=self.cfg)
+        return self.replica_class(self.db_path, **self._replica_options())
 
 
 # ---------------------------------------------------------------------------
@@ -197,7 +197,7 @@ class ImplMutant:
 
     def driver(self, variant: Union[str, Variant, None], db_path: Union[str, os.PathLike]) -> SqliteDriver:
         """A ``SqliteDriver`` on ``db_path`` running this mutant."""
-        return self.driver_class()(self.variant if variant is None else variant, db_path)
+        return self.driver_class()(self.variant if variant is None else variant, db_path, master_key=TEST_MASTER_KEY)
 
     def factory(self, directory: Union[str, os.PathLike],
                 variant: Union[str, Variant, None] = None) -> Callable[[], SqliteDriver]:
@@ -340,7 +340,7 @@ MUTANTS: tuple[ImplMutant, ...] = (
     M(
         "receipts_kept_on_stream_change",
         "a begin on a new stream keeps the old stream's receipts",
-        (replica_edit("begin", ("tx._run(delete(S.receipts))", "pass  # MUTANT: receipts kept")),),
+        (replica_edit("begin", ("tx.clear_receipts()", "pass  # MUTANT: receipts kept")),),
         tuple(BOOT + [delivery(A), begin("a2", stream="s2"), op("receipts")]),
     ),
     M(

@@ -23,6 +23,7 @@ import pytest
 from envreplica.conformance.adapter import register, serve
 from envreplica.conformance.drivers import (
     OPERATION_LOST_RESTART,
+    TEST_MASTER_KEY,
     ModelDriver,
     SqliteDriver,
 )
@@ -42,6 +43,7 @@ from adapter_requests import (
     put,
     rec,
     reset,
+    snapshot,
     staged,
     with_ids,
 )
@@ -61,7 +63,7 @@ DRIVERS = [pytest.param("model", id="model"), pytest.param("sqlite", id="sqlite"
 def make_driver(kind: str, tmp_path: Path):
     if kind == "model":
         return ModelDriver("fixed")
-    return SqliteDriver("fixed", tmp_path / f"replica-{len(list(tmp_path.iterdir()))}.db")
+    return SqliteDriver("fixed", tmp_path / f"replica-{len(list(tmp_path.iterdir()))}.db", master_key=TEST_MASTER_KEY)
 
 
 def play(kind: str, requests: list, tmp_path: Path) -> list[dict]:
@@ -289,7 +291,7 @@ INVALID: dict[str, tuple[dict, str]] = {
     "unsorted_page_keys": (_page_unsorted(), "page keys are strictly ascending"),
     "reconciliation_attempt_null": (_apply_null_attempt(), "apply.reconciliationAttemptId must be an Id when present"),
     "tombstone_with_ref": (delivery(rec("A", tomb=True, ref=staged())), "tombstone <=> valueRef is null"),
-    "unknown_op": (op("explode"), "request.op must be one of"),
+    "op_not_a_string": (dict(op("status"), op=7), "request.op must be a string naming an op"),
     "missing_request_field": (op("snapshot"), "request.projectIds is required"),
     "extra_request_field": (dict(op("status"), verbose=True), "request.verbose is not allowed"),
     "during_fetch_on_commit": (dict(commit(), duringFetch=[]), "request.duringFetch is not allowed"),
@@ -310,6 +312,50 @@ def test_invalid_request(kind, case, tmp_path):
     assert error["ok"] is False and error["error"]["type"] == "invalid", error
     assert fragment in error["error"]["message"], error["error"]["message"]
     assert responses[-1] == dict(responses[-3], id=responses[-1]["id"]), "an invalid request changed the replica"
+
+
+def test_unknown_op_is_unsupported_and_changes_nothing(kind, tmp_path):
+    """Section 5: an op the adapter does not know is ``unsupported`` (whatever its keys), and changes nothing."""
+    unknown = [dict(op("explode")), dict(op("store.wipe"), projectId="p1", anything={"x": 1})]
+    responses = run_case(kind, BOOT + [op("status"), *unknown, op("status")], tmp_path)
+    for error in responses[-3:-1]:
+        assert error["ok"] is False and error["error"]["type"] == "unsupported", error
+        assert "does not know op" in error["error"]["message"] and "nothing was done" in error["error"]["message"]
+    assert responses[-1] == dict(responses[-4], id=responses[-1]["id"])
+
+
+def test_unknown_op_without_an_integer_id_is_invalid(kind, tmp_path):
+    """The id is checked first: a request without an integer id is ``invalid``, answered with id null."""
+    responses = run_case(kind, [reset(), {"op": "explode", "id": None}, {"op": "explode", "id": 1.5}], tmp_path)
+    for response in responses[1:]:
+        assert response["id"] is None and response["error"]["type"] == "invalid", response
+
+
+def test_unknown_nested_op_is_unsupported_in_nested(kind, tmp_path):
+    nested = [{"id": 900, "op": "explode"}, {"id": 901, "op": "status"}]
+    responses = run_case(kind, [reset(), put(), begin(), page([A], version=1, during=nested)], tmp_path)
+    inner = responses[-1]["nested"]
+    assert inner[0]["error"]["type"] == "unsupported" and inner[1]["ok"] is True, inner
+
+
+SECRET = "s3cr3t-Value-that-must-not-echo"
+
+
+@pytest.mark.parametrize("bad", [
+    dict(op("reset"), config={"masterkeyHex": "ab" * 32}),          # a key under a misspelt name
+    dict(op("reset"), config={"masterKeyHex": SECRET}),              # a malformed key
+    dict(put(), rawValue=SECRET),                                    # a secret in a wrong store.put field
+    dict(put(), raw=[SECRET]),                                       # raw of the wrong type
+    dict(op("status"), note=SECRET),                                 # any undeclared key
+    dict(op("status"), **{SECRET: 1}),                               # a secret as a key name
+    dict(commit(), frame=dict(commit()["frame"], value=SECRET)),     # inside a frame
+])
+def test_errors_never_echo_a_misplaced_value(kind, bad, tmp_path):
+    responses = run_case(kind, [reset(), bad], tmp_path)
+    error = responses[-1]
+    assert error["ok"] is False and error["error"]["type"] == "invalid", error
+    text = json.dumps(error)
+    assert SECRET not in text and "ab" * 32 not in text, text
 
 
 def test_request_without_integer_id(kind, tmp_path):
@@ -454,7 +500,7 @@ def test_adapter_process_end_to_end(impl, tmp_path):
     requests = with_ids([reset(), begin(), page(), commit(), op("status")], start=11)
     argv = [sys.executable, "-m", "envreplica.conformance.adapter", "--impl", impl, "--variant", "fixed"]
     if impl == "sqlite":
-        argv += ["--db", str(tmp_path / "e2e.db")]
+        argv += ["--test-key", "--db", str(tmp_path / "e2e.db")]
     proc = subprocess.run(argv, input="".join(json.dumps(r) + "\n" for r in requests), capture_output=True,
                           text=True, timeout=60, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -464,3 +510,37 @@ def test_adapter_process_end_to_end(impl, tmp_path):
     assert [r["id"] for r in responses] == [11, 12, 13, 14, 15]
     assert all(r["ok"] for r in responses), responses
     assert responses[-1]["result"]["gateOpen"] is True
+
+
+# ---------------------------------------------------------------------------
+# Every value the wire allows (F3)
+# ---------------------------------------------------------------------------
+
+ANY_VALUES = ["", "a\x00b", "bad\ud800", "\udc00x\ud83d", "\U0001F600 é", "€" * 40_000]
+
+
+@pytest.mark.parametrize("variant", ["seed", "fix-f1", "fixed"])
+@pytest.mark.parametrize("value", ANY_VALUES, ids=lambda v: repr(v)[:16])
+def test_every_value_is_handled_alike_and_never_sticks_the_stream(variant, value, tmp_path):
+    """Model and implementation agree on any string; ``fixed`` serves it exactly, the seed as Node would."""
+    from envreplica.model.replica import stored_text
+    from envreplica.model.state import ModelConfig
+
+    requests = with_ids(BOOT + [put("A", value=value), delivery(rec("A")), snapshot(),
+                                put("B", ref=staged(SID2), value="next"),
+                                delivery(rec("B", ref=staged(SID2)), sequence=2, version=2), snapshot()])
+    model = ModelDriver(variant)
+    impl = SqliteDriver(variant, tmp_path / "r.db", master_key=TEST_MASTER_KEY)
+    try:
+        for request in requests:
+            # each side decodes its own copy, as over the pipe
+            m, i = model.handle(json.loads(json.dumps(request))), impl.handle(json.loads(json.dumps(request)))
+            assert json.dumps(m, sort_keys=True) == json.dumps(i, sort_keys=True), request["op"]
+            assert m["ok"], m
+    finally:
+        impl.close()
+    served = {e["state"]["key"]: e["value"] for e in i["result"]["projects"][0]["entries"]}
+    expected = value if variant == "fixed" else stored_text(ModelConfig(variant=variant), value)
+    assert served == {"A": expected, "B": "next"}
+    if variant != "fixed" and "\ud800" in value:
+        assert served["A"] != value and "\ufffd" in served["A"]  # F3: the seed does not serve what it fetched

@@ -29,7 +29,8 @@ PY = shlex.quote(sys.executable)
 
 
 def adapter_command(db: Path, variant: str = "fixed") -> str:
-    return f"{PY} -m envreplica.conformance.adapter --impl sqlite --variant {variant} --db {shlex.quote(str(db))}"
+    return (f"{PY} -m envreplica.conformance.adapter --impl sqlite --test-key --variant {variant} "
+            f"--db {shlex.quote(str(db))}")
 
 
 #: A trace a correct implementation answers as the model does: boot, a value, a delivery, a read.
@@ -132,7 +133,7 @@ def test_saved_traces_replay_first_and_junit_is_valid(tmp_path, capsys):
 def test_broken_adapter_is_caught_with_a_trace(tmp_path, capsys):
     script = tmp_path / "broken_adapter.py"
     script.write_text(BROKEN_ADAPTER)
-    command = f"{PY} {shlex.quote(str(script))} --impl sqlite --db {shlex.quote(str(tmp_path / 'b.db'))}"
+    command = f"{PY} {shlex.quote(str(script))} --impl sqlite --test-key --db {shlex.quote(str(tmp_path / 'b.db'))}"
     out_dir = tmp_path / "out"
     junit = tmp_path / "junit.xml"
     traces = tmp_path / "traces"
@@ -187,7 +188,7 @@ def test_subprocess_driver_speaks_json_lines(tmp_path):
         assert driver.handle({"id": 1, "op": "reset"}) == {"id": 1, "ok": True, "result": {}}
         response = driver.handle({"id": 2, "op": "status"})
         assert response["ok"] is True and response["result"]["activated"] is False
-        assert driver.handle({"id": 3, "op": "nope"})["error"]["type"] == "invalid"
+        assert driver.handle({"id": 3, "op": "nope"})["error"]["type"] == "unsupported"  # section 5
     assert driver.proc.returncode == 0
 
 

@@ -46,7 +46,7 @@ from typing import Any, Optional
 import pytest
 from hypothesis import settings
 
-from envreplica.conformance.drivers import ModelDriver, SqliteDriver
+from envreplica.conformance.drivers import TEST_MASTER_KEY, ModelDriver, SqliteDriver
 from envreplica.conformance.lockstep import lockstep_settings, run_lockstep
 from envreplica.conformance.lockstep import run as lockstep_run
 from envreplica.impl.replica import with_macs
@@ -128,7 +128,7 @@ def test_there_are_at_least_12_mutants():
 @pytest.mark.parametrize("mutant", _ids(MUTANTS))
 def test_scenario_is_clean_on_the_real_implementation(mutant: ImplMutant, tmp_path):
     """The control: the unmutated implementation agrees with the model on the whole scenario."""
-    steps = play(SqliteDriver(mutant.variant, tmp_path / "real.db"), mutant.scenario, mutant.variant)
+    steps = play(SqliteDriver(mutant.variant, tmp_path / "real.db", master_key=TEST_MASTER_KEY), mutant.scenario, mutant.variant)
     assert all(s.same_response and s.same_state for s in steps), _describe(steps)
 
 

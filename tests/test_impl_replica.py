@@ -626,7 +626,8 @@ def test_moved_blob_fails_closed(twin):
     raw.close()
     assert twin.impl.read_snapshot([P1]) is None
     why = twin.impl.snapshot_diagnostics([P1])
-    assert why is not None and "does not open" in why and f"record_values {P1}/{KEY}" in why
+    # The row's integrity tag catches the moved blob before its seal is tried.
+    assert why is not None and "does not verify" in why and f"record_values row {P1}/{KEY}" in why
     assert SECRET not in why and SECRET_B not in why
     with pytest.raises(CorruptReplica) as error:
         twin.impl.to_model_state()
@@ -639,6 +640,25 @@ def test_malformed_row_is_corrupt_naming_table_and_key(twin):
     writer.register_writer(raw)  # tampering as a writer of this version: corruption, not a fenced write
     with raw:
         raw.execute("UPDATE records SET binding_json = '{\"kind\": \"nope\"}' WHERE key = ?", (KEY,))
+    raw.close()
+    assert twin.impl.read_snapshot([P1]) is None
+    # Without the key, an edit is a tamper: the row's tag names it.
+    assert twin.impl.snapshot_diagnostics([P1]).startswith(f"records row {P1}/{KEY}: its integrity tag does not verify")
+
+
+def test_malformed_row_with_a_valid_tag_is_corrupt_naming_table_and_key(twin):
+    """A row that verifies but does not parse (a writer's bug, not a tamper) is still corrupt, never served."""
+    from envreplica.impl import schema
+
+    twin.open_with()
+    raw = sqlite3.connect(twin.path)
+    writer.register_writer(raw)
+    raw.row_factory = sqlite3.Row
+    row = dict(raw.execute("SELECT * FROM records WHERE key = ?", (KEY,)).fetchone())
+    row["binding_json"] = '{"kind": "nope"}'
+    tag, _ = Sealer(MASTER).rows.seal_row("records", tuple(row[c] for c in schema.TAGGED["records"]))
+    with raw:
+        raw.execute("UPDATE records SET binding_json = ?, tag = ? WHERE key = ?", (row["binding_json"], tag, KEY))
     raw.close()
     assert twin.impl.read_snapshot([P1]) is None
     assert twin.impl.snapshot_diagnostics([P1]) == f"stored replica record is invalid (records {P1}/{KEY})"
@@ -816,8 +836,10 @@ def test_replica_file_is_stamped_and_fenced(tmp_path):
     path = tmp_path / "fenced.db"
     SqliteReplica(path, sealer=Sealer(bytes(range(32))), reader=None).close()
     raw = sqlite3.connect(path)
-    assert dict(raw.execute("SELECT key, value FROM store_meta")) == {
-        "schema_version": str(writer.SCHEMA_VERSION), "writer_version": str(writer.WRITER_VERSION)}
+    meta = dict(raw.execute("SELECT key, value FROM store_meta"))
+    assert meta["schema_version"] == str(writer.SCHEMA_VERSION) and meta["writer_version"] == str(writer.WRITER_VERSION)
+    assert meta["key_check"] == Sealer(bytes(range(32))).rows.key_check and len(meta["replica_id"]) == 32
+    assert "created_by" not in meta  # only the adapter marks the replicas it may empty
     with pytest.raises(sqlite3.OperationalError, match="envreplica_writer_version"):
         raw.execute("UPDATE authority SET gate_open = 1, activated = 1, stream_id = 's', org_id = 'o'")
     writer.register_writer(raw, version=writer.WRITER_VERSION + 1)
@@ -826,7 +848,7 @@ def test_replica_file_is_stamped_and_fenced(tmp_path):
     raw.close()
 
 
-@pytest.mark.parametrize("recorded, expected", [("2", "newer"), ("0", "older")])
+@pytest.mark.parametrize("recorded, expected", [("3", "newer"), ("1", "older")])
 def test_replica_refuses_a_file_of_another_schema_version(tmp_path, recorded, expected):
     import sqlite3
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from envreplica.conformance.drivers import ModelDriver, SqliteDriver
+from envreplica.conformance.drivers import TEST_MASTER_KEY, ModelDriver, SqliteDriver
 from envreplica.conformance.lockstep import (
     COVERAGE,
     KINDS,
@@ -47,7 +47,7 @@ def sqlite_factory(directory: Path, variant: str):
     counter = itertools.count()
 
     def make():
-        return SqliteDriver(variant, directory / f"replica-{next(counter)}.db")
+        return SqliteDriver(variant, directory / f"replica-{next(counter)}.db", master_key=TEST_MASTER_KEY)
 
     return make
 
@@ -157,7 +157,8 @@ def test_divergence_is_caught_shrunk_and_written(scratch, tmp_path):
     directory = scratch
     counter = itertools.count()
     out = tmp_path / "out"
-    report = run_lockstep(lambda: FlipCommitDriver("fixed", directory / f"r{next(counter)}.db"),
+    report = run_lockstep(lambda: FlipCommitDriver("fixed", directory / f"r{next(counter)}.db",
+                                                           master_key=TEST_MASTER_KEY),
                           settings=lockstep_settings("ci", max_examples=100), out_dir=out)
     assert not report.ok
     assert report.shrunk_steps is not None and report.shrunk_steps <= 6, report.failure
@@ -170,9 +171,11 @@ def test_divergence_is_caught_shrunk_and_written(scratch, tmp_path):
     assert itf["#meta"]["format"] == "ITF" and itf["vars"] == ["request", "model", "implementation", "agree"]
     assert len(itf["states"]) == report.shrunk_steps and itf["states"][-1]["agree"] is False
     # The written requests replay to the same divergence, and agree on the real implementation.
-    diverged = replay_requests(requests, FlipCommitDriver("fixed", directory / "again.db"), ModelDriver("fixed"))
+    again = FlipCommitDriver("fixed", directory / "again.db", master_key=TEST_MASTER_KEY)
+    diverged = replay_requests(requests, again, ModelDriver("fixed"))
     assert diverged is not None and diverged["index"] == len(requests)
-    assert replay_requests(requests, SqliteDriver("fixed", directory / "real.db"), ModelDriver("fixed")) is None
+    real = SqliteDriver("fixed", directory / "real.db", master_key=TEST_MASTER_KEY)
+    assert replay_requests(requests, real, ModelDriver("fixed")) is None
 
 
 class ForgetfulCloseDriver(SqliteDriver):
@@ -187,7 +190,8 @@ class ForgetfulCloseDriver(SqliteDriver):
 def test_state_divergence_is_caught_by_the_readback(scratch):
     directory = scratch
     counter = itertools.count()
-    report = run_lockstep(lambda: ForgetfulCloseDriver("fixed", directory / f"r{next(counter)}.db"),
+    report = run_lockstep(lambda: ForgetfulCloseDriver("fixed", directory / f"r{next(counter)}.db",
+                                                               master_key=TEST_MASTER_KEY),
                           settings=lockstep_settings("ci", max_examples=100))
     assert not report.ok
     assert "state after the step differs" in report.divergence or "authority" in report.divergence
@@ -200,7 +204,8 @@ def test_replay_requests_agrees_on_a_saved_scenario(tmp_path):
                 {"id": 2, "op": "begin", "frame": {"attempt": {"streamId": "s1", "attemptId": "a1"},
                                                    "projectIds": ["p1"]}, "keptPolicyEpochs": [1], "orgId": "o1"},
                 {"id": 3, "op": "status"}]
-    assert replay_requests(requests, SqliteDriver("fixed", tmp_path / "r.db"), ModelDriver("fixed")) is None
+    real = SqliteDriver("fixed", tmp_path / "r.db", master_key=TEST_MASTER_KEY)
+    assert replay_requests(requests, real, ModelDriver("fixed")) is None
 
 
 def test_bare_machine_runs_as_a_testcase():

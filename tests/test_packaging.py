@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SUBPACKAGES = ["spec", "model", "checker", "cli", "impl", "conformance"]
+SUBPACKAGES = ["spec", "model", "checker", "cli", "impl", "conformance", "reliability"]
 GENERIC = [*SUBPACKAGES, "tests"]
 
 

@@ -19,8 +19,10 @@ from envreplica.impl.sealing import (
     KeyConfigError,
     SealError,
     Sealer,
+    TextEncoding,
     _hkdf,
     load_master_key,
+    node_utf8,
 )
 
 MASTER = bytes(range(32))
@@ -142,12 +144,33 @@ def test_seal_error_message_never_contains_value(sealer):
     assert value not in repr(info.value)
 
 
-def test_lone_surrogate_value_is_refused_without_echo(sealer):
-    value = "secret-\ud800-tail"
-    with pytest.raises(ValueError) as info:
-        sealer.seal(value, **RECORD)
-    assert "secret-" not in str(info.value) and "secret-" not in repr(info.value)
-    assert info.value.__cause__ is None and info.value.__suppress_context__
+# Every string the wire allows: lone surrogates (JavaScript's JSON.stringify writes them), NUL, non-BMP,
+# empty, large. EXACT gives back exactly what was sealed; NODE_UTF8 is the seed's Node encoding.
+ANY_TEXT = ["", "\x00", "a\x00b", "\ud800", "bad\ud800", "\udc00x\ud83d", "\U0001F600", "\ud83d\ude00",
+            "é\u2028\ufeff", "x" * 300_000, "\U0001F600\ud800" * 1000]
+
+
+@pytest.mark.parametrize("value", ANY_TEXT, ids=lambda v: repr(v)[:20])
+def test_exact_text_round_trips_every_string(sealer, value):
+    blob = sealer.seal(value, **RECORD, text=TextEncoding.EXACT)
+    assert sealer.open(blob, **RECORD) == value
+
+
+@pytest.mark.parametrize("value, served", [
+    ("bad\ud800", "bad\ufffd"),              # Buffer.from("bad\ud800", "utf8") is 62 61 64 ef bf bd
+    ("\udc00x\ud83d", "\ufffdx\ufffd"),
+    ("\ud83d\ude00", "\U0001F600"),          # a surrogate pair is one character, in JavaScript too
+    ("plain \x00 é \U0001F600", "plain \x00 é \U0001F600"),
+])
+def test_node_utf8_is_what_the_seed_serves(sealer, value, served):
+    assert node_utf8(value) == served.encode("utf-8")
+    blob = sealer.seal(value, **RECORD, text=TextEncoding.NODE_UTF8)
+    assert sealer.open(blob, **RECORD) == served
+
+
+def test_node_utf8_matches_buffer_from_bytes():
+    # Measured with Node (library-notes.md): Buffer.from("bad\ud800", "utf8") -> 626164efbfbd.
+    assert node_utf8("bad\ud800").hex() == "626164efbfbd"
 
 
 def test_bound_field_types_checked(sealer):

@@ -12,6 +12,11 @@ from sqlalchemy import create_engine, event
 
 from envreplica.impl import schema
 from envreplica.impl import writer as W
+from envreplica.impl.files import ReplicaPathError
+from envreplica.impl.sealing import Sealer
+from envreplica.impl.tables import authenticate_contents
+
+KEY = bytes(range(32))
 
 # One valid row per fenced table (FKs satisfied), and a second one to insert.
 ROWS = {
@@ -47,11 +52,36 @@ def _connect(path: Path, version=None) -> sqlite3.Connection:
     return conn
 
 
-def make_v1(path: Path, rows=FIRST) -> Path:
+def current_rows(rows=FIRST) -> dict:
+    """``rows`` (of schema version 1) with the integrity columns of this version, as tuples."""
+    v1 = {t.name: [c.name for c in t.c] for t in schema.TABLES_V1}
+    contents = {t: [dict(zip(v1[t], r)) for r in rows[t]] for t in W.FENCED_TABLES}
+    tagged = authenticate_contents(Sealer(KEY).rows, contents, counter=1)
+    cols = {t.name: [c.name for c in t.c] for t in schema.TABLES}
+    return {t: [tuple(r[c] for c in cols[t]) for r in tagged[t]] for t in W.FENCED_TABLES}
+
+
+CURRENT = current_rows(ROWS)
+
+
+def make_current(path: Path, rows=FIRST) -> Path:
+    """A stamped store of this version holding ``rows`` (tagged)."""
     conn = _connect(path, W.WRITER_VERSION)
     assert W.check_writer(conn) is None  # fresh
-    assert W.stamp(conn) == schema.SCHEMA_VERSION
+    assert W.stamp(conn, key_check=Sealer(KEY).rows.key_check) == schema.SCHEMA_VERSION
     conn.execute("BEGIN")
+    _fill(conn, current_rows(rows))
+    conn.execute("COMMIT")
+    conn.close()
+    return path
+
+
+def make_v1(path: Path, rows=FIRST) -> Path:
+    """A store as envreplica wrote it at schema version 1 (writer version 1, no integrity columns)."""
+    conn = _connect(path, 1)
+    W.create_tables(conn, 1)
+    conn.execute("BEGIN")
+    W._install_contract(conn, 1, 1)
     _fill(conn, rows)
     conn.execute("COMMIT")
     conn.close()
@@ -89,9 +119,9 @@ def _attempts(table: str):
     ]
 
 
-@pytest.mark.parametrize("declared", [None, 0, 2])
+@pytest.mark.parametrize("declared", [None, 0, W.WRITER_VERSION - 1, W.WRITER_VERSION + 1])
 def test_fence_refuses_every_write_by_a_connection_that_is_not_the_recorded_writer(tmp_path, declared):
-    db = make_v1(tmp_path / "r.db")
+    db = make_current(tmp_path / "r.db")
     before = dump(db)
     conn = _connect(db, declared)
     for table in W.FENCED_TABLES:
@@ -106,17 +136,17 @@ def test_fence_refuses_every_write_by_a_connection_that_is_not_the_recorded_writ
                 assert str(err.value).startswith(f"{W.FENCE_MESSAGE}: {action} on {table} refused")
     # a fresh, valid row is refused too (the fence is not a constraint side effect)
     with pytest.raises(sqlite3.DatabaseError):
-        _insert(conn, "projects", ("p9", 0))
+        _insert(conn, "projects", CURRENT["projects"][1])
     conn.close()
     assert dump(db) == before
 
 
 def test_fence_lets_the_recorded_writer_insert_update_and_delete(tmp_path):
-    db = make_v1(tmp_path / "r.db")
+    db = make_current(tmp_path / "r.db")
     conn = _connect(db, W.WRITER_VERSION)
     conn.execute("BEGIN")
     for t in W.FENCED_TABLES:
-        for row in ROWS[t][1:]:
+        for row in CURRENT[t][1:]:
             _insert(conn, t, row)
     for t in W.FENCED_TABLES:
         assert conn.execute(f'UPDATE "{t}" SET rowid = rowid').rowcount >= 1
@@ -129,7 +159,7 @@ def test_fence_lets_the_recorded_writer_insert_update_and_delete(tmp_path):
 
 
 def test_fence_fails_closed_when_writer_version_row_is_deleted(tmp_path):
-    db = make_v1(tmp_path / "r.db")
+    db = make_current(tmp_path / "r.db")
     conn = _connect(db, W.WRITER_VERSION)
     conn.execute("DELETE FROM store_meta WHERE key = 'writer_version'")
     with pytest.raises(sqlite3.IntegrityError, match=W.FENCE_MESSAGE):
@@ -149,18 +179,19 @@ def test_fence_through_sqlalchemy_connect_event(tmp_path):
         W.stamp(c)
         assert W.check_writer(c) == schema.SCHEMA_VERSION
         with c.begin():
-            c.exec_driver_sql("INSERT INTO projects VALUES ('p1', 1)")
+            c.exec_driver_sql("INSERT INTO projects (project_id, record_version, rows_digest, written_at, tag) "
+                              "VALUES ('p1', 1, x'00', 0, x'00')")
     engine.dispose()
     plain = create_engine(f"sqlite+pysqlite:///{db}")
     with plain.connect() as c:
         with pytest.raises(Exception, match="no such function"):
             c.exec_driver_sql("UPDATE projects SET record_version = 2")
     plain.dispose()
-    assert dump(db)["projects"] == [("p1", 1)]
+    assert [row[:2] for row in dump(db)["projects"]] == [("p1", 1)]
 
 
 def test_stamp_is_idempotent_and_fence_triggers_are_checked(tmp_path):
-    db = make_v1(tmp_path / "r.db")
+    db = make_current(tmp_path / "r.db")
     conn = _connect(db, W.WRITER_VERSION)
     assert W.stamp(conn) == schema.SCHEMA_VERSION
     n = conn.execute("SELECT count(*) FROM sqlite_master WHERE type='trigger'").fetchone()[0]
@@ -176,7 +207,7 @@ def test_stamp_is_idempotent_and_fence_triggers_are_checked(tmp_path):
 
 
 def test_newer_store_is_refused_on_open(tmp_path):
-    db = make_v1(tmp_path / "r.db")
+    db = make_current(tmp_path / "r.db")
     conn = _connect(db, W.WRITER_VERSION)
     conn.execute("UPDATE store_meta SET value = ? WHERE key = 'schema_version'", (str(schema.SCHEMA_VERSION + 1),))
     with pytest.raises(W.WriterVersionError) as err:
@@ -199,13 +230,12 @@ def test_older_store_is_refused_on_open_and_told_to_migrate(tmp_path):
     with pytest.raises(W.WriterVersionError):
         W.stamp(conn)  # stamping is no way around migrate
     conn.close()
-    # a stamped store with an older recorded version, too
+    # a store of schema version 1 (before integrity at rest), too
     db1 = make_v1(tmp_path / "r.db")
     conn = _connect(db1)
-    conn.execute("UPDATE store_meta SET value = '0' WHERE key = 'schema_version'")
     with pytest.raises(W.WriterVersionError, match="envreplica migrate --db") as err:
         W.check_writer(conn)
-    assert err.value.reason == "older"
+    assert err.value.reason == "older" and err.value.found == 1
     conn.close()
 
 
@@ -219,9 +249,19 @@ def test_unrecognised_files(tmp_path):
     conn.close()
     with pytest.raises(W.MigrationRefused, match="not an envreplica store"):
         W.migrate(db)
-    with pytest.raises(W.MigrationRefused, match="no such database file"):
+    with pytest.raises(ReplicaPathError, match="no such database file"):
         W.migrate(tmp_path / "absent.db")
     assert not (tmp_path / "absent.db").exists()
+    text = tmp_path / "notes.txt"
+    text.write_text("not a database\n")
+    with pytest.raises(ReplicaPathError, match="not a SQLite database"):
+        W.migrate(text)
+    assert text.read_text() == "not a database\n"
+    with pytest.raises(ReplicaPathError, match="is a directory"):
+        W.migrate(tmp_path)
+    db1 = make_v1(tmp_path / "v1.db")
+    with pytest.raises(ReplicaPathError, match="is not a directory"):
+        W.migrate(db1, backup_dir=text)
 
 
 # --------------------------------------------------------------------------- migrate
@@ -231,18 +271,20 @@ def test_migrate_v0_to_v1_preserves_data_and_writes_evidence(tmp_path):
     db = make_v0(tmp_path / "r.db", ROWS)
     before = dump(db)
     before_bytes_sha = W._file_sha256(db)
-    ev = W.migrate(db, request_id="req-1")
+    ev = W.migrate(db, request_id="req-1", target=1)
 
     assert ev.status == "migrated" and (ev.from_version, ev.to_version) == (0, 1)
     assert dump(db, exclude=("store_meta",)) == before
-    assert dict(dump(db)["store_meta"]) == {"schema_version": "1", "writer_version": str(W.WRITER_VERSION)}
-    conn = _connect(db, W.WRITER_VERSION)
-    assert W.check_writer(conn) == 1
+    assert dict(dump(db)["store_meta"]) == {"schema_version": "1", "writer_version": "1"}
+    conn = _connect(db, 1)
+    assert W.detect_version(conn) == 1
     conn.close()
 
     # evidence file
     ev_path = Path(ev.evidence_path)
     assert ev_path == tmp_path / "r.db.migrate-v1.evidence.json"
+    assert ev_path.stat().st_mode & 0o777 == 0o600
+    assert Path(ev.backup_path).stat().st_mode & 0o777 == 0o600
     data = json.loads(ev_path.read_text())
     assert data["schema_id"] == "envreplica/migration-evidence@1"
     assert data["status"] == "migrated" and data["request_id"] == "req-1"
@@ -275,70 +317,73 @@ def test_migrate_v0_to_v1_preserves_data_and_writes_evidence(tmp_path):
 
 def test_migrate_again_is_already_at_version_without_a_second_backup(tmp_path):
     db = make_v0(tmp_path / "r.db")
-    first = W.migrate(db)
+    first = W.migrate(db, target=1)
     backup = Path(first.backup_path)
     backup_sha, backup_mtime = W._file_sha256(backup), backup.stat().st_mtime_ns
     evidence_text = Path(first.evidence_path).read_text()
 
-    again = W.migrate(db)
+    again = W.migrate(db, target=1)
     assert again.status == "already_at_version" and again.backup_path is None
-    assert "already at version 1" in again.message
+    assert "already at schema version 1" in again.message
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         ["r.db", "r.db.v0.bak", "r.db.migrate-v1.evidence.json"])
     assert (W._file_sha256(backup), backup.stat().st_mtime_ns) == (backup_sha, backup_mtime)
     assert Path(first.evidence_path).read_text() == evidence_text
 
-    # a store made at version 1 (no evidence) is also already there
+    # a store made at this version (no evidence) is also already there
     (tmp_path / "fresh").mkdir()
-    out = W.migrate(make_v1(tmp_path / "fresh" / "n.db"))
+    out = W.migrate(make_current(tmp_path / "fresh" / "n.db"))
     assert out.status == "already_at_version"
     assert sorted(p.name for p in (tmp_path / "fresh").iterdir()) == ["n.db"]
 
 
-def test_rerun_over_a_changed_store_is_refused(tmp_path):
+def test_rerun_over_a_store_written_since_is_already_at_version(tmp_path):
+    """A deploy step that always runs migrate must pass on the second deploy, after the replica wrote."""
     db = make_v0(tmp_path / "r.db")
-    ev = W.migrate(db, backup_dir=tmp_path / "backups", evidence_path=tmp_path / "ev.json")
-    conn = _connect(db, W.WRITER_VERSION)  # an authorised writer changes the store
+    ev = W.migrate(db, target=1, backup_dir=tmp_path / "backups", evidence_path=tmp_path / "ev.json")
+    conn = _connect(db, 1)  # the replica writes, as it does between deploys
     conn.execute("INSERT INTO projects VALUES ('p7', 0)")
     conn.close()
     after_change = dump(db)
 
-    with pytest.raises(W.MigrationRefused) as err:
-        W.migrate(db, backup_dir=tmp_path / "backups", evidence_path=tmp_path / "ev.json")
-    msg = str(err.value)
-    assert "changed after migration request" in msg and ev.request_id in msg
-    assert "projects (1 -> 2)" in msg
-    assert "Reconcile" in msg and ev.backup_path in msg
+    again = W.migrate(db, target=1, backup_dir=tmp_path / "backups", evidence_path=tmp_path / "ev.json")
+    assert again.status == "already_at_version" and str(tmp_path / "ev.json") in again.message
     assert dump(db) == after_change  # nothing touched
-
-    # a different request (another evidence file) finds it already at version 1
-    assert W.migrate(db, evidence_path=tmp_path / "ev2.json").status == "already_at_version"
+    assert Path(ev.backup_path).is_file()
 
 
-def test_rerun_with_a_changed_backup_is_refused(tmp_path):
+def test_rerun_over_a_restored_store_is_refused(tmp_path):
+    """The store went back below the target after the request completed: the same request does not run again."""
     db = make_v0(tmp_path / "r.db")
-    ev = W.migrate(db)
+    ev = W.migrate(db, target=1)
+    src, dst = sqlite3.connect(f"file:{ev.backup_path}?mode=ro", uri=True), sqlite3.connect(str(db))
+    src.backup(dst)  # someone restored the pre-migration backup over the store
+    src.close()
+    dst.close()
+    with pytest.raises(W.MigrationRefused) as err:
+        W.migrate(db, target=1)
+    assert "changed after migration request" in str(err.value) and ev.request_id in str(err.value)
     with open(ev.backup_path, "ab") as f:
         f.write(b"\0")
-    with pytest.raises(W.MigrationRefused, match="backup changed since migration request"):
-        W.migrate(db)
-    Path(ev.backup_path).unlink()
-    with pytest.raises(W.MigrationRefused, match="is missing"):
-        W.migrate(db)
+    with pytest.raises(W.MigrationRefused, match="changed after migration request"):
+        W.migrate(db, target=1)
+    # a new request (another evidence file) migrates it
+    assert W.migrate(db, target=1, evidence_path=tmp_path / "ev2.json",
+                     backup_dir=tmp_path / "b2").status == "migrated"
 
 
-def _delete_a_row_then_stamp(conn):
+def _delete_a_row_then_stamp(conn, ctx):
     # (in this order: once stamped, the fence holds the step to the writer
     # version recorded when it started, here none)
     conn.execute("DELETE FROM projects WHERE project_id = 'p2'")
-    W.MIGRATIONS[0](conn)
+    W.MIGRATIONS[0](conn, ctx)
 
 
 def test_verification_failure_restores_the_backup_and_raises(tmp_path):
     db = make_v0(tmp_path / "r.db", ROWS)
     before = dump(db)
     with pytest.raises(W.MigrationFailed) as err:
-        W.migrate(db, steps={0: _delete_a_row_then_stamp})
+        W.migrate(db, target=1, steps={0: _delete_a_row_then_stamp})
     assert err.value.restored
     assert "row count of projects: 2 before, 1 after" in str(err.value)
     assert "restored from the backup" in str(err.value)
@@ -347,7 +392,7 @@ def test_verification_failure_restores_the_backup_and_raises(tmp_path):
     assert data["status"] == "failed" and data["content_sha256_after"] == data["content_sha256_before"]
 
     # the real migration then runs (the failed attempt does not block it)
-    ev = W.migrate(db)
+    ev = W.migrate(db, target=1)
     assert ev.status == "migrated"
     assert dump(db, exclude=("store_meta",)) == before
 
@@ -357,7 +402,7 @@ def test_failure_after_commit_restores_the_backup(tmp_path, monkeypatch):
     before = dump(db)
     monkeypatch.setattr(W, "_post_commit_problems", lambda conn, content: ["injected"])
     with pytest.raises(W.MigrationFailed, match="injected") as err:
-        W.migrate(db)
+        W.migrate(db, target=1)
     assert err.value.restored
     assert dump(db) == before  # the committed v1 store was replaced by the backup
 
@@ -366,12 +411,12 @@ def test_a_step_that_raises_leaves_the_store_as_it_was(tmp_path):
     db = make_v0(tmp_path / "r.db")
     before = dump(db)
 
-    def broken(conn):
-        W.MIGRATIONS[0](conn)
+    def broken(conn, ctx):
+        W.MIGRATIONS[0](conn, ctx)
         raise RuntimeError("boom")
 
     with pytest.raises(W.MigrationFailed, match="boom"):
-        W.migrate(db, steps={0: broken})
+        W.migrate(db, target=1, steps={0: broken})
     assert dump(db) == before
 
 
@@ -379,7 +424,7 @@ def test_migration_holds_the_exclusive_lock_and_refuses_a_store_in_use(tmp_path)
     db = make_v0(tmp_path / "r.db")
     seen = []
 
-    def probing(conn):
+    def probing(conn, ctx):
         other = sqlite3.connect(str(db), timeout=0)
         try:
             other.execute("SELECT count(*) FROM projects").fetchall()
@@ -388,17 +433,17 @@ def test_migration_holds_the_exclusive_lock_and_refuses_a_store_in_use(tmp_path)
             seen.append(str(e))
         finally:
             other.close()
-        W.MIGRATIONS[0](conn)
+        W.MIGRATIONS[0](conn, ctx)
 
-    assert W.migrate(db, steps={0: probing}).status == "migrated"
+    assert W.migrate(db, target=1, steps={0: probing}).status == "migrated"
     assert seen == ["database is locked"]
 
     db2 = make_v0(tmp_path / "busy.db")
     holder = sqlite3.connect(str(db2), isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")
     try:
-        with pytest.raises(W.MigrationRefused, match="in use"):
-            W.migrate(db2, busy_timeout=0.05)
+        with pytest.raises(W.StoreInUse, match="in use"):
+            W.migrate(db2, target=1, busy_timeout=0.05)
     finally:
         holder.execute("ROLLBACK")
         holder.close()
@@ -411,19 +456,21 @@ def test_migrate_a_wal_store(tmp_path):
     assert conn.execute("PRAGMA journal_mode=WAL").fetchone() == ("wal",)
     conn.close()
     before = dump(db)
-    ev = W.migrate(db)
+    ev = W.migrate(db, target=1)
     assert ev.status == "migrated" and ev.db_sha256_after == W._file_sha256(db)
     assert dump(Path(ev.backup_path)) == before
     assert dump(db, exclude=("store_meta",)) == before
 
 
 def test_refuses_downgrade_and_missing_steps(tmp_path):
-    db = make_v1(tmp_path / "r.db")
+    db = make_current(tmp_path / "r.db")
     with pytest.raises(W.MigrationRefused, match="downgrades are not supported"):
         W.migrate(db, target=0, evidence_path=tmp_path / "e.json")
     db0 = make_v0(tmp_path / "o.db")
     with pytest.raises(W.MigrationRefused, match="no migration step"):
         W.migrate(db0, steps={})
+    with pytest.raises(W.MigrationRefused, match="needs? the master key|authenticates every row"):
+        W.migrate(db0)  # 0 -> 2 passes through the step that tags every row
     assert not (tmp_path / "o.db.v0.bak").exists()
 
 
@@ -437,19 +484,30 @@ def _cli(argv):
     return args.func(args)
 
 
-def test_cli_migrate(tmp_path, capsys):
+def test_cli_migrate(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("ENVREPLICA_MASTER_KEY", KEY.hex())
     db = make_v0(tmp_path / "r.db")
     bdir, evf = tmp_path / "b", tmp_path / "e" / "ev.json"
     assert _cli(["migrate", "--db", str(db), "--backup-dir", str(bdir), "--evidence", str(evf)]) == 0
     out = capsys.readouterr().out
-    assert "migrated from schema version 0 to 1" in out and str(bdir / "r.db.v0.bak") in out
+    assert f"migrated from schema version 0 to {schema.SCHEMA_VERSION}" in out and str(bdir / "r.db.v0.bak") in out
     assert json.loads(evf.read_text())["status"] == "migrated"
 
     assert _cli(["migrate", "--db", str(db), "--backup-dir", str(bdir), "--evidence", str(evf)]) == 0
-    assert "already at version 1" in capsys.readouterr().out
+    assert f"already at schema version {schema.SCHEMA_VERSION}" in capsys.readouterr().out
 
     conn = _connect(db, W.WRITER_VERSION)
-    conn.execute("INSERT INTO projects VALUES ('p8', 0)")
+    conn.execute("INSERT INTO projects VALUES ('p8', 0, x'00', 0, x'00')")  # the store is written since
     conn.close()
-    assert _cli(["migrate", "--db", str(db), "--backup-dir", str(bdir), "--evidence", str(evf)]) == 1
-    assert "refused" in capsys.readouterr().err
+    assert _cli(["migrate", "--db", str(db), "--backup-dir", str(bdir), "--evidence", str(evf)]) == 0
+    assert "already at schema version" in capsys.readouterr().out
+
+
+def test_cli_migrate_without_a_key_refuses_before_touching_anything(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("ENVREPLICA_MASTER_KEY", raising=False)
+    monkeypatch.delenv("ENVREPLICA_MASTER_KEY_FILE", raising=False)
+    db = make_v1(tmp_path / "r.db")
+    before = dump(db)
+    assert _cli(["migrate", "--db", str(db)]) == 1
+    assert "ENVREPLICA_MASTER_KEY" in capsys.readouterr().err
+    assert dump(db) == before and sorted(p.name for p in tmp_path.iterdir()) == ["r.db"]

@@ -28,12 +28,12 @@ def _scratch_dir() -> str:
 
 def _default_impl_factory(variant: Variant, scratch: list) -> Callable[[], Driver]:
     """The built-in SQLite implementation, each driver on a file in a fresh scratch directory."""
-    from envreplica.conformance.drivers import SqliteDriver
+    from envreplica.conformance.drivers import TEST_MASTER_KEY, SqliteDriver
 
     def factory() -> Driver:
         directory = _scratch_dir()
         scratch.append(directory)
-        return SqliteDriver(variant, os.path.join(directory, "replica.db"))
+        return SqliteDriver(variant, os.path.join(directory, "replica.db"), master_key=TEST_MASTER_KEY)
 
     return factory
 

@@ -28,6 +28,10 @@ LEGACY_KEYS = ("L", "M", "_X")
 EPOCH_SETS = ((1, 2), (1,), (2,), (1, 2, 3), ())
 REASONS = ("legal_hold", "held")
 VALUES = ("v1", "v2")
+#: Every other class of string the wire allows as a value, drawn now and then (``draw_value``): empty, NUL,
+#: lone surrogates (JavaScript's JSON.stringify writes them; the seed serves them as U+FFFD, finding F3),
+#: non-BMP and other non-ASCII text, and a value of 72 KB (beyond a SQLite page, beyond 64 KiB).
+HARD_VALUES = ("", "a\x00b", "bad\ud800", "\udc00x\ud83d", "\U0001F600 é\u2028", "€" * 24_000)
 #: An ack bound that fits one page record, not two (226-byte ack + 326 per record).
 SMALL_ACK = 600
 OTHER_KEY_HEX = bytes(range(1, 33)).hex()
@@ -39,3 +43,8 @@ KNOWN_VIOLATIONS: dict[Variant, frozenset] = {
     Variant.FIX_F1: frozenset({"served_values_are_live_bound_kept"}),
     Variant.FIXED: frozenset(),
 }
+
+
+def draw_value(d) -> str:
+    """A value for an envelope: mostly ``VALUES``, one time in six one of ``HARD_VALUES``."""
+    return d.weighted([(15, VALUES[0]), (15, VALUES[1])] + [(1, v) for v in HARD_VALUES])

@@ -21,7 +21,7 @@ from envreplica.conformance.lockstep.domains import (
     REASONS,
     STRANGER,
     STREAMS,
-    VALUES,
+    draw_value,
 )
 from envreplica.conformance.lockstep.draw import _Draw
 from envreplica.conformance.lockstep.records import _moved, _View, record, ref_for, staging_id
@@ -254,7 +254,7 @@ class _Gen:
             else:
                 ref = h["valueRef"]
         org = v.org or ORG
-        value = d.one(VALUES)
+        value = draw_value(d)
         what = d.weighted([(30, "put"), (3, "wrong"), (2, "garbage"), (2, "version"), (3, "missing"), (3, "error")])
         if what in ("missing", "error"):
             return {"op": "store.fail", "projectId": project, "key": key, "ref": ref, "mode": what}

@@ -28,7 +28,7 @@ from envreplica.conformance.lockstep.domains import (
     OTHER_KEY_HEX,
     OTHER_ORG,
     SMALL_ACK,
-    VALUES,
+    draw_value,
 )
 from envreplica.conformance.lockstep.draw import BLOCK_BYTES, _BLOCKS, _Draw
 from envreplica.conformance.lockstep.generate import _Gen
@@ -250,7 +250,7 @@ class LockstepMachine(RuleBasedStateMachine):
             if answer in ("missing", "error"):
                 puts.append({"op": "store.fail", "projectId": project, "key": key, "ref": ref, "mode": answer})
                 continue
-            value = d.one(VALUES)
+            value = draw_value(d)
             if staged:
                 raw = staged_envelope(OTHER_ORG if answer == "wrong" else org, project, key, ref["stagingId"], value)
             else:

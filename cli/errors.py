@@ -1,0 +1,61 @@
+"""How every command ends on an error the user can fix: one line on stderr, exit 2, never a traceback.
+
+``guarded(prog, fn, args)`` runs a command's function and turns the errors
+of a bad path, a file of the wrong kind, a replica in use or locked, a
+missing or malformed master key, a store of another version, or a bad
+combination of options into one line, ``envreplica <command>: <what is wrong
+and what to do>``, and exit status 2. Exit statuses of every command:
+
+* 0: done (for ``check`` and ``conformance``: every property holds, the
+  implementation agrees);
+* 1: the check found something (a violation, a divergence, a migration
+  refused or failed, a replica that does not verify);
+* 2: the command could not run as asked (the errors above).
+
+A Python traceback is printed only for a bug (anything else), and then with
+the line ``envreplica: internal error`` first; ``ENVREPLICA_TRACEBACK=1``
+shows the traceback of a user error too.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Callable
+
+__all__ = ["UsageError", "USER_ERROR_EXIT", "guarded", "user_errors"]
+
+USER_ERROR_EXIT = 2
+
+
+class UsageError(Exception):
+    """Options that cannot go together, or a value an option cannot take."""
+
+
+def user_errors() -> tuple[type, ...]:
+    """The exception types that mean "the command cannot run as asked"."""
+    from envreplica.impl.files import ReplicaPathError, ReplicaUnavailable
+    from envreplica.impl.sealing import KeyConfigError
+    from envreplica.impl.writer import WriterVersionError
+    from envreplica.spec.domain import CorruptReplica
+
+    return (UsageError, KeyConfigError, ReplicaPathError, ReplicaUnavailable, WriterVersionError, CorruptReplica,
+            OSError)
+
+
+def _line(error: BaseException) -> str:
+    if isinstance(error, OSError) and not type(error).__module__.startswith("envreplica"):
+        where = f"{error.filename}: " if error.filename else ""
+        return f"{where}{error.strerror or type(error).__name__}"
+    return " ".join(str(getattr(error, "message", None) or error).split())
+
+
+def guarded(prog: str, fn: Callable[[Any], int], args: Any) -> int:
+    """``fn(args)``, with a user error reported as one line and exit 2."""
+    try:
+        return fn(args)
+    except user_errors() as error:
+        if os.environ.get("ENVREPLICA_TRACEBACK"):
+            raise
+        print(f"{prog}: {_line(error)}", file=sys.stderr)
+        return USER_ERROR_EXIT

@@ -1,0 +1,1002 @@
+"""One transaction's view of the replica's tables, every row authenticated (``impl.integrity``).
+
+What it holds: ``Tables``, the table operations of one transaction (the
+seed's ``tx`` helpers: ``authorityRow``, ``liveRecord``, ``putStageRecord``,
+``resetStagedProject``, ``saveReceipt``'s insert, ...), and the conversions
+between rows and the domain values (``BindingState``, ``Materialization``,
+``StageProject``, ``Receipt``), with the statements they run.
+
+Integrity, as ``impl.integrity`` describes it:
+
+* every row read is verified (its tag) before it is parsed; a row that does
+  not verify raises ``TamperDetected`` naming its table and primary key;
+* every row written is tagged, and the set digest of its parent (the
+  ``projects`` or ``stage_projects`` row, or the authority row) moves by the
+  difference of the old and new row's elements. The parents and the authority
+  row are written once, by ``flush``, just before the transaction commits:
+  the write counter goes up by one, every stored digest is re-masked under it;
+* a row's old element comes from the verified row, never from trust: a write
+  over a row that does not verify fails, so a tamper is never laundered;
+* ``verified_*`` read a whole set (every tag, and the sum against the
+  parent's digest). They run where a set is served or copied: a snapshot, a
+  commit's promotion, a page that re-stages a project, the receipts list,
+  the read-back and ``verify``.
+
+Rows are parsed through the wire parsers of ``spec.wire``; a row that does not
+parse is ``CorruptReplica`` naming its table and key, never a value.
+
+Leaves out on purpose: caching beyond one transaction (another process may
+write between transactions), and the protocol decisions (``impl.replica``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import namedtuple
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Iterable, Optional
+
+
+from envreplica.impl import integrity as I
+from envreplica.impl import schema as S
+from envreplica.impl.integrity import RowAuthenticator, TamperDetected
+from envreplica.model.state import Authority, LiveRow, Receipt, StageProject, StageRow
+from envreplica.spec import wire
+from envreplica.spec.domain import (
+    BindingState,
+    CorruptReplica,
+    InvalidFrame,
+    Materialization,
+    MatKind,
+    RefusalCode,
+    ValueRef,
+)
+from envreplica.spec.gate import Gate
+
+__all__ = ["AUTHORITY_ID", "Tables", "VerifiedProject", "json_text", "ref_json", "value_ref_of_row",
+           "record_of_row", "receipt_of_row", "count_of", "where_text"]
+
+AUTHORITY_ID = "replica"
+
+_T = S.TAGGED
+_AUTH_SCOPE = b"authority"  # the authority row's three digests are masked by one PRF output, cut in three
+_AUTH_DIGEST_COLUMN = {"live": "live_digest", "stage": "stage_digest", "receipts": "receipts_digest"}
+_AUTH_MASK_INDEX = {"live": 0, "stage": 1, "receipts": 2}
+
+
+def _auth_mask(rows: RowAuthenticator, name: str, counter: int) -> int:
+    return rows.masks(_AUTH_SCOPE, counter, 3)[_AUTH_MASK_INDEX[name]]
+
+
+# ---------------------------------------------------------------------------
+# Rows <-> values
+# ---------------------------------------------------------------------------
+
+
+def json_text(value: Any) -> str:
+    """``JSON.stringify`` of an encoded wire value (insertion order, no whitespace)."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def ref_json(ref: ValueRef) -> str:
+    return json_text(wire.encode(ref))
+
+
+def where_text(table: str, ident: tuple) -> str:
+    return f"{table} {'/'.join(str(part) for part in ident)}"
+
+
+def count_of(value: Any) -> bool:
+    return type(value) is int and 0 <= value <= wire.MAX_COUNT
+
+
+def _state_columns(state: BindingState) -> dict:
+    ref = state.head.value_ref
+    return {
+        "revision": state.head.revision,
+        "generation": state.head.generation,
+        "tombstone": state.head.tombstone,
+        "value_ref_json": None if ref is None else ref_json(ref),
+        "binding_json": None if state.binding is None else json_text(wire.encode(state.binding)),
+        "policy_epoch": state.policy_epoch,
+        "listing_generation": state.listing_generation,
+    }
+
+
+def _mat_columns(mat: Materialization) -> dict:
+    return {
+        "materialization": mat.kind.value,
+        "materialization_reason": None if mat.kind is MatKind.INSTALLED else mat.reason,
+    }
+
+
+def _bool(value: Any) -> Any:
+    """A Boolean column as read through pysqlite (0 or 1) as a bool; anything else as it is (it is then invalid)."""
+    return bool(value) if type(value) is int and value in (0, 1) else value
+
+
+def _parse_json_column(text: Any, what: str, table: str, ident: tuple) -> Any:
+    if text is None:
+        return None
+    if not isinstance(text, str):
+        raise CorruptReplica(f"stored {what} is malformed ({where_text(table, ident)})")
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        raise CorruptReplica(f"stored {what} is malformed ({where_text(table, ident)})") from None
+
+
+def record_of_row(row, table: str, ident: tuple) -> tuple[BindingState, Materialization]:
+    """``rowState`` and ``rowMaterialization``: the record of a row, validated by the wire parsers."""
+    ref = _parse_json_column(row.value_ref_json, "replica value reference", table, ident)
+    binding = _parse_json_column(row.binding_json, "replica binding", table, ident)
+    doc = {
+        "key": row.key,
+        "head": {"revision": row.revision, "generation": row.generation, "tombstone": _bool(row.tombstone),
+                 "valueRef": ref},
+        "binding": binding,
+        "policyEpoch": row.policy_epoch,
+        "listingGeneration": row.listing_generation,
+    }
+    try:
+        state = wire.parse_binding_state(doc)
+    except InvalidFrame:
+        raise CorruptReplica(f"stored replica record is invalid ({where_text(table, ident)})") from None
+    mat_doc = (
+        {"kind": "installed"}
+        if row.materialization == "installed" and row.materialization_reason is None
+        else {"kind": row.materialization, "reason": row.materialization_reason}
+    )
+    try:
+        mat = wire.parse_materialization(mat_doc)
+    except InvalidFrame:
+        raise CorruptReplica(f"stored replica materialization is invalid ({where_text(table, ident)})") from None
+    return state, mat
+
+
+_RECORD_FIELDS = ("key", "revision", "generation", "tombstone", "value_ref_json", "binding_json", "policy_epoch",
+                  "listing_generation", "materialization", "materialization_reason")
+
+
+class _Fields:
+    """Attribute access to a tuple of record fields (what ``record_of_row`` reads)."""
+
+    __slots__ = _RECORD_FIELDS
+
+    def __init__(self, values: tuple) -> None:
+        for name, value in zip(_RECORD_FIELDS, values):
+            setattr(self, name, value)
+
+
+@lru_cache(maxsize=20_000)
+def _record_of_fields(values: tuple, table: str, ident: tuple) -> tuple[BindingState, Materialization]:
+    return record_of_row(_Fields(values), table, ident)
+
+
+def parsed_record(row, table: str, ident: tuple) -> tuple[BindingState, Materialization]:
+    """``record_of_row``, remembered: the same stored fields parse to the same record (a failure is not kept)."""
+    return _record_of_fields(tuple([getattr(row, f) for f in _RECORD_FIELDS]), table, ident)
+
+
+def value_ref_of_row(row, table: str, ident: tuple) -> ValueRef:
+    doc = _parse_json_column(row.value_ref_json, "replica value reference", table, ident)
+    try:
+        return wire.parse_value_ref(doc)
+    except InvalidFrame:
+        raise CorruptReplica(f"stored replica value reference is invalid ({where_text(table, ident)})") from None
+
+
+def _parse_code(code: Any, ident: tuple) -> RefusalCode:
+    try:
+        return RefusalCode(code)
+    except ValueError:
+        raise CorruptReplica(f"stored replica receipt code is invalid ({where_text('receipts', ident)})") from None
+
+
+def receipt_of_row(row) -> Receipt:
+    """A receipt row as the model's ``Receipt``, its ``request`` being the stored MAC."""
+    ident = (row.stream_id, row.sequence)
+    code = None if row.code is None else _parse_code(row.code, ident)
+    result = None
+    if row.result_json is not None:
+        doc = _parse_json_column(row.result_json, "replica delivery result", "receipts", ident)
+        try:
+            result = wire.parse_record_result(doc)
+        except InvalidFrame:
+            raise CorruptReplica("stored replica delivery result is invalid") from None
+    return Receipt(row.request_mac, bool(row.ok), code, result, row.record_version)
+
+
+_AUTHORITY_FIELDS = ("activated", "gate_open", "stream_id", "applied_sequence", "attempt_id", "org_id",
+                     "policy_epochs_json")
+
+
+def _authority_of(cols: dict) -> Authority:
+    """``authorityRow`` read as the model's ``Authority``; a malformed row is corrupt."""
+    return _authority_of_fields(tuple(cols[f] for f in _AUTHORITY_FIELDS))
+
+
+@lru_cache(maxsize=1024)
+def _authority_of_fields(fields: tuple) -> Authority:
+    cols = dict(zip(_AUTHORITY_FIELDS, fields))
+    text = cols["policy_epochs_json"]
+    try:
+        parsed = json.loads(text) if isinstance(text, str) else None
+    except (ValueError, RecursionError):
+        raise CorruptReplica("stored replica policy epochs are malformed") from None
+    try:
+        epochs = wire.parse_policy_epochs(parsed)
+    except InvalidFrame:
+        raise CorruptReplica("stored replica policy epochs are invalid") from None
+    activated, gate_open, attempt = bool(cols["activated"]), bool(cols["gate_open"]), cols["attempt_id"]
+    if attempt is not None and (not isinstance(attempt, str) or wire.ID.regex.fullmatch(attempt) is None):
+        raise CorruptReplica("stored replica attempt is invalid")
+    if not activated:
+        if gate_open or attempt is not None:
+            raise CorruptReplica("stored replica gate is invalid")
+        gate = Gate.INACTIVE
+    elif gate_open:
+        if attempt is not None:
+            raise CorruptReplica("stored replica gate is invalid")
+        gate = Gate.OPEN
+    else:
+        gate = Gate.IDLE if attempt is None else Gate.STAGING
+    stream, sequence, org = cols["stream_id"], cols["applied_sequence"], cols["org_id"]
+    if activated:
+        if not isinstance(stream, str) or wire.ID.regex.fullmatch(stream) is None or not count_of(sequence):
+            raise CorruptReplica("stored replica delivery cursor is invalid")
+        if not isinstance(org, str) or wire.SEGMENT.regex.fullmatch(org) is None:
+            raise CorruptReplica("stored replica organization is invalid")
+    return Authority(gate, stream, sequence, attempt, org, epochs)
+
+
+def _stage_project_of(cols: dict, ident: tuple) -> StageProject:
+    rv, last_key = cols["record_version"], cols["last_key"]
+    if (rv is not None and not count_of(rv)) or (
+        last_key is not None and (not isinstance(last_key, str) or wire.KEY.regex.fullmatch(last_key) is None)
+    ):
+        raise CorruptReplica(f"stored replica staged project is invalid ({where_text('stage_projects', ident)})")
+    return StageProject(rv, last_key, bool(cols["complete"]))
+
+
+def initial_authority_columns() -> dict:
+    """The authority row of a replica that was never activated (digests and tag added by ``Tables``)."""
+    return {"id": AUTHORITY_ID, "activated": False, "gate_open": False, "stream_id": None, "applied_sequence": 0,
+            "attempt_id": None, "org_id": None, "policy_epochs_json": "[]", "write_counter": 0, "stream_epoch": 0}
+
+
+# ---------------------------------------------------------------------------
+# Statements (built once; SQLAlchemy caches their compiled form)
+# ---------------------------------------------------------------------------
+
+
+#: The row type of each table: a namedtuple of its columns, in schema order (``tag`` is last).
+ROW_TYPES = {t.name: namedtuple(f"{t.name}_row", [c.name for c in t.c]) for t in S.TABLES}
+
+
+@dataclass(frozen=True)
+class _Q:
+    """One statement, written once from the schema: its SQL, its row type, its parameter columns."""
+
+    sql: str  # with ``?`` parameters
+    table: str  # rows come back as ``ROW_TYPES[table]``
+    columns: tuple[str, ...] = ()  # a write's parameters, in order, taken from a dict of columns
+
+
+def _names(table) -> list[str]:
+    return [c.name for c in table.c]
+
+
+def _select(table, *keys: str) -> _Q:
+    where = " AND ".join(f"{k} = ?" for k in keys) or "1"
+    return _Q(f"SELECT {', '.join(_names(table))} FROM {table.name} WHERE {where}", table.name)
+
+
+def _insert(table) -> _Q:
+    cols = _names(table)
+    return _Q(f"INSERT INTO {table.name} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+              table.name, tuple(cols))
+
+
+def _upsert(table, keys: tuple[str, ...]) -> _Q:
+    """``INSERT ... ON CONFLICT (keys) DO UPDATE SET <every other column> = excluded.<column>``."""
+    cols = _names(table)
+    sets = ", ".join(f"{c} = excluded.{c}" for c in cols if c not in keys)
+    return _Q(f"INSERT INTO {table.name} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))}) "
+              f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET {sets}", table.name, tuple(cols))
+
+
+def _delete(table, *keys: str, returning: bool = False) -> _Q:
+    where = " AND ".join(f"{k} = ?" for k in keys) or "1"
+    tail = f" RETURNING {', '.join(_names(table))}" if returning else ""
+    return _Q(f"DELETE FROM {table.name} WHERE {where}{tail}", table.name)
+
+
+def _update_authority() -> _Q:
+    cols = [c for c in _names(S.authority) if c != "id"]
+    return _Q(f"UPDATE authority SET {', '.join(f'{c} = ?' for c in cols)} WHERE id = '{AUTHORITY_ID}'",
+              "authority", tuple(cols))
+
+
+class _Sql:
+    """The replica's statements, written once from ``impl.schema`` and run on the DBAPI connection.
+
+    The schema stays declared in SQLAlchemy; the hot path skips its per-statement
+    compile-and-dispatch (about 13 us a statement here, against 3 us through
+    pysqlite), inside the transactions ``impl.engine`` begins and ends.
+    """
+
+    authority = _select(S.authority, "id")
+    write_authority = _update_authority()
+    insert_authority = _insert(S.authority)
+
+    project = _select(S.projects, "project_id")
+    projects = _select(S.projects)
+    put_project = _upsert(S.projects, ("project_id",))
+
+    live_record = _select(S.records, "project_id", "key")
+    live_records = _select(S.records, "project_id")
+    put_live_record = _upsert(S.records, ("project_id", "key"))
+    live_value = _select(S.values, "project_id", "key")
+    live_values = _select(S.values, "project_id")
+    delete_live_value = _delete(S.values, "project_id", "key", returning=True)
+    put_live_value = _upsert(S.values, ("project_id", "key"))
+
+    stage_project = _select(S.stage_projects, "attempt_id", "project_id")
+    stage_projects = _select(S.stage_projects)
+    put_stage_project = _upsert(S.stage_projects, ("attempt_id", "project_id"))
+    stage_record = _select(S.stage_records, "attempt_id", "project_id", "key")
+    stage_records_of = _select(S.stage_records, "attempt_id", "project_id")
+    put_stage_record = _upsert(S.stage_records, ("attempt_id", "project_id", "key"))
+    stage_value = _select(S.stage_values, "attempt_id", "project_id", "key")
+    stage_values_of = _select(S.stage_values, "attempt_id", "project_id")
+    delete_stage_value = _delete(S.stage_values, "attempt_id", "project_id", "key", returning=True)
+    put_stage_value = _upsert(S.stage_values, ("attempt_id", "project_id", "key"))
+    delete_stage_project_values = _delete(S.stage_values, "attempt_id", "project_id")
+    delete_stage_project_records = _delete(S.stage_records, "attempt_id", "project_id")
+
+    receipt = _select(S.receipts, "stream_id", "sequence")
+    receipts = _select(S.receipts)
+    put_receipt = _insert(S.receipts)
+
+    #: Whole-table deletes, children first.
+    clear_live = tuple(_delete(t) for t in (S.values, S.records, S.projects))
+    clear_stage = tuple(_delete(t) for t in (S.stage_values, S.stage_records, S.stage_projects))
+    clear_receipts = (_delete(S.receipts),)
+
+
+# ---------------------------------------------------------------------------
+# Parents: a projects / stage_projects row and the digest of its rows
+# ---------------------------------------------------------------------------
+
+
+class _Parent:
+    """A ``projects`` or ``stage_projects`` row as this transaction sees it."""
+
+    __slots__ = ("cols", "digest", "counted", "dirty")
+
+    def __init__(self, cols: dict, digest: int, counted: Optional[int]) -> None:
+        self.cols = cols  # its columns but the digest, counter and tag
+        self.digest = digest  # the digest of its rows (unmasked)
+        self.counted = counted  # the element the authority's digest counts for it (None: not yet)
+        self.dirty = False  # to be written by flush
+
+
+@dataclass(frozen=True, slots=True)
+class VerifiedProject:
+    """A parent and its rows, each verified and their sum checked against the parent's digest."""
+
+    records: tuple  # (key, LiveRow | StageRow) sorted by key
+    values: dict  # key -> the value row (as read)
+
+
+# ---------------------------------------------------------------------------
+# The tables of one transaction
+# ---------------------------------------------------------------------------
+
+
+class Tables:
+    """The table operations of one transaction, authenticated.
+
+    ``flush`` must run before a write transaction commits (``SqliteReplica``
+    does it); a read transaction never writes.
+    """
+
+    __slots__ = ("db", "rows", "notify", "_auth_cols", "_auth", "_digests", "_new_stream", "_projects", "_stage", "_elements", "_dirty")
+
+    def __init__(self, conn, rows: RowAuthenticator) -> None:
+        self.db = conn.connection.dbapi_connection  # pysqlite, inside the transaction ``conn`` began
+        self.rows = rows
+        self.notify = False  # the authority row or the live view changed
+        self._auth_cols: Optional[dict] = None  # the authority row's columns but digests and tag
+        self._auth: Optional[Authority] = None
+        self._digests: dict[str, Optional[int]] = {}  # live / stage / receipts, unmasked once needed
+        self._new_stream = False  # receipts were cleared: a new stream incarnation
+        self._projects: dict[str, Optional[_Parent]] = {}
+        self._stage: dict[tuple[str, str], Optional[_Parent]] = {}
+        self._elements: dict[tuple, Optional[int]] = {}  # (table, *pk) -> element of the stored row (None: absent)
+        self._dirty = False  # something was written
+
+    # -- plumbing -----------------------------------------------------------
+
+    def _one(self, q: _Q, *params):
+        row = self.db.execute(q.sql, params).fetchone()
+        return None if row is None else ROW_TYPES[q.table]._make(row)
+
+    def _all(self, q: _Q, *params) -> list:
+        make = ROW_TYPES[q.table]._make
+        return [make(r) for r in self.db.execute(q.sql, params).fetchall()]
+
+    def _run(self, q: _Q, *params) -> None:
+        self.db.execute(q.sql, params)
+
+    def _write(self, q: _Q, cols: dict) -> None:
+        self.db.execute(q.sql, tuple([cols[c] for c in q.columns]))
+
+    def _open(self, table: str, row, ident: tuple, extra: tuple = ()) -> int:
+        """The element of a row read (its columns, ``tag`` last), verified."""
+        return self.rows.open_row(table, row[:-1] + extra, row[-1], ident)
+
+    def _seal(self, table: str, cols: dict, extra: tuple = ()) -> int:
+        """Add the tag to ``cols`` (a full row); return the row's element."""
+        tag, element = self.rows.seal_row(table, tuple([cols[c] for c in _T[table]]) + extra)
+        cols["tag"] = tag
+        return element
+
+    # -- the authority row --------------------------------------------------
+
+    def _load_authority(self) -> None:
+        row = self._one(_Sql.authority, AUTHORITY_ID)
+        if row is None:
+            raise CorruptReplica("project environment replica authority row is missing")
+        self._open("authority", row, ("replica",))
+        cols = row._asdict()
+        self._digests = {name: cols.pop(column) for name, column in _AUTH_DIGEST_COLUMN.items()}
+        cols.pop("tag")
+        self._auth_cols = cols
+        self._auth = _authority_of(cols)
+
+    def authority(self) -> Authority:
+        """``authorityRow``: the verified authority row as the model's ``Authority``."""
+        if self._auth is None:
+            self._load_authority()
+        return self._auth
+
+    @property
+    def write_counter(self) -> int:
+        """Committed write transactions of this file, as of this transaction's start."""
+        self.authority()
+        return self._auth_cols["write_counter"]
+
+    def _digest(self, name: str) -> int:
+        self.authority()
+        stored = self._digests[name]
+        if not isinstance(stored, int) or isinstance(stored, bool):
+            stored = I.unmasked(stored, _auth_mask(self.rows, name, self._auth_cols["write_counter"]),
+                                "authority row")
+            self._digests[name] = stored
+        return stored
+
+    def _move_digest(self, name: str, old: Optional[int], new: Optional[int]) -> None:
+        digest = self._digest(name)
+        if old is not None:
+            digest = I.sub(digest, old)
+        if new is not None:
+            digest = I.add(digest, new)
+        self._digests[name] = digest
+        self._dirty = True
+
+    def _clear(self, statements: tuple, digest: str, tables: tuple[str, ...]) -> None:
+        """Delete every row of a view (children first): its set digest becomes the empty set's."""
+        for q in statements:
+            self._run(q)
+        self.authority()  # the row flush rewrites
+        self._digests[digest] = I.ZERO_DIGEST
+        self._elements = {k: v for k, v in self._elements.items() if k[0] not in tables}
+        self._dirty = True
+
+    def set_authority(self, **columns) -> None:
+        self.authority()
+        self._auth_cols.update(columns)
+        self._auth = _authority_of(self._auth_cols)
+        self._dirty = True
+        self.notify = True
+
+    @property
+    def stream_epoch(self) -> int:
+        self.authority()
+        return self._auth_cols["stream_epoch"]
+
+    # -- flush: parents and the authority row, once, before commit ----------
+
+    def flush(self) -> bool:
+        """Write the changed parents and the authority row under the next write counter.
+
+        Returns whether anything was written (the counter moved).
+        """
+        if not self._dirty:
+            return False
+        self.authority()
+        counter = self._auth_cols["write_counter"] + 1
+        for project, parent in self._projects.items():
+            if parent is not None and parent.dirty:
+                element = self._write_parent("projects", {"project_id": project}, parent, counter)
+                self._move_digest("live", parent.counted, element)
+                parent.counted, parent.dirty = element, False
+        for (attempt, project), parent in self._stage.items():
+            if parent is not None and parent.dirty:
+                element = self._write_parent("stage_projects", {"attempt_id": attempt, "project_id": project},
+                                             parent, counter)
+                self._move_digest("stage", parent.counted, element)
+                parent.counted, parent.dirty = element, False
+        for name in _AUTH_DIGEST_COLUMN:
+            self._digest(name)  # unmask each under the old counter before it moves
+        cols = dict(self._auth_cols)
+        cols["write_counter"] = counter
+        if self._new_stream:
+            cols["stream_epoch"] = counter
+        for name, column in _AUTH_DIGEST_COLUMN.items():
+            cols[column] = I.masked(self._digests[name], _auth_mask(self.rows, name, counter))
+        self._seal("authority", cols)
+        self._write(_Sql.write_authority, cols)
+        self._auth_cols["write_counter"] = counter
+        self._auth_cols["stream_epoch"] = cols["stream_epoch"]
+        self._digests = {name: cols[column] for name, column in _AUTH_DIGEST_COLUMN.items()}
+        self._new_stream = self._dirty = False
+        return True
+
+    def _write_parent(self, table: str, key: dict, parent: _Parent, counter: int) -> int:
+        scope = _parent_scope(table, key)
+        cols = {**key, **parent.cols, "rows_digest": self.rows.store_digest(parent.digest, scope, counter),
+                "written_at": counter}
+        element = self._seal(table, cols)
+        self._write(_Sql.put_project if table == "projects" else _Sql.put_stage_project, cols)
+        return element
+
+    def insert_initial_authority(self, counter: int = 0) -> None:
+        """Create the authority row of a replica that was never activated (empty digests) at ``counter``."""
+        cols = {**initial_authority_columns(), "write_counter": counter}
+        for name, column in _AUTH_DIGEST_COLUMN.items():
+            cols[column] = I.masked(I.ZERO_DIGEST, _auth_mask(self.rows, name, cols["write_counter"]))
+        self._seal("authority", cols)
+        self._write(_Sql.insert_authority, cols)
+
+    # -- parents ------------------------------------------------------------
+
+    def _parent_of_row(self, table: str, row, key: dict) -> _Parent:
+        ident = tuple(key.values())
+        element = self._open(table, row, ident)
+        cols = {c: getattr(row, c) for c in _T[table] if c not in key and c not in ("rows_digest", "written_at")}
+        where = f"{table} row {'/'.join(map(str, ident))}"
+        digest = self.rows.load_digest(row.rows_digest, _parent_scope(table, key), row.written_at, where)
+        return _Parent(cols, digest, element)
+
+    def _project(self, project: str) -> Optional[_Parent]:
+        if project not in self._projects:
+            row = self._one(_Sql.project, project)
+            self._projects[project] = None if row is None else self._parent_of_row(
+                "projects", row, {"project_id": project})
+        return self._projects[project]
+
+    def _live_parent(self, project: str) -> _Parent:
+        parent = self._project(project)
+        if parent is None:
+            raise CorruptReplica(f"replica record has no project row ({where_text('projects', (project,))})")
+        return parent
+
+    def _stage_parent(self, attempt: str, project: str, *, required: bool = True) -> Optional[_Parent]:
+        k = (attempt, project)
+        if k not in self._stage:
+            row = self._one(_Sql.stage_project, attempt, project)
+            self._stage[k] = None if row is None else self._parent_of_row(
+                "stage_projects", row, {"attempt_id": attempt, "project_id": project})
+        parent = self._stage[k]
+        if parent is None and required:
+            raise CorruptReplica(
+                f"staged replica record has no staged project row ({where_text('stage_projects', k)})")
+        return parent
+
+    def _child_moved(self, parent: _Parent, old: Optional[int], new: Optional[int]) -> None:
+        if old is not None:
+            parent.digest = I.sub(parent.digest, old)
+        if new is not None:
+            parent.digest = I.add(parent.digest, new)
+        parent.dirty = True
+        self._dirty = True
+
+    # -- projects -----------------------------------------------------------
+
+    def project_version(self, project: str) -> Optional[int]:
+        parent = self._project(project)
+        return None if parent is None else parent.cols["record_version"]
+
+    def projects(self) -> dict[str, int]:
+        """Every live project and its record version; the set is verified against the authority."""
+        if any(p is not None and p.dirty for p in self._projects.values()):
+            raise RuntimeError("projects() after a change to a project in the same transaction")
+        rows = self._all(_Sql.projects)
+        elements = []
+        out = {}
+        for row in rows:
+            parent = self._parent_of_row("projects", row, {"project_id": row.project_id})
+            if row.project_id not in self._projects:
+                self._projects[row.project_id] = parent
+            elements.append(parent.counted)
+            out[row.project_id] = parent.cols["record_version"]
+        if I.total(elements) != self._digest("live"):
+            raise TamperDetected("projects: the set of project rows is not the one the authority row records "
+                                 "(a project row was deleted, inserted or rolled back)")
+        return out
+
+    def set_project_version(self, project: str, version: int) -> None:
+        parent = self._live_parent(project)
+        parent.cols["record_version"] = version
+        parent.dirty = self._dirty = True
+        self.notify = True
+
+    # -- live records and values -------------------------------------------
+
+    def _element(self, table: str, q: _Q, ident: tuple) -> Optional[int]:
+        """The element of the stored row ``ident`` of ``table`` (verified), or None when absent."""
+        k = (table, *ident)
+        if k not in self._elements:
+            row = self._one(q, *ident)
+            self._elements[k] = None if row is None else self._open(table, row, ident)
+        return self._elements[k]
+
+    def live_record(self, project: str, key: str) -> Optional[LiveRow]:
+        row = self._one(_Sql.live_record, project, key)
+        if row is None:
+            self._elements[("records", project, key)] = None
+            return None
+        self._elements[("records", project, key)] = self._open("records", row, (project, key))
+        return LiveRow(*parsed_record(row, "records", (project, key)))
+
+    def live_records(self, project: str) -> list[tuple[str, LiveRow]]:
+        """The project's live records, sorted by key (``ORDER BY key``), each verified."""
+        out = []
+        for r in self._all(_Sql.live_records, project):
+            self._elements[("records", project, r.key)] = self._open("records", r, (project, r.key))
+            out.append((r.key, LiveRow(*parsed_record(r, "records", (project, r.key)))))
+        out.sort(key=lambda kv: kv[0])
+        return out
+
+    def put_live_record(self, project: str, state: BindingState, mat: Materialization) -> None:
+        key = state.key
+        parent = self._live_parent(project)
+        old = self._element("records", _Sql.live_record, (project, key))
+        cols = {"project_id": project, "key": key, **_state_columns(state), **_mat_columns(mat)}
+        new = self._seal("records", cols)
+        self._write(_Sql.put_live_record, cols)
+        self._elements[("records", project, key)] = new
+        self._child_moved(parent, old, new)
+        self.notify = True
+
+    def live_value_rows(self, project: str) -> dict[str, Any]:
+        out = {}
+        for r in self._all(_Sql.live_values, project):
+            self._elements[("record_values", project, r.key)] = self._open("record_values", r, (project, r.key))
+            out[r.key] = r
+        return out
+
+    def delete_live_value(self, project: str, key: str) -> None:
+        k = ("record_values", project, key)
+        if k in self._elements and self._elements[k] is None:
+            return  # known absent in this transaction
+        rows = self._all(_Sql.delete_live_value, project, key)
+        self._elements[k] = None
+        if not rows:
+            return
+        row = rows[0]
+        old = self._open("record_values", row, (project, key))
+        self._child_moved(self._live_parent(project), old, None)
+        self.notify = True
+
+    def assume_no_value(self, table: str, *ident: str) -> None:
+        """Skip reading the value row ``ident`` before writing it: its record is not installed.
+
+        A record that is not installed has no value row (invariant
+        ``unserved_records_carry_no_value``). Were one there anyway, it was never
+        counted in its parent's digest (every row this code writes is), and the
+        write replaces it: the digest stays the sum of the rows stored. Were it
+        counted, the digest would no longer match and the set fails closed. So
+        the hint saves a read and can never hide a tamper.
+        """
+        self._elements.setdefault((table, *ident), None)
+
+    def put_live_value(self, project: str, key: str, head, blob: bytes) -> None:
+        self._put_value_row("record_values", _Sql.put_live_value, _Sql.live_value,
+                            {"project_id": project, "key": key}, self._live_parent(project),
+                            _value_columns(head, blob))
+        self.notify = True
+
+    def put_live_value_row(self, project: str, key: str, vrow) -> None:
+        """Install a (verified) staged value row as the live value of ``key``: the commit's promotion."""
+        self._put_value_row("record_values", _Sql.put_live_value, _Sql.live_value,
+                            {"project_id": project, "key": key}, self._live_parent(project), {
+                                "revision": vrow.revision, "generation": vrow.generation,
+                                "value_ref_json": vrow.value_ref_json, "value_enc": vrow.value_enc})
+        self.notify = True
+
+    def _put_value_row(self, table: str, put: _Q, get: _Q, key: dict, parent: _Parent, columns: dict) -> None:
+        ident = tuple(key.values())
+        old = self._element(table, get, ident)
+        cols = {**key, **columns}
+        new = self._seal(table, cols)
+        self._write(put, cols)
+        self._elements[(table, *ident)] = new
+        self._child_moved(parent, old, new)
+
+    def verified_live_project(self, project: str) -> VerifiedProject:
+        """The project's records and values, each verified, their sum checked against its row."""
+        parent = self._project(project)
+        records = self.live_records(project)
+        values = self.live_value_rows(project)
+        if parent is None:
+            if records or values:
+                raise TamperDetected(f"projects row {project} is missing but the project has rows "
+                                     f"(the project row was deleted)")
+            return VerifiedProject((), {})
+        if parent.dirty:
+            raise RuntimeError("verified_live_project after a change in the same transaction")
+        got = I.total([self._elements[("records", project, k)] for k, _ in records]
+                      + [self._elements[("record_values", project, k)] for k in values])
+        if got != parent.digest:
+            raise TamperDetected(f"projects row {project}: the set of its records and values is not the one it "
+                                 f"records (a row was deleted, inserted or rolled back)")
+        return VerifiedProject(tuple(records), values)
+
+    def replace_live(self, projects: Iterable[tuple[str, int]]) -> None:
+        """Delete the whole live view, then create these projects empty (the commit's promotion)."""
+        self._clear(_Sql.clear_live, "live", ("records", "record_values"))
+        self._projects = {}
+        self.notify = True
+        for project, version in projects:
+            self._projects[project] = self._create_parent("projects", {"project_id": project},
+                                                          {"record_version": version})
+
+    def _create_parent(self, table: str, key: dict, cols: dict) -> _Parent:
+        """Insert a new parent row now (its children need it); ``flush`` rewrites it with its digest."""
+        parent = _Parent(dict(cols), I.ZERO_DIGEST, None)
+        row = {**key, **parent.cols, "rows_digest": bytes(I.DIGEST_BYTES), "written_at": 0}
+        self._seal(table, row)
+        self._write(_Sql.put_project if table == "projects" else _Sql.put_stage_project, row)
+        parent.dirty = self._dirty = True
+        return parent
+
+    # -- staged projects, records and values -------------------------------
+
+    def stage_project(self, attempt: str, project: str) -> Optional[StageProject]:
+        parent = self._stage_parent(attempt, project, required=False)
+        return None if parent is None else _stage_project_of(parent.cols, (attempt, project))
+
+    def put_stage_project(self, attempt: str, project: str, sp: StageProject) -> None:
+        cols = {"record_version": sp.record_version, "last_key": sp.last_key, "complete": sp.complete}
+        parent = self._stage_parent(attempt, project, required=False)
+        if parent is None:
+            parent = self._create_parent("stage_projects", {"attempt_id": attempt, "project_id": project}, cols)
+            self._stage[(attempt, project)] = parent
+        parent.cols.update(cols)
+        parent.dirty = self._dirty = True
+
+    def stage_record(self, attempt: str, project: str, key: str) -> Optional[StageRow]:
+        ident = (attempt, project, key)
+        row = self._one(_Sql.stage_record, attempt, project, key)
+        if row is None:
+            self._elements[("stage_records", *ident)] = None
+            return None
+        self._elements[("stage_records", *ident)] = self._open("stage_records", row, ident)
+        state, mat = parsed_record(row, "stage_records", ident)
+        return StageRow(state, mat, bool(row.present))
+
+    def stage_records(self, attempt: str, project: str) -> list[tuple[str, StageRow]]:
+        """Staged records of the attempt's project, sorted by key, each verified."""
+        out = []
+        for r in self._all(_Sql.stage_records_of, attempt, project):
+            ident = (attempt, project, r.key)
+            self._elements[("stage_records", *ident)] = self._open("stage_records", r, ident)
+            state, mat = parsed_record(r, "stage_records", ident)
+            out.append((r.key, StageRow(state, mat, bool(r.present))))
+        out.sort(key=lambda kv: kv[0])
+        return out
+
+    def put_stage_record(self, attempt: str, project: str, row: StageRow) -> None:
+        key = row.state.key
+        ident = (attempt, project, key)
+        parent = self._stage_parent(attempt, project)
+        old = self._element("stage_records", _Sql.stage_record, ident)
+        cols = {"attempt_id": attempt, "project_id": project, "key": key, **_state_columns(row.state),
+                **_mat_columns(row.mat), "present": row.present}
+        new = self._seal("stage_records", cols)
+        self._write(_Sql.put_stage_record, cols)
+        self._elements[("stage_records", *ident)] = new
+        self._child_moved(parent, old, new)
+
+    def delete_stage_value(self, attempt: str, project: str, key: str) -> None:
+        ident = (attempt, project, key)
+        k = ("stage_values", *ident)
+        if k in self._elements and self._elements[k] is None:
+            return
+        rows = self._all(_Sql.delete_stage_value, attempt, project, key)
+        self._elements[k] = None
+        if not rows:
+            return
+        row = rows[0]
+        old = self._open("stage_values", row, ident)
+        self._child_moved(self._stage_parent(attempt, project), old, None)
+
+    def put_stage_value(self, attempt: str, project: str, key: str, head, blob: bytes) -> None:
+        self._put_stage_value(attempt, project, key, _value_columns(head, blob))
+
+    def _put_stage_value(self, attempt: str, project: str, key: str, columns: dict) -> None:
+        self._put_value_row("stage_values", _Sql.put_stage_value, _Sql.stage_value,
+                            {"attempt_id": attempt, "project_id": project, "key": key},
+                            self._stage_parent(attempt, project), columns)
+
+    def clear_stage(self) -> None:
+        """Delete every staged row (values, records, projects: children first); the staged set is empty."""
+        self._clear(_Sql.clear_stage, "stage", ("stage_records", "stage_values"))
+        self._stage = {}
+
+    def reset_staged_project(self, attempt: str, project: str) -> None:
+        """``resetStagedProject``: the project's staged view becomes a copy of its (verified) live view."""
+        parent = self._stage_parent(attempt, project)
+        self._run(_Sql.delete_stage_project_values, attempt, project)
+        self._run(_Sql.delete_stage_project_records, attempt, project)
+        self._elements = {k: v for k, v in self._elements.items()
+                          if not (k[0] in ("stage_records", "stage_values") and k[1:3] == (attempt, project))}
+        parent.digest = I.ZERO_DIGEST
+        parent.dirty = self._dirty = True
+        live = self.verified_live_project(project)  # a tamper is never copied into staging
+        for key, row in live.records:
+            self._elements[("stage_records", attempt, project, key)] = None
+            self.put_stage_record(attempt, project, StageRow(row.state, row.mat, False))
+        # Sealed blobs are copied as they are: their seal binds project, key and head, not the view.
+        for key, vrow in sorted(live.values.items()):
+            self._elements[("stage_values", attempt, project, key)] = None
+            self._put_stage_value(attempt, project, key, {
+                "revision": vrow.revision, "generation": vrow.generation,
+                "value_ref_json": vrow.value_ref_json, "value_enc": vrow.value_enc})
+
+    def verified_stage(self) -> dict[tuple[str, str], tuple[StageProject, VerifiedProject]]:
+        """Every staged project with its rows, each verified, every sum checked (a commit's promotion)."""
+        rows = self._all(_Sql.stage_projects)
+        out = {}
+        elements = []
+        for row in rows:
+            key = (row.attempt_id, row.project_id)
+            parent = self._parent_of_row("stage_projects", row, {"attempt_id": key[0], "project_id": key[1]})
+            self._stage.setdefault(key, parent)
+            elements.append(parent.counted)
+            records = self.stage_records(*key)
+            values = {}
+            for r in self._all(_Sql.stage_values_of, *key):
+                ident = (*key, r.key)
+                self._elements[("stage_values", *ident)] = self._open("stage_values", r, ident)
+                values[r.key] = r
+            got = I.total([self._elements[("stage_records", *key, k)] for k, _ in records]
+                          + [self._elements[("stage_values", *key, k)] for k in values])
+            if got != parent.digest:
+                raise TamperDetected(f"stage_projects row {'/'.join(key)}: the set of its staged records and "
+                                     f"values is not the one it records (a row was deleted, inserted or rolled back)")
+            out[key] = (_stage_project_of(parent.cols, key), VerifiedProject(tuple(records), values))
+        orphans = self._owners(S.stage_records, S.stage_values) - set(out)
+        if orphans:
+            raise TamperDetected(f"staged records of {'/'.join(sorted(orphans)[0])} have no stage_projects row "
+                                 f"(it was deleted)")
+        if I.total(elements) != self._digest("stage"):
+            raise TamperDetected("stage_projects: the set of staged project rows is not the one the authority row "
+                                 "records (a row was deleted, inserted or rolled back)")
+        return out
+
+    # -- receipts -----------------------------------------------------------
+
+    def receipt_row(self, stream: str, sequence: int):
+        """The verified receipt row of (stream, sequence), or None."""
+        row = self._one(_Sql.receipt, stream, sequence)
+        if row is not None:
+            self._open("receipts", row, (stream, sequence), (self.stream_epoch,))
+        return row
+
+    def put_receipt(self, **columns) -> None:
+        if self._new_stream:
+            raise RuntimeError("a receipt written in the transaction that started its stream")
+        cols = dict(columns)
+        element = self._seal("receipts", cols, (self.stream_epoch,))
+        self._write(_Sql.put_receipt, cols)
+        self._move_digest("receipts", None, element)
+
+    def clear_receipts(self) -> None:
+        """Delete every receipt: a new stream incarnation begins (its receipts bind the next counter)."""
+        self._clear(_Sql.clear_receipts, "receipts", ())
+        self._new_stream = True
+
+    def verified_receipts(self) -> list:
+        """Every receipt row, each verified, the set checked against the authority row."""
+        rows = self._all(_Sql.receipts)
+        epoch = (self.stream_epoch,)
+        elements = [self._open("receipts", r, (r.stream_id, r.sequence), epoch) for r in rows]
+        if I.total(elements) != self._digest("receipts"):
+            raise TamperDetected("receipts: the set of receipt rows is not the one the authority row records "
+                                 "(a receipt was deleted, inserted or rolled back)")
+        return rows
+
+    # -- the whole file -----------------------------------------------------
+
+    def verified_live(self) -> dict[str, tuple[int, VerifiedProject]]:
+        """Every live project with its rows, all verified (the project set against the authority)."""
+        projects = self.projects()
+        out = {p: (v, self.verified_live_project(p)) for p, v in sorted(projects.items())}
+        orphans = self._owners(S.records, S.values) - set(projects)
+        if orphans:
+            raise TamperDetected(f"records of project {sorted(orphans)[0]} have no projects row (it was deleted)")
+        return out
+
+    def _owners(self, *tables) -> set:
+        """The distinct parents that rows of ``tables`` name (project ids, or (attempt, project))."""
+        out: set = set()
+        for t in tables:
+            cols = "attempt_id, project_id" if "attempt_id" in t.c else "project_id"
+            for r in self.db.execute(f"SELECT DISTINCT {cols} FROM {t.name}").fetchall():
+                out.add(tuple(r) if len(r) > 1 else r[0])
+        return out
+
+
+def _parent_scope(table: str, key: dict) -> bytes:
+    return table.encode("ascii") + b"\0" + b"\0".join(str(v).encode("utf-8") for v in key.values())
+
+
+def _value_columns(head, blob: bytes) -> dict:
+    return {
+        "revision": head.revision,
+        "generation": head.generation,
+        "value_ref_json": ref_json(head.value_ref),
+        "value_enc": blob,
+    }
+
+
+def authenticate_contents(rows: RowAuthenticator, contents: dict, counter: int) -> dict:
+    """Tags and digests, computed from scratch, for a whole replica's rows (the 1 -> 2 migration).
+
+    ``contents`` maps each tagged table to its rows (dicts of the columns of
+    schema version 1); returns the rows of schema version 2, with every tag,
+    set digest, ``write_counter = stream_epoch = counter`` and
+    ``written_at = counter``. It trusts the rows it is given: migration
+    authenticates what the file holds when it runs.
+    """
+    out = {name: [dict(r) for r in contents.get(name, [])] for name in _T}
+    children: dict[tuple, list[int]] = {}
+    for table, parent_key in (("records", ("project_id",)), ("record_values", ("project_id",)),
+                              ("stage_records", ("attempt_id", "project_id")),
+                              ("stage_values", ("attempt_id", "project_id"))):
+        for r in out[table]:
+            tag, element = rows.seal_row(table, tuple(r[c] for c in _T[table]))
+            r["tag"] = tag
+            children.setdefault((table in ("records", "record_values"),) + tuple(r[k] for k in parent_key),
+                                []).append(element)
+    sums = {"live": [], "stage": [], "receipts": []}
+    for table, key_cols, live in (("projects", ("project_id",), True),
+                                  ("stage_projects", ("attempt_id", "project_id"), False)):
+        for r in out[table]:
+            key = {k: r[k] for k in key_cols}
+            digest = I.total(children.pop((live,) + tuple(key.values()), []))
+            r["rows_digest"] = rows.store_digest(digest, _parent_scope(table, key), counter)
+            r["written_at"] = counter
+            tag, element = rows.seal_row(table, tuple(r[c] for c in _T[table]))
+            r["tag"] = tag
+            sums["live" if live else "stage"].append(element)
+    if children:
+        raise CorruptReplica(f"rows without their parent row: {sorted(children)[0][1:]}")
+    for r in out["receipts"]:
+        tag, element = rows.seal_row("receipts", tuple(r[c] for c in _T["receipts"]) + (counter,))
+        r["tag"] = tag
+        sums["receipts"].append(element)
+    if len(out["authority"]) != 1:
+        raise CorruptReplica("project environment replica authority row is missing")
+    auth = out["authority"][0]
+    auth.update(write_counter=counter, stream_epoch=counter)
+    for name, column in _AUTH_DIGEST_COLUMN.items():
+        auth[column] = I.masked(I.total(sums[name]), _auth_mask(rows, name, counter))
+    auth["tag"] = rows.seal_row("authority", tuple(auth[c] for c in _T["authority"]))[0]
+    return out

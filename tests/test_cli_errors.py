@@ -1,0 +1,189 @@
+"""The command line as a demanding user tries it: a real key, a real file, a wrong path, a killed process.
+
+Each case runs ``envreplica`` in a subprocess and checks that it ends in one
+clear line on standard error and exit status 2, never a traceback, and that
+nothing at the path was changed; and that a killed adapter loses nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from envreplica.impl.sealing import ENV_KEY, ENV_KEY_FILE
+
+PY = sys.executable
+REAL_KEY = "5a" * 32
+STATUS = json.dumps({"id": 1, "op": "status"}) + "\n"
+
+
+def envreplica(*args: str, cwd: Path, env_extra: dict | None = None, stdin: str = STATUS,
+               timeout: float = 60) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in (ENV_KEY, ENV_KEY_FILE, "ENVREPLICA_TRACEBACK")}
+    env.update(env_extra or {})
+    return subprocess.run([PY, "-m", "envreplica.cli.main", *args], input=stdin, capture_output=True, text=True,
+                          timeout=timeout, cwd=cwd, env=env)
+
+
+def one_line_error(proc: subprocess.CompletedProcess, *fragments: str) -> str:
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    lines = [line for line in proc.stderr.splitlines() if "TEST key" not in line]
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    return lines[0]
+
+
+def snapshot_of(path: Path) -> dict:
+    return {p.name: (p.stat().st_mode, p.read_bytes() if p.is_file() else None) for p in sorted(path.iterdir())}
+
+
+# ---------------------------------------------------------------------------
+# Keys
+# ---------------------------------------------------------------------------
+
+
+def test_the_adapter_needs_a_key(tmp_path):
+    one_line_error(envreplica("adapter", "--db", "r.db", cwd=tmp_path), "No master key configured", ENV_KEY)
+    assert not (tmp_path / "r.db").exists()
+
+
+@pytest.mark.parametrize("bad", ["zz", "ab" * 31, "ab" * 33, ""])
+def test_a_malformed_key_is_one_line_and_never_echoed(tmp_path, bad):
+    line = one_line_error(envreplica("adapter", "--db", "r.db", cwd=tmp_path, env_extra={ENV_KEY: bad}), ENV_KEY)
+    assert bad == "" or bad not in line
+
+
+def test_a_key_file_readable_by_others_is_refused(tmp_path):
+    key_file = tmp_path / "key"
+    key_file.write_text(REAL_KEY + "\n")
+    key_file.chmod(0o644)
+    one_line_error(envreplica("adapter", "--db", "r.db", cwd=tmp_path, env_extra={ENV_KEY_FILE: str(key_file)}),
+                   "chmod 600")
+    key_file.chmod(0o600)
+    proc = envreplica("adapter", "--db", "r.db", cwd=tmp_path, env_extra={ENV_KEY_FILE: str(key_file)})
+    assert proc.returncode == 0 and json.loads(proc.stdout)["ok"], proc.stderr
+    assert "TEST key" not in proc.stderr
+
+
+def test_the_test_key_is_asked_for_by_name_and_announced(tmp_path):
+    proc = envreplica("adapter", "--db", "r.db", "--test-key", cwd=tmp_path)
+    assert proc.returncode == 0 and "public TEST key (--test-key)" in proc.stderr
+    one_line_error(envreplica("adapter", "--db", "s.db", "--test-key", "--store", "ssm", cwd=tmp_path),
+                   "--test-key is refused with --store ssm")
+    assert not (tmp_path / "s.db").exists()
+
+
+def test_a_replica_made_under_one_key_is_refused_under_another(tmp_path):
+    assert envreplica("adapter", "--db", "r.db", cwd=tmp_path, env_extra={ENV_KEY: REAL_KEY}).returncode == 0
+    before = snapshot_of(tmp_path)
+    one_line_error(envreplica("adapter", "--db", "r.db", "--test-key", cwd=tmp_path), "another master key")
+    one_line_error(envreplica("verify", "--db", "r.db", cwd=tmp_path, env_extra={ENV_KEY: "6b" * 32}),
+                   "another master key")
+    assert snapshot_of(tmp_path) == before
+
+
+# ---------------------------------------------------------------------------
+# Paths: nothing destroys a user's data
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("make, arg, fragment", [
+    (lambda d: (d / "notes.txt").write_text("keep me\n"), "notes.txt", "not a SQLite database"),
+    (lambda d: (d / "dir").mkdir(), "dir", "is a directory"),
+    (lambda d: None, "missing/r.db", "does not exist"),
+    (lambda d: sqlite3.connect(d / "app.db").execute("CREATE TABLE t (x)").connection.close(), "app.db",
+     "not an envreplica replica"),
+])
+def test_the_adapter_refuses_a_path_it_did_not_create(tmp_path, make, arg, fragment):
+    make(tmp_path)
+    before = snapshot_of(tmp_path)
+    one_line_error(envreplica("adapter", "--db", arg, "--test-key", cwd=tmp_path), fragment)
+    assert snapshot_of(tmp_path) == before
+
+
+def test_the_adapter_refuses_a_replica_it_did_not_create(tmp_path):
+    from envreplica.impl.replica import SqliteReplica
+    from envreplica.impl.sealing import Sealer
+
+    SqliteReplica(tmp_path / "host.db", sealer=Sealer(bytes(range(32))), reader=None).close()
+    before = snapshot_of(tmp_path)
+    one_line_error(envreplica("adapter", "--db", "host.db", "--test-key", cwd=tmp_path),
+                   "did not create", "reset empties")
+    assert snapshot_of(tmp_path) == before
+
+
+def test_a_second_adapter_on_the_same_file_is_refused(tmp_path):
+    first = subprocess.Popen([PY, "-m", "envreplica.cli.main", "adapter", "--db", "r.db", "--test-key"], cwd=tmp_path,
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first.stdin.write(STATUS)
+        first.stdin.flush()
+        assert json.loads(first.stdout.readline())["ok"]
+        one_line_error(envreplica("adapter", "--db", "r.db", "--test-key", cwd=tmp_path),
+                       f"in use by process {first.pid}")
+        one_line_error(envreplica("migrate", "--db", "r.db", cwd=tmp_path), "in use")
+    finally:
+        first.stdin.close()
+        assert first.wait(30) == 0
+
+
+def test_migrate_errors_are_one_line(tmp_path):
+    (tmp_path / "notes.txt").write_text("keep me\n")
+    assert envreplica("adapter", "--db", "r.db", "--test-key", cwd=tmp_path).returncode == 0
+    before = snapshot_of(tmp_path)
+    one_line_error(envreplica("migrate", "--db", "notes.txt", cwd=tmp_path), "not a SQLite database")
+    one_line_error(envreplica("migrate", "--db", "r.db", "--backup-dir", "notes.txt", cwd=tmp_path),
+                   "is not a directory")
+    one_line_error(envreplica("migrate", "--db", "absent.db", cwd=tmp_path), "no such database file")
+    assert snapshot_of(tmp_path) == before
+    for _ in range(2):  # a deploy step that always runs it
+        proc = envreplica("migrate", "--db", "r.db", cwd=tmp_path)
+        assert proc.returncode == 0 and "already at schema version" in proc.stdout, proc.stderr
+
+
+def test_verify_and_diagram_errors_are_one_line(tmp_path):
+    one_line_error(envreplica("verify", "--db", "absent.db", "--test-key", cwd=tmp_path), "no replica there")
+    one_line_error(envreplica("diagram", "--output", str(tmp_path), cwd=tmp_path))
+
+
+# ---------------------------------------------------------------------------
+# A killed adapter loses nothing
+# ---------------------------------------------------------------------------
+
+
+def test_a_killed_adapter_loses_nothing_and_reopens_its_replica(tmp_path):
+    from adapter_requests import BOOT, delivery, put, rec
+
+    requests = [*BOOT[1:], put("A", value="kept-after-kill"), delivery(rec("A"), sequence=1, version=1)]
+    proc = subprocess.Popen([PY, "-m", "envreplica.cli.main", "adapter", "--db", "r.db"], cwd=tmp_path,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, ENV_KEY: REAL_KEY})
+    try:
+        for i, request in enumerate(requests):
+            proc.stdin.write(json.dumps({"id": i, **request}) + "\n")
+            proc.stdin.flush()
+            response = json.loads(proc.stdout.readline())
+            assert response["ok"] and response["result"].get("ok", True), response
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    time.sleep(0.1)
+    lines = [{"id": 1, "op": "receipts"}, {"id": 2, "op": "status"}]
+    again = envreplica("adapter", "--db", "r.db", cwd=tmp_path, env_extra={ENV_KEY: REAL_KEY},
+                       stdin="".join(json.dumps(r) + "\n" for r in lines))
+    assert again.returncode == 0, again.stderr
+    receipts, status = (json.loads(line)["result"] for line in again.stdout.splitlines())
+    assert [(r["sequence"], r["ok"]) for r in receipts] == [(1, True)]
+    assert status["appliedThrough"] == {"streamId": "s1", "sequence": 1}
+    assert status["gateOpen"] is False  # a restart closes the gate, as the host does; nothing is lost
+    assert envreplica("verify", "--db", "r.db", cwd=tmp_path, env_extra={ENV_KEY: REAL_KEY}).returncode == 0
