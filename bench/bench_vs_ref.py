@@ -52,7 +52,7 @@ def _venv_for(ref: str, work: Path) -> tuple[Path, Path]:
                    capture_output=True)
     subprocess.run([sys.executable, "-m", "venv", str(work / "venv")], check=True)
     python = work / "venv" / "bin" / "python"
-    subprocess.run([str(python), "-m", "pip", "install", "-q", "-e", str(tree)], check=True,
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "-e", str(tree)], check=True, capture_output=True,
                    env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
     return tree, python
 

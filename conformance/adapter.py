@@ -36,6 +36,7 @@ standard error so that a stray ``print`` cannot corrupt the protocol stream.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -188,9 +189,12 @@ def build_driver(args: argparse.Namespace, tmpdir: Optional[str] = None) -> Driv
 
 def run(args: argparse.Namespace) -> int:
     """Serve standard input to standard output with the driver ``args`` names."""
-    out = sys.stdout
-    with tempfile.TemporaryDirectory(prefix="envreplica-adapter-") as tmpdir:
+    with contextlib.ExitStack() as stack:
+        # A temporary directory only for a replica with no --db (nothing is left behind for a --db run).
+        tmpdir = None if args.db or args.impl == "model" else stack.enter_context(
+            tempfile.TemporaryDirectory(prefix="envreplica-adapter-"))
         driver = build_driver(args, tmpdir)
+        out = sys.stdout
         sys.stdout = sys.stderr  # only responses go to the protocol stream
         try:
             serve(driver, sys.stdin.buffer, out)

@@ -59,7 +59,7 @@ class SubprocessDriver:
         try:
             self.proc = subprocess.Popen(
                 self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                cwd=cwd, env=env, bufsize=0,
+                cwd=cwd, env=env,  # buffered pipes: an unbuffered readline reads a byte per system call
             )
         except OSError as error:
             raise AdapterError(f"could not start the adapter {self.command!r}: {error}") from None

@@ -10,8 +10,12 @@ refuse to run a completed request again over a store that has changed since.
 The contract, in ``store_meta`` (``impl/schema.py``):
 
 - ``schema_version``: the schema the file holds (``SCHEMA_VERSION`` for this
-  code). Version 0 is the same tables with no ``store_meta`` and no fence.
+  code). Version 0 is the tables of version 1 with no ``store_meta`` and no
+  fence; version 2 adds the integrity columns (``impl.integrity``).
 - ``writer_version``: the writer contract version (``WRITER_VERSION``).
+- ``replica_id`` (a random id, for an anchor), ``key_check`` (the master key's
+  public check value), and ``created_by`` for a replica the adapter created
+  (it may empty it; nothing else is opened by the adapter).
 
 The fence (the mechanism; checked by ``tests/test_writer.py``). Every replica
 table (every table of ``schema.TABLES`` except ``store_meta``) carries three
@@ -43,7 +47,9 @@ file, calls whatever the writing connection registered.
 What the fence is not: a defence against deliberate tampering. It fences DML
 only (``DROP TABLE``, ``DROP TRIGGER``, ``ALTER`` and writes to ``store_meta``
 are not fenced); anyone can register the function. ``check_writer`` notices
-missing or altered fence triggers when a writer opens the store.
+missing or altered fence triggers when a writer opens the store. Deliberate
+tampering is what the integrity tags and digests of schema version 2 detect
+(``impl.integrity``).
 
 Migration (``migrate``, and ``envreplica migrate --db PATH``): under an
 exclusive lock held from start to end (``PRAGMA locking_mode=EXCLUSIVE`` plus
@@ -54,7 +60,12 @@ file's version to the target in one transaction, verifies inside that
 transaction (``integrity_check``, ``foreign_key_check``, row counts, the
 contract), commits, checks again, and writes an evidence JSON file. Any
 failure after the backup rolls back, restores the backup and raises
-``MigrationFailed``.
+``MigrationFailed``. The step 1 -> 2 authenticates every row under the master
+key (``migrate(master_key=...)``; the command reads it from the environment
+and refuses before the backup without it). A store already at the target
+version is ``already_at_version`` (exit 0), whatever was written since an
+earlier migration: a deploy step may run ``migrate`` every time. Backups and
+evidence are created mode 0600.
 
 A plain ``BEGIN EXCLUSIVE`` alone cannot do it: SQLite's backup API refuses
 (``SQLITE_BUSY``, forever) to read from a connection that holds a write

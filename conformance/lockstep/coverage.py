@@ -1,13 +1,18 @@
 """What lockstep runs reached: ``LockstepCoverage``, the process-wide ``COVERAGE``, ``print_coverage``.
 
 Counts ops, refusal codes, materialization reasons (read from results,
-nested ones included), error types and gate transitions. The gate
+nested ones included), error types, gate transitions, and the classes of
+values the replica held (``VALUE_CLASSES``, counted in the model's state
+after each step, live and staged; the read-back compares every one of them
+with the implementation's, opened from its seal: a pass that never held a
+lone surrogate says nothing about F3). The gate
 transitions are reported by the machine's tracing model driver
 (``machine._TracingModel``); this module only counts them.
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -37,6 +42,17 @@ def _mat_item(mat: Any) -> Optional[str]:
 
 _ERROR_TYPES = ("invalid", "corrupt", "unsupported")
 
+#: Classes of stored values (a value may be in several), each a string the wire allows.
+VALUE_CLASSES = {
+    "ascii": lambda v: v.isascii() and v != "",
+    "empty": lambda v: v == "",
+    "NUL": lambda v: "\x00" in v,
+    # Fetched with a lone surrogate: kept as is (fixed), or as U+FFFD (seed, F3; no drawn value holds U+FFFD).
+    "lone surrogate": re.compile("[\ud800-\udfff\ufffd]").search,
+    "non-BMP": re.compile("[\U00010000-\U0010ffff]").search,
+    "over 64 KiB": lambda v: len(v) > 21845 and len(v.encode("utf-8", "surrogatepass")) > 65536,
+}
+
 
 @dataclass
 class LockstepCoverage(CoverageCounts):
@@ -47,6 +63,7 @@ class LockstepCoverage(CoverageCounts):
     reasons: Counter = field(default_factory=Counter)
     errors: Counter = field(default_factory=Counter)
     edges: Counter = field(default_factory=Counter)
+    values: Counter = field(default_factory=Counter)
 
     def observe(self, request: Any, response: Any) -> None:
         """Count one request and the model's response (nested ones included)."""
@@ -88,6 +105,13 @@ class LockstepCoverage(CoverageCounts):
         if item is not None:
             self.reasons[item] += 1
 
+    def observe_values(self, state) -> None:
+        """Count the classes of the values ``state`` holds (live and staged)."""
+        for stored in (*state.values.values(), *state.stage_values.values()):
+            for name, test in VALUE_CLASSES.items():
+                if test(stored.value):
+                    self.values[name] += 1
+
     def observe_edge(self, edge: GateEdge) -> None:
         self.edges[edge] += 1
 
@@ -98,6 +122,7 @@ class LockstepCoverage(CoverageCounts):
         out += [("materialization", item, self.reasons.get(item, 0)) for item in MATERIALIZATION_ITEMS]
         out += [("error", kind, self.errors.get(kind, 0)) for kind in _ERROR_TYPES]
         out += [("gate", e.label(), self.edges.get(e, 0)) for e in TRANSITIONS]
+        out += [("stored value", name, self.values.get(name, 0)) for name in VALUE_CLASSES]
         return out
 
 #: Every lockstep run of this process adds here.

@@ -6,7 +6,8 @@ What the choices build is in ``generate``.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+import zlib
+from typing import Any, Optional, Sequence
 
 from hypothesis import strategies as st
 
@@ -18,8 +19,11 @@ from hypothesis import strategies as st
 #: (with individually drawn choices most shrink attempts were misaligned).
 #: Block sizes per rule kind: about the most choices a request of that kind makes
 #: (measured). Every byte costs the shrinker a call, used or not, so no bigger.
-BLOCK_BYTES = {"start": 24, "cloud": 32, "begin": 8, "page": 28, "delivery": 32, "commit": 6, "read": 2,
-               "store": 10, "invalid": 32}
+#: Rules that store values get ``VALUE_BYTES`` more at the end, read only by ``weighted(tail=i)``: the
+#: value of each record, drawn apart from the request's own choices (which would otherwise correlate with it).
+VALUE_BYTES = 8
+BLOCK_BYTES = {"start": 24, "cloud": 32 + VALUE_BYTES, "begin": 8, "page": 28, "delivery": 32, "commit": 6,
+               "read": 2, "store": 10 + VALUE_BYTES, "invalid": 32}
 _BLOCKS = {kind: st.binary(min_size=n, max_size=n) for kind, n in BLOCK_BYTES.items()}
 
 
@@ -44,10 +48,23 @@ class _Draw:
     def one(self, seq: Sequence):
         return seq[self.index(len(seq))]
 
-    def weighted(self, options: Sequence[tuple[int, Any]]):
-        """One value; options with weight 0 are skipped. The first option is the shrink target."""
+    def weighted(self, options: Sequence[tuple[int, Any]], *, tail: Optional[int] = None):
+        """One value; options with weight 0 are skipped. The first option is the shrink target.
+
+        ``tail=i`` takes the choice from the block's ``VALUE_BYTES`` tail
+        without consuming anything: the value of a page's i-th record, apart
+        from the request's own choices. The tail's bytes are as Hypothesis
+        draws them (far from uniform: many 0s and 255s), so the choice is a
+        stable hash of the tail and ``i``; an all-zero tail, where shrinking
+        goes, is the first option.
+        """
         options = [(w, v) for w, v in options if w > 0]
-        point = self.index(sum(w for w, _ in options))
+        total = sum(w for w, _ in options)
+        if tail is None:
+            point = self.index(total)
+        else:
+            bytes_ = self.block[-VALUE_BYTES:]
+            point = 0 if not any(bytes_) else zlib.crc32(bytes_ + bytes([tail])) % total
         for w, v in options:
             if point < w:
                 return v

@@ -164,6 +164,8 @@ class LockstepMachine(RuleBasedStateMachine):
         cov = self.ctx.coverage
         cov.observe(request, model_response)
         COVERAGE.observe(request, model_response)
+        cov.observe_values(self.model.state)
+        COVERAGE.observe_values(self.model.state)
         for edge in self.edges:
             cov.observe_edge(edge)
             COVERAGE.observe_edge(edge)
@@ -231,7 +233,7 @@ class LockstepMachine(RuleBasedStateMachine):
         prefix = self.model.cfg.prefix
         org = v.org or ORG
         puts = []
-        for r in records:
+        for i, r in enumerate(records):
             ref = r["head"]["valueRef"]
             if ref is None or r["binding"] is not None or r["policyEpoch"] not in v.epochs:
                 continue
@@ -250,7 +252,7 @@ class LockstepMachine(RuleBasedStateMachine):
             if answer in ("missing", "error"):
                 puts.append({"op": "store.fail", "projectId": project, "key": key, "ref": ref, "mode": answer})
                 continue
-            value = draw_value(d)
+            value = draw_value(d, i)
             if staged:
                 raw = staged_envelope(OTHER_ORG if answer == "wrong" else org, project, key, ref["stagingId"], value)
             else:
