@@ -24,11 +24,13 @@ from pathlib import Path
 import pytest
 
 from envreplica.conformance.drivers import SqliteDriver
+from envreplica.impl import integrity as I
 from envreplica.impl import schema, writer
 from envreplica.impl.anchor import FileAnchor
 from envreplica.impl.integrity import TamperDetected
 from envreplica.impl.replica import SqliteReplica
 from envreplica.impl.sealing import Sealer
+from envreplica.impl.tables import _auth_mask, _parent_scope
 
 from adapter_requests import SID, SID2, begin, commit, delivery, op, page, put, rec, staged
 
@@ -382,3 +384,71 @@ def test_no_file_the_replica_writes_holds_a_value_or_key_material(live, tmp_path
         for needle in needles:
             assert needle not in data, f"{file.name} holds plaintext or key material"
         assert file.stat().st_mode & 0o077 == 0, f"{file.name} is readable by others"
+
+
+# ---------------------------------------------------------------------------
+# Defence in depth: fixed re-judges what it serves; seed stays the seed
+# ---------------------------------------------------------------------------
+
+
+def _rewrite_with_a_valid_tag(path: Path, key: str, **columns) -> None:
+    """Change a live record as only the key holder could (a writer's bug): its tag and every digest stay valid."""
+    auth_rows, digests = Sealer(KEY).rows, I
+    cols = {t: schema.TAGGED[t] for t in ("records", "projects", "authority")}
+
+    def element(table: str, row: dict) -> int:
+        return auth_rows.seal_row(table, tuple(row[c] for c in cols[table]))[1]
+
+    old = rows(path, "records", "key = ?", (key,))[0]
+    new = {**old, **columns}
+    new["tag"] = auth_rows.seal_row("records", tuple(new[c] for c in cols["records"]))[0]
+    project = rows(path, "projects", "project_id = ?", (old["project_id"],))[0]
+    old_project = element("projects", project)
+    scope = _parent_scope("projects", {"project_id": old["project_id"]})
+    digest = auth_rows.load_digest(project["rows_digest"], scope, project["written_at"], "projects")
+    digest = digests.add(digests.sub(digest, element("records", old)), element("records", new))
+    project["rows_digest"] = auth_rows.store_digest(digest, scope, project["written_at"])
+    project["tag"] = auth_rows.seal_row("projects", tuple(project[c] for c in cols["projects"]))[0]
+    authority = rows(path, "authority")[0]
+    mask = _auth_mask(auth_rows, "live", authority["write_counter"])
+    live = digests.unmasked(authority["live_digest"], mask, "authority")
+    live = digests.add(digests.sub(live, old_project), element("projects", project))
+    authority["live_digest"] = digests.masked(live, mask)
+    authority["tag"] = auth_rows.seal_row("authority", tuple(authority[c] for c in cols["authority"]))[0]
+    tamper(path, *put_rows("records", [new]), *put_rows("projects", [project]), *put_rows("authority", [authority]))
+
+
+@pytest.mark.parametrize("variant, served", [("fixed", False), ("seed", True)])
+def test_fixed_rejudges_an_installed_record_its_binding_withholds(tmp_path, variant, served):
+    driver = SqliteDriver(variant, tmp_path / "r.db", master_key=KEY)
+    try:
+        ok(driver, put("A", staged(SID), value=SECRETS["A"]))
+        ok(driver, begin(projects=["p1"]))
+        ok(driver, page([], project="p1"))
+        ok(driver, commit(versions=(("p1", 0),)))
+        ok(driver, delivery(rec("A", ref=staged(SID)), sequence=1, version=1))
+        _rewrite_with_a_valid_tag(tmp_path / "r.db", "A", binding_json='{"kind":"withhold","reason":"legal_hold"}')
+        assert driver.replica.verify() == []  # every tag and digest is valid: only the re-judge can see it
+        snapshot = driver.replica.read_snapshot(["p1"])
+        assert (snapshot is not None) == served
+        if not served:
+            why = driver.replica.snapshot_diagnostics(["p1"])
+            assert "records row p1/A is installed, but its binding or policy epoch withholds it" in why
+            assert SECRETS["A"] not in why
+    finally:
+        driver.close()
+
+
+def test_ssm_refuses_the_public_test_key_in_reset(tmp_path):
+    from envreplica.conformance.drivers import TEST_MASTER_KEY_HEX
+
+    driver = SqliteDriver("fixed", tmp_path / "r.db", master_key=KEY, forbid_test_key=True)
+    try:
+        response = _req(driver, {"op": "reset", "config": {"masterKeyHex": TEST_MASTER_KEY_HEX}})
+        assert response["error"]["type"] == "invalid" and "public test key" in response["error"]["message"]
+        assert TEST_MASTER_KEY_HEX not in response["error"]["message"]
+        assert ok(driver, {"op": "reset", "config": {"masterKeyHex": os.urandom(32).hex()}}) == {}
+    finally:
+        driver.close()
+    with pytest.raises(ValueError, match="public test key"):
+        SqliteDriver("fixed", tmp_path / "s.db", master_key=bytes(range(32)), forbid_test_key=True)
