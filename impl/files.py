@@ -6,8 +6,11 @@ Rules every command follows (README, "Files"):
   is opened: a directory, a missing directory, a file that is not SQLite, or a
   SQLite file that is not an envreplica replica is refused with a
   ``ReplicaPathError`` that says what the path holds and what to do. A new
-  replica file is created with ``O_CREAT | O_EXCL``, so envreplica never
-  truncates or replaces a file it did not create.
+  replica is built whole in a hidden ``.NAME.<id>.creating`` file created with
+  ``O_CREAT | O_EXCL`` and hard-linked into place (``SqliteReplica._create``),
+  so envreplica never truncates or replaces a file it did not create. A kill
+  in the middle can leave that hidden file behind; it is never used, and may
+  be removed.
 * **Owner-only files.** Everything envreplica creates (the database, and so
   its ``-wal`` and ``-shm`` files, which SQLite creates with the database's
   mode; backups; evidence; the lock file; an anchor) is created mode 0600.
