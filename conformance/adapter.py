@@ -144,19 +144,8 @@ def _master_key(args: argparse.Namespace) -> bytes:
 
 
 def _replica_path(args: argparse.Namespace, tmpdir: Optional[str]) -> str:
-    """The ``--db`` path if the adapter may use it (new, or a replica it created), else ``ReplicaPathError``."""
-    from envreplica.impl import files
-
-    if not args.db:
-        return os.path.join(tmpdir or tempfile.mkdtemp(prefix="envreplica-adapter-"), "replica.db")
-    found = files.probe(args.db)
-    if found.kind is files.PathKind.REPLICA and not found.created_by_adapter:
-        raise files.ReplicaPathError(
-            f"{args.db} is an envreplica replica that `envreplica adapter` did not create; the adapter's reset "
-            f"empties its replica, so it opens only one it created. Choose a new --db path")
-    if found.kind not in (files.PathKind.MISSING, files.PathKind.REPLICA):
-        files.refuse_unusable(found, what="the adapter's replica")
-    return args.db
+    """``--db``, or a file in a fresh temporary directory (``SqliteReplica`` decides whether the path may be used)."""
+    return args.db or os.path.join(tmpdir or tempfile.mkdtemp(prefix="envreplica-adapter-"), "replica.db")
 
 
 def build_driver(args: argparse.Namespace, tmpdir: Optional[str] = None) -> Driver:

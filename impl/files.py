@@ -113,10 +113,6 @@ class Probe:
     kind: PathKind  # what it holds
     meta: dict = field(default_factory=dict)  # store_meta of a replica
 
-    @property
-    def created_by_adapter(self) -> bool:
-        return self.meta.get("created_by") == CREATED_BY_ADAPTER
-
 
 def probe(path: Union[str, Path]) -> Probe:
     """What ``path`` holds, found without writing anything (SQLite opened read-only)."""

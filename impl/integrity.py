@@ -56,6 +56,7 @@ from envreplica.spec.domain import CorruptReplica
 __all__ = [
     "DIGEST_BYTES",
     "add",
+    "hkdf",
     "masked",
     "sub",
     "total",
@@ -121,11 +122,11 @@ class RowAuthenticator:
 
     def __init__(self, master_key: bytes) -> None:
         master = bytes(master_key)
-        self._tag_key = _hkdf(master, ROW_TAG_INFO, 64)
-        self._mask_key = _hkdf(master, DIGEST_MASK_INFO, 32)
-        self._check = hmac.digest(_hkdf(master, KEY_CHECK_INFO, 32), _KEY_CHECK_MESSAGE, "sha256").hex()
+        self._tag_key = hkdf(master, ROW_TAG_INFO, 64)
+        self._mask_key = hkdf(master, DIGEST_MASK_INFO, 32)
+        self._check = hmac.digest(hkdf(master, KEY_CHECK_INFO, 32), _KEY_CHECK_MESSAGE, "sha256").hex()
         self._opened: dict = {}  # (table, stored columns, tag) -> element, for rows that verified
-        self._masks: dict = {}  # (scope, counter) -> mask
+        self._masks: dict = {}  # (scope, counter, n) -> the n masks
 
     def __repr__(self) -> str:
         return "RowAuthenticator(<keys hidden>)"
@@ -144,10 +145,13 @@ class RowAuthenticator:
         The row is remembered as verified: reading back exactly these columns and
         this tag (the next transaction reads what this one wrote) costs no HMAC.
         """
-        out = hmac.digest(self._tag_key, row_message(table, values), "sha512")
-        tag, element = out[:TAG_BYTES], int.from_bytes(out[TAG_BYTES:], "big")
+        tag, element = self._tag(table, values)
         self._remember((table, tuple(values), tag), element)
         return tag, element
+
+    def _tag(self, table: str, values: Sequence[Any]) -> tuple[bytes, int]:
+        out = hmac.digest(self._tag_key, row_message(table, values), "sha512")
+        return out[:TAG_BYTES], int.from_bytes(out[TAG_BYTES:], "big")
 
     def _remember(self, memo_key: tuple, element: int) -> None:
         if sum(len(v) for v in memo_key[1] if isinstance(v, (bytes, str))) > 4096:
@@ -174,11 +178,10 @@ class RowAuthenticator:
             return known
         where = f"{table} row {'/'.join(map(str, ident))}"
         try:
-            out = hmac.digest(self._tag_key, row_message(table, values), "sha512")
+            expected, element = self._tag(table, values)
         except (TypeError, UnicodeError, ValueError):
             raise TamperDetected(f"{where}: a column holds a value of a type envreplica never writes; "
                                  f"the file was changed outside envreplica") from None
-        expected, element = out[:TAG_BYTES], int.from_bytes(out[TAG_BYTES:], "big")
         if type(tag) is not bytes or not hmac.compare_digest(expected, tag):
             raise TamperDetected(f"{where}: its integrity tag does not verify (the row was edited, moved or "
                                  f"written by something other than envreplica with this key)")
@@ -239,5 +242,6 @@ def total(elements: Iterable[int]) -> int:
     return sum(elements) % _MODULUS
 
 
-def _hkdf(master: bytes, info: bytes, length: int) -> bytes:
+def hkdf(master: bytes, info: bytes, length: int = 32) -> bytes:
+    """A subkey of ``master`` for ``info`` (HKDF-SHA256, no salt): every key envreplica uses comes from one."""
     return HKDF(algorithm=hashes.SHA256(), length=length, salt=None, info=info).derive(master)

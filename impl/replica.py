@@ -243,9 +243,11 @@ class SqliteReplica:
     replica (``create=True`` and nothing at ``path``): a missing directory, a
     directory, a file that is not an envreplica replica, a replica of another
     version or sealed under another master key are refused (``impl.files``,
-    ``impl.writer``). While open it holds ``PATH.lock`` shared
-    (``exclusive=True``: alone, as ``envreplica adapter`` does) and notices when
-    the file at ``path`` is removed or replaced.
+    ``impl.writer``). ``created_by`` marks a replica it creates, and then an
+    existing replica without that mark is refused too (the adapter opens only
+    its own). While open it holds ``PATH.lock`` shared (``exclusive=True``:
+    alone, as ``envreplica adapter`` does) and notices when the file at
+    ``path`` is removed or replaced.
     """
 
     def __init__(
@@ -282,6 +284,10 @@ class SqliteReplica:
             raise ReplicaPathError(f"{self.path}: no replica there (the file does not exist)")
         if found.kind is not PathKind.MISSING:
             files.refuse_unusable(found, what="a replica")
+        if created_by is not None and found.kind is PathKind.REPLICA and found.meta.get("created_by") != created_by:
+            raise ReplicaPathError(
+                f"{self.path} is an envreplica replica that {created_by} did not create; {created_by} opens only "
+                f"a replica it created (its reset empties the replica). Choose a new path")
         self._holder = ReplicaLock(self.path, exclusive=exclusive)
         try:
             if found.kind is PathKind.MISSING:
@@ -310,8 +316,6 @@ class SqliteReplica:
         ``ENVREPLICA_MASTER_KEY_FILE`` (an owner-only file); anything else
         raises ``KeyConfigError`` saying how to set one (``impl.sealing``).
         """
-        import os
-
         from envreplica.impl.sealing import load_master_key
 
         key = load_master_key(os.environ if env is None else env)

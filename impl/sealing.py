@@ -63,11 +63,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from envreplica.impl.integrity import RowAuthenticator
+from envreplica.impl.integrity import hkdf as _hkdf  # the one HKDF of every envreplica subkey
 
 __all__ = [
     "ENV_KEY",
@@ -237,10 +236,6 @@ def load_master_key(env: Mapping[str, str] = os.environ) -> bytes:
 # ---------------------------------------------------------------------------
 # Sealing and MACs.
 # ---------------------------------------------------------------------------
-
-
-def _hkdf(master: bytes, info: bytes) -> bytes:
-    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(master)
 
 
 def associated_data(

@@ -25,8 +25,12 @@ Integrity, as ``impl.integrity`` describes it:
 Rows are parsed through the wire parsers of ``spec.wire``; a row that does not
 parse is ``CorruptReplica`` naming its table and key, never a value.
 
-Leaves out on purpose: caching beyond one transaction (another process may
-write between transactions), and the protocol decisions (``impl.replica``).
+Across transactions only what a stored row *means* is remembered (that its
+tag verified, in ``RowAuthenticator``; how it parses, here): the same bytes
+read again are not re-verified nor re-parsed. Rows themselves are read again
+in every transaction, since another process may write between two.
+
+Leaves out on purpose: the protocol decisions (``impl.replica``).
 """
 
 from __future__ import annotations
@@ -159,24 +163,14 @@ _RECORD_FIELDS = ("key", "revision", "generation", "tombstone", "value_ref_json"
                   "listing_generation", "materialization", "materialization_reason")
 
 
-class _Fields:
-    """Attribute access to a tuple of record fields (what ``record_of_row`` reads)."""
-
-    __slots__ = _RECORD_FIELDS
-
-    def __init__(self, values: tuple) -> None:
-        for name, value in zip(_RECORD_FIELDS, values):
-            setattr(self, name, value)
-
-
-@lru_cache(maxsize=20_000)
-def _record_of_fields(values: tuple, table: str, ident: tuple) -> tuple[BindingState, Materialization]:
-    return record_of_row(_Fields(values), table, ident)
+#: The fields ``record_of_row`` reads, as a hashable value (the key of the parse memo).
+_RecordFields = namedtuple("_RecordFields", _RECORD_FIELDS)
+_record_of_fields = lru_cache(maxsize=20_000)(record_of_row)
 
 
 def parsed_record(row, table: str, ident: tuple) -> tuple[BindingState, Materialization]:
     """``record_of_row``, remembered: the same stored fields parse to the same record (a failure is not kept)."""
-    return _record_of_fields(tuple([getattr(row, f) for f in _RECORD_FIELDS]), table, ident)
+    return _record_of_fields(_RecordFields._make([getattr(row, f) for f in _RECORD_FIELDS]), table, ident)
 
 
 def value_ref_of_row(row, table: str, ident: tuple) -> ValueRef:
@@ -267,7 +261,7 @@ def initial_authority_columns() -> dict:
 
 
 # ---------------------------------------------------------------------------
-# Statements (built once; SQLAlchemy caches their compiled form)
+# Statements (written once from the schema, run on the pysqlite connection)
 # ---------------------------------------------------------------------------
 
 
@@ -360,10 +354,37 @@ class _Sql:
     receipts = _select(S.receipts)
     put_receipt = _insert(S.receipts)
 
+    #: The upsert of each kind of parent row.
+    put_parent = {"projects": put_project, "stage_projects": put_stage_project}
+
     #: Whole-table deletes, children first.
     clear_live = tuple(_delete(t) for t in (S.values, S.records, S.projects))
     clear_stage = tuple(_delete(t) for t in (S.stage_values, S.stage_records, S.stage_projects))
     clear_receipts = (_delete(S.receipts),)
+
+
+@dataclass(frozen=True)
+class _View:
+    """The live or the staged view: its tables, the key of its parent rows, its statements."""
+
+    records: str  # the table of its records
+    values: str  # the table of its values
+    parent: str  # the table of its parent rows (``projects`` or ``stage_projects``)
+    keys: tuple[str, ...]  # the columns naming a parent row
+    record: _Q
+    records_of: _Q
+    put_record: _Q
+    value: _Q
+    values_of: _Q
+    put_value: _Q
+    delete_value: _Q
+
+
+LIVE = _View("records", "record_values", "projects", ("project_id",), _Sql.live_record, _Sql.live_records,
+             _Sql.put_live_record, _Sql.live_value, _Sql.live_values, _Sql.put_live_value, _Sql.delete_live_value)
+STAGE = _View("stage_records", "stage_values", "stage_projects", ("attempt_id", "project_id"), _Sql.stage_record,
+              _Sql.stage_records_of, _Sql.put_stage_record, _Sql.stage_value, _Sql.stage_values_of,
+              _Sql.put_stage_value, _Sql.delete_stage_value)
 
 
 # ---------------------------------------------------------------------------
@@ -403,7 +424,8 @@ class Tables:
     does it); a read transaction never writes.
     """
 
-    __slots__ = ("db", "rows", "notify", "_auth_cols", "_auth", "_digests", "_new_stream", "_projects", "_stage", "_elements", "_dirty")
+    __slots__ = ("db", "rows", "notify", "_auth_cols", "_auth", "_digests", "_new_stream", "_projects", "_stage",
+                 "_elements", "_dirty")
 
     def __init__(self, conn, rows: RowAuthenticator) -> None:
         self.db = conn.connection.dbapi_connection  # pysqlite, inside the transaction ``conn`` began
@@ -411,7 +433,7 @@ class Tables:
         self.notify = False  # the authority row or the live view changed
         self._auth_cols: Optional[dict] = None  # the authority row's columns but digests and tag
         self._auth: Optional[Authority] = None
-        self._digests: dict[str, Optional[int]] = {}  # live / stage / receipts, unmasked once needed
+        self._digests: dict[str, int] = {}  # the authority row's live / stage / receipts digests, unmasked
         self._new_stream = False  # receipts were cleared: a new stream incarnation
         self._projects: dict[str, Optional[_Parent]] = {}
         self._stage: dict[tuple[str, str], Optional[_Parent]] = {}
@@ -452,7 +474,9 @@ class Tables:
             raise CorruptReplica("project environment replica authority row is missing")
         self._open("authority", row, ("replica",))
         cols = row._asdict()
-        self._digests = {name: cols.pop(column) for name, column in _AUTH_DIGEST_COLUMN.items()}
+        self._digests = {name: I.unmasked(cols.pop(column), _auth_mask(self.rows, name, cols["write_counter"]),
+                                          "authority row")
+                         for name, column in _AUTH_DIGEST_COLUMN.items()}
         cols.pop("tag")
         self._auth_cols = cols
         self._auth = _authority_of(cols)
@@ -470,13 +494,9 @@ class Tables:
         return self._auth_cols["write_counter"]
 
     def _digest(self, name: str) -> int:
+        """The authority row's digest ``name`` (``live``, ``stage`` or ``receipts``), unmasked."""
         self.authority()
-        stored = self._digests[name]
-        if not isinstance(stored, int) or isinstance(stored, bool):
-            stored = I.unmasked(stored, _auth_mask(self.rows, name, self._auth_cols["write_counter"]),
-                                "authority row")
-            self._digests[name] = stored
-        return stored
+        return self._digests[name]
 
     def _move_digest(self, name: str, old: Optional[int], new: Optional[int]) -> None:
         digest = self._digest(name)
@@ -491,7 +511,7 @@ class Tables:
         """Delete every row of a view (children first): its set digest becomes the empty set's."""
         for q in statements:
             self._run(q)
-        self.authority()  # the row flush rewrites
+        self.authority()  # loaded before its digest is replaced (flush rewrites the row)
         self._digests[digest] = I.ZERO_DIGEST
         self._elements = {k: v for k, v in self._elements.items() if k[0] not in tables}
         self._dirty = True
@@ -530,8 +550,6 @@ class Tables:
                                              parent, counter)
                 self._move_digest("stage", parent.counted, element)
                 parent.counted, parent.dirty = element, False
-        for name in _AUTH_DIGEST_COLUMN:
-            self._digest(name)  # unmask each under the old counter before it moves
         cols = dict(self._auth_cols)
         cols["write_counter"] = counter
         if self._new_stream:
@@ -542,7 +560,6 @@ class Tables:
         self._write(_Sql.write_authority, cols)
         self._auth_cols["write_counter"] = counter
         self._auth_cols["stream_epoch"] = cols["stream_epoch"]
-        self._digests = {name: cols[column] for name, column in _AUTH_DIGEST_COLUMN.items()}
         self._new_stream = self._dirty = False
         return True
 
@@ -551,7 +568,7 @@ class Tables:
         cols = {**key, **parent.cols, "rows_digest": self.rows.store_digest(parent.digest, scope, counter),
                 "written_at": counter}
         element = self._seal(table, cols)
-        self._write(_Sql.put_project if table == "projects" else _Sql.put_stage_project, cols)
+        self._write(_Sql.put_parent[table], cols)
         return element
 
     def insert_initial_authority(self, counter: int = 0) -> None:
@@ -635,7 +652,7 @@ class Tables:
         parent.dirty = self._dirty = True
         self.notify = True
 
-    # -- live records and values -------------------------------------------
+    # -- records and values of a view (live or staged) ---------------------
 
     def _element(self, table: str, q: _Q, ident: tuple) -> Optional[int]:
         """The element of the stored row ``ident`` of ``table`` (verified), or None when absent."""
@@ -645,53 +662,77 @@ class Tables:
             self._elements[k] = None if row is None else self._open(table, row, ident)
         return self._elements[k]
 
-    def live_record(self, project: str, key: str) -> Optional[LiveRow]:
-        row = self._one(_Sql.live_record, project, key)
-        if row is None:
-            self._elements[("records", project, key)] = None
-            return None
-        self._elements[("records", project, key)] = self._open("records", row, (project, key))
-        return LiveRow(*parsed_record(row, "records", (project, key)))
+    def _parent_of(self, view: _View, key: tuple) -> _Parent:
+        return self._live_parent(*key) if view is LIVE else self._stage_parent(*key)
 
-    def live_records(self, project: str) -> list[tuple[str, LiveRow]]:
-        """The project's live records, sorted by key (``ORDER BY key``), each verified."""
-        out = []
-        for r in self._all(_Sql.live_records, project):
-            self._elements[("records", project, r.key)] = self._open("records", r, (project, r.key))
-            out.append((r.key, LiveRow(*parsed_record(r, "records", (project, r.key)))))
+    def _record_of(self, view: _View, row, ident: tuple):
+        """A verified record row as a ``LiveRow`` or ``StageRow`` (its element remembered)."""
+        self._elements[(view.records, *ident)] = self._open(view.records, row, ident)
+        state, mat = parsed_record(row, view.records, ident)
+        return LiveRow(state, mat) if view is LIVE else StageRow(state, mat, bool(row.present))
+
+    def _get_record(self, view: _View, ident: tuple):
+        row = self._one(view.record, *ident)
+        if row is None:
+            self._elements[(view.records, *ident)] = None
+            return None
+        return self._record_of(view, row, ident)
+
+    def _get_records(self, view: _View, key: tuple) -> list:
+        """The records of one parent, sorted by key (``ORDER BY key``), each verified."""
+        out = [(r.key, self._record_of(view, r, (*key, r.key))) for r in self._all(view.records_of, *key)]
         out.sort(key=lambda kv: kv[0])
         return out
 
-    def put_live_record(self, project: str, state: BindingState, mat: Materialization) -> None:
-        key = state.key
-        parent = self._live_parent(project)
-        old = self._element("records", _Sql.live_record, (project, key))
-        cols = {"project_id": project, "key": key, **_state_columns(state), **_mat_columns(mat)}
-        new = self._seal("records", cols)
-        self._write(_Sql.put_live_record, cols)
-        self._elements[("records", project, key)] = new
-        self._child_moved(parent, old, new)
-        self.notify = True
-
-    def live_value_rows(self, project: str) -> dict[str, Any]:
+    def _get_values(self, view: _View, key: tuple) -> dict[str, Any]:
+        """The value rows of one parent, by key, each verified."""
         out = {}
-        for r in self._all(_Sql.live_values, project):
-            self._elements[("record_values", project, r.key)] = self._open("record_values", r, (project, r.key))
+        for r in self._all(view.values_of, *key):
+            self._elements[(view.values, *key, r.key)] = self._open(view.values, r, (*key, r.key))
             out[r.key] = r
         return out
 
-    def delete_live_value(self, project: str, key: str) -> None:
-        k = ("record_values", project, key)
+    def _put_record(self, view: _View, key: tuple, state: BindingState, mat: Materialization, **extra) -> None:
+        ident = (*key, state.key)
+        parent = self._parent_of(view, key)
+        old = self._element(view.records, view.record, ident)
+        cols = {**dict(zip(view.keys, key)), "key": state.key, **_state_columns(state), **_mat_columns(mat), **extra}
+        new = self._seal(view.records, cols)
+        self._write(view.put_record, cols)
+        self._elements[(view.records, *ident)] = new
+        self._child_moved(parent, old, new)
+
+    def _put_value(self, view: _View, ident: tuple, columns: dict) -> None:
+        parent = self._parent_of(view, ident[:-1])
+        old = self._element(view.values, view.value, ident)
+        cols = {**dict(zip(view.keys + ("key",), ident)), **columns}
+        new = self._seal(view.values, cols)
+        self._write(view.put_value, cols)
+        self._elements[(view.values, *ident)] = new
+        self._child_moved(parent, old, new)
+
+    def _delete_value(self, view: _View, ident: tuple) -> bool:
+        """Delete the value row ``ident`` (verified first: its element leaves its parent's digest)."""
+        k = (view.values, *ident)
         if k in self._elements and self._elements[k] is None:
-            return  # known absent in this transaction
-        rows = self._all(_Sql.delete_live_value, project, key)
+            return False  # known absent in this transaction
+        rows = self._all(view.delete_value, *ident)
         self._elements[k] = None
         if not rows:
-            return
-        row = rows[0]
-        old = self._open("record_values", row, (project, key))
-        self._child_moved(self._live_parent(project), old, None)
-        self.notify = True
+            return False
+        self._child_moved(self._parent_of(view, ident[:-1]), self._open(view.values, rows[0], ident), None)
+        return True
+
+    def _verified_set(self, view: _View, key: tuple, parent: _Parent) -> VerifiedProject:
+        """The records and values of one parent, each verified, their sum checked against its digest."""
+        records = self._get_records(view, key)
+        values = self._get_values(view, key)
+        got = I.total([self._elements[(view.records, *key, k)] for k, _ in records]
+                      + [self._elements[(view.values, *key, k)] for k in values])
+        if got != parent.digest:
+            raise TamperDetected(f"{view.parent} row {'/'.join(key)}: the set of its records and values is not "
+                                 f"the one it records (a row was deleted, inserted or rolled back)")
+        return VerifiedProject(tuple(records), values)
 
     def assume_no_value(self, table: str, *ident: str) -> None:
         """Skip reading the value row ``ident`` before writing it: its record is not installed.
@@ -705,51 +746,50 @@ class Tables:
         """
         self._elements.setdefault((table, *ident), None)
 
+    # -- live records and values -------------------------------------------
+
+    def live_record(self, project: str, key: str) -> Optional[LiveRow]:
+        return self._get_record(LIVE, (project, key))
+
+    def live_records(self, project: str) -> list[tuple[str, LiveRow]]:
+        """The project's live records, sorted by key (``ORDER BY key``), each verified."""
+        return self._get_records(LIVE, (project,))
+
+    def put_live_record(self, project: str, state: BindingState, mat: Materialization) -> None:
+        self._put_record(LIVE, (project,), state, mat)
+        self.notify = True
+
+    def live_value_rows(self, project: str) -> dict[str, Any]:
+        return self._get_values(LIVE, (project,))
+
+    def delete_live_value(self, project: str, key: str) -> None:
+        if self._delete_value(LIVE, (project, key)):
+            self.notify = True
+
     def put_live_value(self, project: str, key: str, head, blob: bytes) -> None:
-        self._put_value_row("record_values", _Sql.put_live_value, _Sql.live_value,
-                            {"project_id": project, "key": key}, self._live_parent(project),
-                            _value_columns(head, blob))
+        self._put_value(LIVE, (project, key), _value_columns(head, blob))
         self.notify = True
 
     def put_live_value_row(self, project: str, key: str, vrow) -> None:
         """Install a (verified) staged value row as the live value of ``key``: the commit's promotion."""
-        self._put_value_row("record_values", _Sql.put_live_value, _Sql.live_value,
-                            {"project_id": project, "key": key}, self._live_parent(project), {
-                                "revision": vrow.revision, "generation": vrow.generation,
-                                "value_ref_json": vrow.value_ref_json, "value_enc": vrow.value_enc})
+        self._put_value(LIVE, (project, key), _copied_value(vrow))
         self.notify = True
-
-    def _put_value_row(self, table: str, put: _Q, get: _Q, key: dict, parent: _Parent, columns: dict) -> None:
-        ident = tuple(key.values())
-        old = self._element(table, get, ident)
-        cols = {**key, **columns}
-        new = self._seal(table, cols)
-        self._write(put, cols)
-        self._elements[(table, *ident)] = new
-        self._child_moved(parent, old, new)
 
     def verified_live_project(self, project: str) -> VerifiedProject:
         """The project's records and values, each verified, their sum checked against its row."""
         parent = self._project(project)
-        records = self.live_records(project)
-        values = self.live_value_rows(project)
         if parent is None:
-            if records or values:
+            if self._get_records(LIVE, (project,)) or self._get_values(LIVE, (project,)):
                 raise TamperDetected(f"projects row {project} is missing but the project has rows "
                                      f"(the project row was deleted)")
             return VerifiedProject((), {})
         if parent.dirty:
             raise RuntimeError("verified_live_project after a change in the same transaction")
-        got = I.total([self._elements[("records", project, k)] for k, _ in records]
-                      + [self._elements[("record_values", project, k)] for k in values])
-        if got != parent.digest:
-            raise TamperDetected(f"projects row {project}: the set of its records and values is not the one it "
-                                 f"records (a row was deleted, inserted or rolled back)")
-        return VerifiedProject(tuple(records), values)
+        return self._verified_set(LIVE, (project,), parent)
 
     def replace_live(self, projects: Iterable[tuple[str, int]]) -> None:
         """Delete the whole live view, then create these projects empty (the commit's promotion)."""
-        self._clear(_Sql.clear_live, "live", ("records", "record_values"))
+        self._clear(_Sql.clear_live, "live", (LIVE.records, LIVE.values))
         self._projects = {}
         self.notify = True
         for project, version in projects:
@@ -761,7 +801,7 @@ class Tables:
         parent = _Parent(dict(cols), I.ZERO_DIGEST, None)
         row = {**key, **parent.cols, "rows_digest": bytes(I.DIGEST_BYTES), "written_at": 0}
         self._seal(table, row)
-        self._write(_Sql.put_project if table == "projects" else _Sql.put_stage_project, row)
+        self._write(_Sql.put_parent[table], row)
         parent.dirty = self._dirty = True
         return parent
 
@@ -781,62 +821,24 @@ class Tables:
         parent.dirty = self._dirty = True
 
     def stage_record(self, attempt: str, project: str, key: str) -> Optional[StageRow]:
-        ident = (attempt, project, key)
-        row = self._one(_Sql.stage_record, attempt, project, key)
-        if row is None:
-            self._elements[("stage_records", *ident)] = None
-            return None
-        self._elements[("stage_records", *ident)] = self._open("stage_records", row, ident)
-        state, mat = parsed_record(row, "stage_records", ident)
-        return StageRow(state, mat, bool(row.present))
+        return self._get_record(STAGE, (attempt, project, key))
 
     def stage_records(self, attempt: str, project: str) -> list[tuple[str, StageRow]]:
         """Staged records of the attempt's project, sorted by key, each verified."""
-        out = []
-        for r in self._all(_Sql.stage_records_of, attempt, project):
-            ident = (attempt, project, r.key)
-            self._elements[("stage_records", *ident)] = self._open("stage_records", r, ident)
-            state, mat = parsed_record(r, "stage_records", ident)
-            out.append((r.key, StageRow(state, mat, bool(r.present))))
-        out.sort(key=lambda kv: kv[0])
-        return out
+        return self._get_records(STAGE, (attempt, project))
 
     def put_stage_record(self, attempt: str, project: str, row: StageRow) -> None:
-        key = row.state.key
-        ident = (attempt, project, key)
-        parent = self._stage_parent(attempt, project)
-        old = self._element("stage_records", _Sql.stage_record, ident)
-        cols = {"attempt_id": attempt, "project_id": project, "key": key, **_state_columns(row.state),
-                **_mat_columns(row.mat), "present": row.present}
-        new = self._seal("stage_records", cols)
-        self._write(_Sql.put_stage_record, cols)
-        self._elements[("stage_records", *ident)] = new
-        self._child_moved(parent, old, new)
+        self._put_record(STAGE, (attempt, project), row.state, row.mat, present=row.present)
 
     def delete_stage_value(self, attempt: str, project: str, key: str) -> None:
-        ident = (attempt, project, key)
-        k = ("stage_values", *ident)
-        if k in self._elements and self._elements[k] is None:
-            return
-        rows = self._all(_Sql.delete_stage_value, attempt, project, key)
-        self._elements[k] = None
-        if not rows:
-            return
-        row = rows[0]
-        old = self._open("stage_values", row, ident)
-        self._child_moved(self._stage_parent(attempt, project), old, None)
+        self._delete_value(STAGE, (attempt, project, key))
 
     def put_stage_value(self, attempt: str, project: str, key: str, head, blob: bytes) -> None:
-        self._put_stage_value(attempt, project, key, _value_columns(head, blob))
-
-    def _put_stage_value(self, attempt: str, project: str, key: str, columns: dict) -> None:
-        self._put_value_row("stage_values", _Sql.put_stage_value, _Sql.stage_value,
-                            {"attempt_id": attempt, "project_id": project, "key": key},
-                            self._stage_parent(attempt, project), columns)
+        self._put_value(STAGE, (attempt, project, key), _value_columns(head, blob))
 
     def clear_stage(self) -> None:
         """Delete every staged row (values, records, projects: children first); the staged set is empty."""
-        self._clear(_Sql.clear_stage, "stage", ("stage_records", "stage_values"))
+        self._clear(_Sql.clear_stage, "stage", (STAGE.records, STAGE.values))
         self._stage = {}
 
     def reset_staged_project(self, attempt: str, project: str) -> None:
@@ -845,42 +847,28 @@ class Tables:
         self._run(_Sql.delete_stage_project_values, attempt, project)
         self._run(_Sql.delete_stage_project_records, attempt, project)
         self._elements = {k: v for k, v in self._elements.items()
-                          if not (k[0] in ("stage_records", "stage_values") and k[1:3] == (attempt, project))}
+                          if not (k[0] in (STAGE.records, STAGE.values) and k[1:3] == (attempt, project))}
         parent.digest = I.ZERO_DIGEST
         parent.dirty = self._dirty = True
         live = self.verified_live_project(project)  # a tamper is never copied into staging
         for key, row in live.records:
-            self._elements[("stage_records", attempt, project, key)] = None
+            self._elements[(STAGE.records, attempt, project, key)] = None
             self.put_stage_record(attempt, project, StageRow(row.state, row.mat, False))
         # Sealed blobs are copied as they are: their seal binds project, key and head, not the view.
         for key, vrow in sorted(live.values.items()):
-            self._elements[("stage_values", attempt, project, key)] = None
-            self._put_stage_value(attempt, project, key, {
-                "revision": vrow.revision, "generation": vrow.generation,
-                "value_ref_json": vrow.value_ref_json, "value_enc": vrow.value_enc})
+            self._elements[(STAGE.values, attempt, project, key)] = None
+            self._put_value(STAGE, (attempt, project, key), _copied_value(vrow))
 
     def verified_stage(self) -> dict[tuple[str, str], tuple[StageProject, VerifiedProject]]:
         """Every staged project with its rows, each verified, every sum checked (a commit's promotion)."""
-        rows = self._all(_Sql.stage_projects)
         out = {}
         elements = []
-        for row in rows:
+        for row in self._all(_Sql.stage_projects):
             key = (row.attempt_id, row.project_id)
             parent = self._parent_of_row("stage_projects", row, {"attempt_id": key[0], "project_id": key[1]})
             self._stage.setdefault(key, parent)
             elements.append(parent.counted)
-            records = self.stage_records(*key)
-            values = {}
-            for r in self._all(_Sql.stage_values_of, *key):
-                ident = (*key, r.key)
-                self._elements[("stage_values", *ident)] = self._open("stage_values", r, ident)
-                values[r.key] = r
-            got = I.total([self._elements[("stage_records", *key, k)] for k, _ in records]
-                          + [self._elements[("stage_values", *key, k)] for k in values])
-            if got != parent.digest:
-                raise TamperDetected(f"stage_projects row {'/'.join(key)}: the set of its staged records and "
-                                     f"values is not the one it records (a row was deleted, inserted or rolled back)")
-            out[key] = (_stage_project_of(parent.cols, key), VerifiedProject(tuple(records), values))
+            out[key] = (_stage_project_of(parent.cols, key), self._verified_set(STAGE, key, parent))
         orphans = self._owners(S.stage_records, S.stage_values) - set(out)
         if orphans:
             raise TamperDetected(f"staged records of {'/'.join(sorted(orphans)[0])} have no stage_projects row "
@@ -948,12 +936,19 @@ def _parent_scope(table: str, key: dict) -> bytes:
 
 
 def _value_columns(head, blob: bytes) -> dict:
+    """A value row's columns (but its key): the head it was fetched for, and its sealed blob."""
     return {
         "revision": head.revision,
         "generation": head.generation,
         "value_ref_json": ref_json(head.value_ref),
         "value_enc": blob,
     }
+
+
+def _copied_value(vrow) -> dict:
+    """The columns of a (verified) value row, to write under another key of the same record."""
+    return {"revision": vrow.revision, "generation": vrow.generation, "value_ref_json": vrow.value_ref_json,
+            "value_enc": vrow.value_enc}
 
 
 def authenticate_contents(rows: RowAuthenticator, contents: dict, counter: int) -> dict:

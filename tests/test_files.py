@@ -230,4 +230,4 @@ def test_reset_empties_the_replica_in_place_and_keeps_the_file(tmp_path):
         assert driver.replica.verify() == []
     finally:
         driver.close()
-    assert files.probe(path).created_by_adapter
+    assert files.probe(path).meta.get("created_by") == files.CREATED_BY_ADAPTER

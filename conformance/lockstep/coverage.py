@@ -105,13 +105,6 @@ class LockstepCoverage(CoverageCounts):
         if item is not None:
             self.reasons[item] += 1
 
-    def observe_values(self, state) -> None:
-        """Count the classes of the values ``state`` holds (live and staged)."""
-        for stored in (*state.values.values(), *state.stage_values.values()):
-            for name, test in VALUE_CLASSES.items():
-                if test(stored.value):
-                    self.values[name] += 1
-
     def observe_edge(self, edge: GateEdge) -> None:
         self.edges[edge] += 1
 
@@ -124,6 +117,12 @@ class LockstepCoverage(CoverageCounts):
         out += [("gate", e.label(), self.edges.get(e, 0)) for e in TRANSITIONS]
         out += [("stored value", name, self.values.get(name, 0)) for name in VALUE_CLASSES]
         return out
+
+def value_classes(state) -> Counter:
+    """The classes of the values ``state`` holds (live and staged), each counted once per value."""
+    return Counter(name for stored in (*state.values.values(), *state.stage_values.values())
+                   for name, test in VALUE_CLASSES.items() if test(stored.value))
+
 
 #: Every lockstep run of this process adds here.
 COVERAGE = LockstepCoverage()

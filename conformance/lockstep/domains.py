@@ -49,4 +49,4 @@ def draw_value(d, i: int = 0) -> str:
     """The value of the ``i``-th record of a request: ``VALUES`` (the shrink target) or, four times in ten,
     one of ``HARD_VALUES``. Drawn from the block's tail (``_Draw.weighted``), so a page's later records get
     values of every class too."""
-    return d.weighted([(5, VALUES[0]), (4, VALUES[1])] + [(1, v) for v in HARD_VALUES], tail=i % 8)
+    return d.weighted([(5, VALUES[0]), (4, VALUES[1])] + [(1, v) for v in HARD_VALUES], tail=i)

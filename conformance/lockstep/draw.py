@@ -64,7 +64,7 @@ class _Draw:
             point = self.index(total)
         else:
             bytes_ = self.block[-VALUE_BYTES:]
-            point = 0 if not any(bytes_) else zlib.crc32(bytes_ + bytes([tail])) % total
+            point = 0 if not any(bytes_) else zlib.crc32(bytes_ + bytes([tail % 256])) % total
         for w, v in options:
             if point < w:
                 return v

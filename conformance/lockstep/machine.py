@@ -20,7 +20,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition,
 from envreplica.conformance.drivers import OPS, ModelDriver
 from envreplica.conformance.lockstep.compare import _check_state, compare_responses
 from envreplica.conformance.lockstep.context import _Run
-from envreplica.conformance.lockstep.coverage import COVERAGE
+from envreplica.conformance.lockstep.coverage import COVERAGE, value_classes
 from envreplica.conformance.lockstep.domains import (
     KINDS,
     NESTED_ID_BASE,
@@ -164,8 +164,9 @@ class LockstepMachine(RuleBasedStateMachine):
         cov = self.ctx.coverage
         cov.observe(request, model_response)
         COVERAGE.observe(request, model_response)
-        cov.observe_values(self.model.state)
-        COVERAGE.observe_values(self.model.state)
+        held = value_classes(self.model.state)  # classified once, counted in both
+        cov.values.update(held)
+        COVERAGE.values.update(held)
         for edge in self.edges:
             cov.observe_edge(edge)
             COVERAGE.observe_edge(edge)
