@@ -31,14 +31,7 @@ from envreplica.spec.domain import (
     ValueRef,
 )
 from envreplica.spec.gate import Gate
-
-
-class Variant(str, enum.Enum):
-    """Which protocol the model runs: the seed as written, or the seed with its fixes."""
-
-    SEED = "seed"  # the seed exactly as written (findings F1 and F2 reproduce)
-    FIX_F1 = "fix-f1"  # the seed with only F1 fixed (F2 still reproduces)
-    FIXED = "fixed"  # the seed with F1 and F2 fixed: every property holds
+from envreplica.spec.variants import Variant  # re-exported: the model's variants are the contract's
 
 
 #: The seed's ``MAX_PROJECT_ENV_ACK_PAGE_BYTES`` default (wire-protocol.md section 2).

@@ -379,6 +379,15 @@ class Failed:
     ok = False
 
 
+@dataclass(frozen=True, slots=True)
+class Crashed:
+    """A page or delivery asked to crash (``crashAfterCommit``) did: its process died right after
+    that write transaction committed, and the replica was reopened and its gate closed (as ``restart``)."""
+
+    after_commit: int  # the write commit (1 = the operation's first) after which the process died
+    ok = True
+
+
 PageResult = Union[PageOk, PageRefused]
 ApplyResult = Union[ApplyOk, ApplyRefused]
 CommitResult = Union[CommitOk, CommitRefused]
@@ -435,3 +444,28 @@ class ReceiptView:
     code: Optional[RefusalCode]
     result: Optional[RecordResult]
     record_version: Optional[int]
+
+
+@dataclass(frozen=True, slots=True)
+class Readiness:
+    """The ``ready`` op: whether ``awaitProjectEnvReplicaReady`` returned before the timeout."""
+
+    ready: bool
+
+
+class DiagnosisReason(str, enum.Enum):
+    """Why a snapshot read fails closed (``snapshot_diagnostics``), as a finite class."""
+
+    NOT_ACTIVATED = "not_activated"  # no begin ever committed
+    GATE_CLOSED = "gate_closed"  # activated, but the gate is closed (idle or staging)
+    PROJECTS_MISMATCH = "projects_mismatch"  # the ids asked for are not exactly the replica's projects
+    CORRUPT = "corrupt"  # a stored row, set or seal does not hold: nothing is served
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnosis:
+    """Why ``read_snapshot`` would answer null: a reason class and a message naming no value."""
+
+    reason: DiagnosisReason
+    message: str  # for people; free text (the harness compares ``reason`` only)
+

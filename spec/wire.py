@@ -67,7 +67,10 @@ from envreplica.spec.domain import (
     CommitRefused,
     Cursor,
     DeliveryRequest,
+    Crashed,
+    Diagnosis,
     Done,
+    Readiness,
     Failed,
     Head,
     LegacyRef,
@@ -916,6 +919,21 @@ def _(value: Failed) -> dict:
 @_register(ReplicaError)
 def _(value: ReplicaError) -> dict:
     return {"type": value.wire_type, "message": value.message}  # section 5's error object
+
+
+@_register(Crashed)
+def _(value: Crashed) -> dict:
+    return {"crashedAfterCommit": value.after_commit}
+
+
+@_register(Readiness)
+def _(value: Readiness) -> dict:
+    return {"ready": value.ready}
+
+
+@_register(Diagnosis)
+def _(value: Diagnosis) -> dict:
+    return {"reason": value.reason.value, "message": value.message}
 
 
 @_register(Pending)
