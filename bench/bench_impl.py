@@ -26,11 +26,12 @@ from pathlib import Path
 
 import sqlalchemy
 
+from envreplica.conformance.readback import impl_model_state
+from envreplica.impl.config import ReplicaConfig
 from envreplica.impl.replica import SqliteReplica
 from envreplica.impl.sealing import Sealer
 from envreplica.impl.valuestores import EmbeddedStore, put_for_ref
 from envreplica.model import replica as M
-from envreplica.model.state import ModelConfig
 from envreplica.model.store import staged_envelope
 from envreplica.spec.domain import (
     ApplyFrame,
@@ -62,7 +63,7 @@ def _state(i: int) -> BindingState:
 
 def _seed_store(n: int) -> EmbeddedStore:
     store = EmbeddedStore()
-    prefix = ModelConfig().prefix
+    prefix = ReplicaConfig().prefix
     for i in range(n):
         s = _state(i)
         put_for_ref(store, prefix, PROJECT, s.key, s.head.value_ref,
@@ -116,7 +117,7 @@ def bench_snapshot(directory: Path, n: int, store: EmbeddedStore, repeats: int =
         replica.read_snapshot([PROJECT])
         impl_times.append(time.perf_counter() - t0)
 
-    model_state = replica.to_model_state()
+    model_state = impl_model_state(replica)  # the same tables, read back into the model's shape
     model_snapshot = M.read_snapshot(model_state, [PROJECT])
     assert model_snapshot == snapshot, "the implementation serves what the model serves"
     model_times = []

@@ -9,6 +9,15 @@ States must be hashable: the checker deduplicates them exactly. Breadth-first
 order makes the first violation found of each property a shortest one; the
 checker keeps a parent pointer per state to rebuild it.
 
+"Sometimes" properties come in three kinds: a state (``sometimes-state``),
+a step (``sometimes-step``), and a step that follows another on one path
+(``sometimes-after``: ``prop.after`` is a step predicate, and ``prop.check``
+gets that earlier step ``(pre, action, result, post)`` first). For the last,
+each state reached through an ``after`` step carries that step (the first
+one found) to the states reached from it; a witness is a real path. Marks go
+only forward from states not yet expanded, so this under-approximates: a
+state first expanded without a mark is not revisited.
+
 Leaves out on purpose: symmetry reduction, partial-order reduction, disk
 spilling, and parallel search. The state counts are what they are, and the
 pinned counts in the tests are exact.
@@ -52,7 +61,7 @@ class Model:
     next: Callable[[Hashable, Any], tuple]
     invariants: tuple = ()
     step_properties: tuple = ()
-    sometimes: tuple = ()  # properties that must hold at least once (state or step kind)
+    sometimes: tuple = ()  # properties that must hold at least once (state, step or after kind)
     observe_state: Optional[Callable[[Hashable], None]] = None  # coverage hook per new state
     observe_step: Optional[Callable[[Hashable, Any, Any, Hashable], None]] = None  # per transition
 
@@ -93,6 +102,9 @@ def check(
     frontier = deque([(init, 0)])
     state_sometimes = [p for p in model.sometimes if p.kind == "sometimes-state"]
     step_sometimes = [p for p in model.sometimes if p.kind == "sometimes-step"]
+    after_sometimes = [p for p in model.sometimes if p.kind == "sometimes-after"]
+    #: per sometimes-after property: state -> the earlier step (pre, action, result, post) on a path to it
+    marks: dict = {p.name: {} for p in after_sometimes}
 
     def trace(end, last=None) -> list[Step]:
         chain = []
@@ -124,6 +136,8 @@ def check(
             break
         st, depth = frontier.popleft()
         result.depth = max(result.depth, depth)
+        pending_after = [(p, marks[p.name], marks[p.name].pop(st, None)) for p in after_sometimes
+                         if p.name not in result.witnessed]
         if max_depth is not None and depth >= max_depth:
             result.complete = False
             continue
@@ -138,6 +152,17 @@ def check(
             for prop in step_sometimes:
                 if prop.name not in result.witnessed and prop.check(st, action, res, nxt):
                     result.witnessed[prop.name] = depth + 1
+            for prop, marked, earlier in pending_after:
+                if prop.name in result.witnessed:
+                    continue
+                if earlier is None:
+                    if prop.after.check(st, action, res, nxt):
+                        marked.setdefault(nxt, (st, action, res, nxt))
+                elif prop.check(earlier, st, action, res, nxt):
+                    result.witnessed[prop.name] = depth + 1
+                    marked.clear()
+                else:
+                    marked.setdefault(nxt, earlier)
             if nxt not in parent:
                 parent[nxt] = (st, action, res)
                 on_new_state(nxt, depth + 1)

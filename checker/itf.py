@@ -21,7 +21,18 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
-from envreplica.model.actions import Begin, CloseGate, Commit, Deliver, Page, Restart, Resume, StoreOff, step
+from envreplica.model.actions import (
+    Begin,
+    CloseGate,
+    Commit,
+    CrashAfter,
+    Deliver,
+    Page,
+    Restart,
+    Resume,
+    StoreOff,
+    step,
+)
 from envreplica.model.fmap import FMap
 from envreplica.model.generate import CloudChange, Move, World
 from envreplica.model.state import INITIAL, DeliveryInFlight, ModelConfig, PageInFlight, Variant
@@ -63,7 +74,13 @@ def to_itf(value: Any) -> Any:
 
 
 def action_json(action) -> dict:
-    """An action as wire JSON (the adapter's request shapes, plus model-only ops)."""
+    """An action as wire JSON (the adapter's request shapes, plus model-only ops).
+
+    A ``CrashAfter`` is its action's request with ``crashAfterCommit``
+    (docs/adapter-extensions.md), also on a ``resume``.
+    """
+    if isinstance(action, CrashAfter):
+        return {**action_json(action.action), "crashAfterCommit": action.commit}
     if isinstance(action, Begin):
         return {"op": "begin", "frame": wire.encode(action.frame),
                 "keptPolicyEpochs": list(action.kept_epochs), "orgId": action.org_id}
@@ -91,6 +108,9 @@ def action_json(action) -> dict:
 
 def parse_action(data: dict):
     """The inverse of ``action_json``."""
+    if "crashAfterCommit" in data:
+        inner = {k: v for k, v in data.items() if k != "crashAfterCommit"}
+        return CrashAfter(parse_action(inner), data["crashAfterCommit"])
     op = data.get("op")
     if op == "begin":
         return Begin(wire.parse_begin(data["frame"]), wire.parse_policy_epochs(data["keptPolicyEpochs"]),

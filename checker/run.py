@@ -28,8 +28,23 @@ def _lift_step(prop: P.Property) -> P.Property:
     return P.Property(prop.name, lambda a, x, r, b: f(a.replica, x, r, b.replica), prop.kind, prop.statement)
 
 
+def _lift_after(prop: P.Property) -> P.Property:
+    f = prop.check
+
+    def check(earlier, a, x, r, b):
+        pre, action, result, post = earlier
+        return f((pre.replica, action, result, post.replica), a.replica, x, r, b.replica)
+
+    return P.Property(prop.name, check, prop.kind, prop.statement, after=_lift_step(prop.after))
+
+
 def lift(props):
-    return tuple(_lift_step(p) if p.kind in ("step", "sometimes-step") else _lift_state(p) for p in props)
+    return tuple(
+        _lift_after(p) if p.kind == "sometimes-after"
+        else _lift_step(p) if p.kind in ("step", "sometimes-step")
+        else _lift_state(p)
+        for p in props
+    )
 
 
 @dataclass
@@ -45,7 +60,7 @@ def build_model(bounds: Bounds, coverage: Optional[Coverage] = None, invariants=
     cfg = bounds.model_config()
     return Model(
         init=lambda: init(bounds),
-        enabled=lambda w: enabled(bounds, w),
+        enabled=lambda w: enabled(bounds, w, cfg),
         next=lambda w, a: next_state(bounds, w, a, cfg),
         invariants=lift(P.INVARIANTS if invariants is None else invariants),
         step_properties=lift(P.STEP_PROPERTIES if step_properties is None else step_properties),

@@ -50,7 +50,7 @@ def simulate(bounds: Bounds, walks: int, depth: int, seed: int = 0,
         world = init(bounds)
         steps = [Step(None, None, world)]
         for _ in range(depth):
-            actions = list(enabled(bounds, world))
+            actions = list(enabled(bounds, world, cfg))
             if not actions:
                 break
             action = rng.choice(actions)

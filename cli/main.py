@@ -5,8 +5,10 @@ variant (the invariant table and the coverage table; each property's
 shortest counterexample written as an ITF trace; a violation, or a
 "sometimes" property never witnessed, fails), then runs the lockstep of
 ``conformance.lockstep`` against the built-in SQLite implementation
-(``ci``-sized), and prints one summary table with one exit status
-(``--model-only`` skips the lockstep). ``conformance --adapter COMMAND``
+(``ci``-sized, crashes after any commit included), then the concurrent-process
+stage of ``conformance.concurrent`` (several processes on one file, each
+history linearizable against the model), and prints one summary table with
+one exit status (``--model-only`` skips both, ``--no-concurrent`` the last). ``conformance --adapter COMMAND``
 holds any implementation speaking wire-protocol.md section 5 against the
 model: saved traces first (``--traces DIR``), then generated ones; a
 divergence is printed as the shrunk readable steps and written as JSON lines
@@ -21,7 +23,9 @@ implementation (the built-in SQLite one, or ``--adapter COMMAND``).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from typing import Optional
 from pathlib import Path
 
 from rich.console import Console
@@ -66,15 +70,15 @@ def cmd_check(args) -> int:
     import time
 
     started = time.perf_counter()
-    model_rc = _model_check(args)
-    model_seconds = time.perf_counter() - started
-    summary = Table(title=f"envreplica check: the gate (variant {args.variant})")
-    for col in ("stage", "what", "result", "seconds"):
-        summary.add_column(col, justify="right" if col == "seconds" else "left")
-    summary.add_row("model check", f"bounds {args.bounds}", _verdict(model_rc == 0), f"{model_seconds:.1f}")
-    failed = model_rc != 0
+    background = None if args.model_only or args.serial else _model_check_in_background(args)
+    if background is None:
+        model_rc = _model_check(args)
+        model_seconds = time.perf_counter() - started
+    summary = _Rows()  # the summary table's rows after the model check's
+    failed = False
     if args.model_only:
         summary.add_row("lockstep", "skipped (--model-only)", "[dim]skipped[/]", "")
+        summary.add_row("concurrent processes", "skipped (--model-only)", "[dim]skipped[/]", "")
     else:
         from envreplica.conformance.lockstep import lockstep_settings, print_coverage, run_lockstep
 
@@ -99,7 +103,23 @@ def cmd_check(args) -> int:
                         "[green]complete[/]" if not missing else f"[yellow]missing: {', '.join(i for _, i in missing)}[/]",
                         "")
         failed = failed or not report.ok
-    console.print(summary)
+        if args.no_concurrent:
+            summary.add_row("concurrent processes", "skipped (--no-concurrent)", "[dim]skipped[/]", "")
+        else:
+            failed = _concurrent_stage(args, summary) or failed
+    if background is not None:
+        console.print("\n[bold]model check[/] (ran beside the lockstep, on the other core):")
+        model_rc, output, model_seconds = background.join()
+        sys.stdout.write(output)
+        sys.stdout.flush()
+    failed = failed or model_rc != 0
+    table = Table(title=f"envreplica check: the gate (variant {args.variant})")
+    for col in ("stage", "what", "result", "seconds"):
+        table.add_column(col, justify="right" if col == "seconds" else "left")
+    table.add_row("model check", f"bounds {args.bounds}", _verdict(model_rc == 0), f"{model_seconds:.1f}")
+    for row in summary.rows:
+        table.add_row(*row)
+    console.print(table)
     if failed:
         console.print("[bold red]FAIL[/]")
     elif args.model_only:
@@ -110,16 +130,92 @@ def cmd_check(args) -> int:
     return 1 if failed else 0
 
 
+class _Rows:
+    """Rows of the summary table, kept until the model check (which may finish last) is known."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, ...]] = []
+
+    def add_row(self, *cells: str) -> None:
+        self.rows.append(cells)
+
+
+class _BackgroundModelCheck:
+    """``envreplica check --model-only`` in a child process, its output kept for later.
+
+    The model check and the lockstep are independent and each single-threaded,
+    so on a machine with two cores the gate runs them side by side.
+    """
+
+    def __init__(self, args) -> None:
+        import subprocess
+        import tempfile
+        import time
+
+        self.started = time.perf_counter()
+        self.output = tempfile.TemporaryFile(mode="w+", encoding="utf-8")
+        argv = ["check", "--model-only", "--quiet", "--bounds", args.bounds, "--variant", args.variant,
+                "--out", args.out]
+        code = "import sys; from envreplica.cli.main import main; sys.exit(main(sys.argv[1:]))"
+        env = dict(os.environ, COLUMNS=os.environ.get("COLUMNS", str(console.width)))
+        self.process = subprocess.Popen([sys.executable, "-c", code, *argv], stdout=self.output,
+                                        stderr=subprocess.STDOUT, env=env)
+
+    def join(self) -> tuple[int, str, float]:
+        import time
+
+        rc = self.process.wait()
+        seconds = time.perf_counter() - self.started
+        self.output.seek(0)
+        text = self.output.read()
+        self.output.close()
+        return rc, text, seconds
+
+
+def _model_check_in_background(args) -> Optional[_BackgroundModelCheck]:
+    """The model check in a child process when there is a second core for it, else None."""
+    if (os.cpu_count() or 1) < 2:
+        return None
+    return _BackgroundModelCheck(args)
+
+
+def _concurrent_stage(args, summary) -> bool:
+    """The concurrent-process lockstep (``conformance.concurrent``); True when it failed."""
+    from envreplica.conformance.concurrent import run_concurrent
+
+    console.print(f"\n[bold]concurrent processes[/]: histories on one file, linearizable against the model "
+                  f"(variant {args.variant}, profile {args.lockstep_profile})")
+    profile = "nightly" if args.lockstep_profile == "nightly" else "ci"  # its dev budget is ci's
+    report = run_concurrent(Variant(args.variant), profile=profile, out_dir=Path(args.out))
+    what = (f"{report.histories:,} histories, {report.ops:,} ops, {report.overlapping:,} overlapping, "
+            f"{report.interleaved:,} interleaved (seed {report.seed})")
+    if report.ok:
+        console.print(f"[green]linearizable[/]: {what}", highlight=False)
+    else:
+        failure = report.failures[0]
+        console.print(f"not linearizable: {failure.message()}", highlight=False, markup=False)
+        if failure.path is not None:
+            console.print(f"  written to {failure.path}", highlight=False, markup=False)
+    summary.add_row("concurrent processes", what, _verdict(report.ok), f"{report.total_seconds:.1f}")
+    return not report.ok
+
+
 def _verdict(ok: bool) -> str:
     return "[green]PASS[/]" if ok else "[bold red]FAIL[/]"
 
 
 def _print_lockstep(report, out=console) -> None:
-    """A lockstep report: one line when it passed; the shrunk steps and the trace files when not."""
+    """A lockstep report: one line when it passed; the shrunk steps and the trace files when not.
+    Then how the implementation's tables were held (``LockstepReport.tables``)."""
+    tables = "\n  ".join(t for t in (getattr(report, "tables", ""), getattr(report, "extensions", "")) if t)
     if report.ok:
         out.print(f"[green]no divergence[/] in {report.examples:,} examples, {report.steps:,} steps "
                   f"({report.steps_per_second:,.0f} steps/s, {report.seconds:.1f} s)")
+        if tables:
+            out.print(f"  {tables}", highlight=False, markup=False)
         return
+    if tables:
+        out.print(f"  {tables}", highlight=False, markup=False)
     out.print(f"[bold red]DIVERGENCE[/] under variant {report.variant}: first seen after {report.found_after_examples} "
               f"examples ({report.found_after_seconds or 0:.1f} s, {report.found_steps} steps), shrunk to "
               f"{report.shrunk_steps} steps in {report.seconds:.1f} s in all")
@@ -438,6 +534,10 @@ def main(argv=None) -> int:
     c.add_argument("--lockstep-profile", default="ci", choices=["dev", "ci", "nightly"],
                    help="Hypothesis profile of the lockstep (default: ci)")
     c.add_argument("--lockstep-examples", type=int, default=None, help="override the lockstep's example count")
+    c.add_argument("--serial", action="store_true",
+                   help="run the model check before the lockstep, not beside it in a second process")
+    c.add_argument("--no-concurrent", action="store_true",
+                   help="skip the concurrent-process stage (several processes on one file)")
     c.set_defaults(func=cmd_check)
     k = sub.add_parser("conformance", help="hold an implementation (an adapter command) against the model")
     k.add_argument("--adapter", required=True,

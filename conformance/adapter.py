@@ -29,7 +29,13 @@ removed at exit. ``--store ssm`` reads AWS SSM Parameter Store through
 ``store.put`` writes real parameters (and answers ``unsupported`` for what SSM
 cannot produce), ``store.fail`` answers ``unsupported``, and ``reset`` does not
 delete parameters. The model keeps its own store, so ``--impl model`` takes
-``--store embedded`` only. While serving, ``sys.stdout`` is pointed at
+``--store embedded`` only.
+
+Beside section 5 the adapter offers the ops of ``docs/adapter-extensions.md``
+(``ready``, ``diagnostics``, ``crashAfterCommit`` on ``page`` / ``delivery``)
+and, because it shows every stored value in plaintext, ``state`` only with
+``--test-key`` (or ``--impl model``): otherwise ``state`` is ``unsupported``
+and the message says why. While serving, ``sys.stdout`` is pointed at
 standard error so that a stray ``print`` cannot corrupt the protocol stream.
 """
 
@@ -163,8 +169,9 @@ def build_driver(args: argparse.Namespace, tmpdir: Optional[str] = None) -> Driv
         from envreplica.impl.anchor import FileAnchor
 
         anchor = FileAnchor(args.anchor)
+    # ``state`` (docs/adapter-extensions.md) shows every value in plaintext: offered only with --test-key.
     options = dict(master_key=key, exclusive=True, created_by=files.CREATED_BY_ADAPTER, anchor=anchor,
-                   on_test_key=_warn_test_key)
+                   on_test_key=_warn_test_key, offer_state=bool(args.test_key))
     if args.store != "ssm":
         return SqliteDriver(args.variant, db, **options)
     from envreplica.impl.valuestores import SsmStore

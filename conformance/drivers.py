@@ -81,6 +81,17 @@ Decisions where wire-protocol.md section 5 is silent (each is tested in
   ``store.off`` survives ``restart`` (the model's ``State.durable`` keeps
   ``store_on``; the process still has no store after it reopens).
 * ``close`` is the seed's ``closeProjectEnvReplicaGate``.
+* The ops ``ready``, ``diagnostics``, ``state`` and the field
+  ``crashAfterCommit`` are docs/adapter-extensions.md's (``EXTENSION_OPS``),
+  checked by the same rules (an undeclared key is ``invalid``;
+  ``crashAfterCommit`` with ``duringFetch`` is ``invalid``). ``ModelDriver``
+  answers ``ready`` at once (single-threaded: nothing moves while it would
+  wait), ``state`` with ``stand_in_mac`` names as receipt MACs, and crashes
+  through ``model.actions.run_until_crash``; ``SqliteDriver`` waits with
+  ``await_ready``, answers ``state`` only when ``offer_state`` (default: the
+  public test key), and crashes through the replica's ``after_commit`` hook.
+  A crash nested in another operation's read loses that operation, as a
+  nested ``restart`` does (``OPERATION_LOST_CRASH``).
 * A replica whose file is busy past the busy timeout, failing on the disk, or
   removed under it is answered ``{"type": "unsupported", "message": "replica
   unavailable: ..."}``: section 5 has no error type for the environment, and
@@ -105,6 +116,7 @@ from envreplica.model.actions import (
     Restart,
     Resume,
     StoreOff,
+    run_until_crash,
     step,
 )
 from envreplica.model import replica as model_replica
@@ -128,11 +140,15 @@ from envreplica.model.store import (
 from envreplica.impl.files import ReplicaPathError, ReplicaUnavailable
 from envreplica.spec import wire
 from envreplica.spec.domain import (
+    Crashed,
+    Diagnosis,
+    DiagnosisReason,
     Done,
     Failed,
     InvalidFrame,
     LegacyRef,
     Pending,
+    Readiness,
     ReplicaError,
     StagedRef,
     ValueRef,
@@ -146,7 +162,10 @@ __all__ = [
     "SqliteDriver",
     "OPERATION_LOST_RESTART",
     "OPERATION_LOST_RESET",
+    "OPERATION_LOST_CRASH",
     "OPS",
+    "EXTENSION_OPS",
+    "stand_in_mac",
 ]
 
 #: The public TEST master key (bytes 0x00..0x1f): used only when asked for by
@@ -157,6 +176,10 @@ TEST_MASTER_KEY_HEX = TEST_MASTER_KEY.hex()
 
 OPERATION_LOST_RESTART = "operation lost: the replica restarted inside its value-store read"
 OPERATION_LOST_RESET = "operation lost: the replica was reset inside its value-store read"
+OPERATION_LOST_CRASH = "operation lost: the replica crashed (crashAfterCommit) inside its value-store read"
+#: Why ``state`` is not offered (docs/adapter-extensions.md): it shows every value in plaintext.
+STATE_NOT_OFFERED = ("unsupported: op 'state' shows every stored value in plaintext, so this adapter offers it "
+                     "only when it runs with the public test key (--test-key: test data only); nothing was done")
 
 
 @runtime_checkable
@@ -178,15 +201,25 @@ OPS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "store.fail": (("projectId", "key", "ref", "mode"), ()),
     "store.off": ((), ()),
     "begin": (("frame", "keptPolicyEpochs", "orgId"), ()),
-    "page": (("frame",), ("duringFetch",)),
-    "delivery": (("frame",), ("duringFetch",)),
+    "page": (("frame",), ("duringFetch", "crashAfterCommit")),
+    "delivery": (("frame",), ("duringFetch", "crashAfterCommit")),
     "commit": (("frame",), ()),
     "close": ((), ()),
     "status": ((), ()),
     "snapshot": (("projectIds",), ()),
     "receipts": ((), ()),
     "restart": ((), ()),
+    # docs/adapter-extensions.md: optional ops (an adapter that does not offer one answers unsupported).
+    "ready": (("timeoutMs",), ()),
+    "diagnostics": (("projectIds",), ()),
+    "state": ((), ()),
 }
+
+#: The ops of docs/adapter-extensions.md (beside section 5's table), and its optional field.
+EXTENSION_OPS = ("ready", "diagnostics", "state")
+CRASH_FIELD = "crashAfterCommit"
+#: The longest ``ready`` wait a request may ask for (docs/adapter-extensions.md).
+MAX_READY_TIMEOUT_MS = 60000
 
 _CONFIG_KEYS = ("ackPageBytes", "masterKeyHex", "prefix")
 _MASTER_KEY_HEX = re.compile(r"[0-9a-fA-F]{64}")
@@ -256,6 +289,16 @@ def check_request(request: Any) -> tuple[str, dict]:
     if "duringFetch" in request and type(request["duringFetch"]) is not list:
         raise _bad("request.duringFetch", "must be a JSON array of requests", wire.unshown(request["duringFetch"]),
                    "Send an array.")
+    if CRASH_FIELD in request:
+        if "duringFetch" in request:
+            raise _bad("request.crashAfterCommit", "is not allowed together with duringFetch "
+                       "(docs/adapter-extensions.md)", "both keys", "Send one or the other.")
+        _count(request[CRASH_FIELD], "request.crashAfterCommit", minimum=1)
+    if op == "ready":
+        timeout = request["timeoutMs"]
+        if type(timeout) is not int or not 0 <= timeout <= MAX_READY_TIMEOUT_MS:
+            raise _bad("request.timeoutMs", f"must be a Count of milliseconds from 0 to {MAX_READY_TIMEOUT_MS}",
+                       _show(timeout), f"Send an integer from 0 to {MAX_READY_TIMEOUT_MS}.")
     return op, request
 
 
@@ -353,12 +396,29 @@ class _Unsupported(Exception):
         self.message = message
 
 
+class _CrashNow(Exception):
+    """Raised by ``SqliteDriver``'s ``after_commit`` counter at the commit a ``crashAfterCommit`` names."""
+
+
 class _OperationLost(Exception):
     """Raised out of a ``during_fetch`` callback: a nested restart/reset took the operation."""
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
+
+
+def _commit_counter(crash_at: int) -> Callable[[], None]:
+    """An ``after_commit`` hook raising ``_CrashNow`` right after the ``crash_at``-th write commit."""
+    made = 0
+
+    def after_commit() -> None:
+        nonlocal made
+        made += 1
+        if made >= crash_at:
+            raise _CrashNow(f"crash after write commit {made}")
+
+    return after_commit
 
 
 def _error(rid: Optional[int], kind: str, message: str) -> dict:
@@ -408,6 +468,42 @@ class _BaseDriver:
 # ---------------------------------------------------------------------------
 
 
+def stand_in_mac(request: Any) -> str:
+    """The model's ``requestMac`` in a ``state`` document: a NAME of the request, not a MAC.
+
+    The model keeps no key; ``"sha256:"`` and the SHA-256 of the request's
+    canonical JSON names each distinct request once, which is all the harness
+    compares (docs/adapter-extensions.md: MACs are compared as names).
+    """
+    import hashlib
+
+    return "sha256:" + hashlib.sha256(wire.canonical_json(request).encode("utf-8")).hexdigest()
+
+
+def model_diagnosis(st: State, project_ids, cfg: ModelConfig) -> Optional[Diagnosis]:
+    """Why the model's ``read_snapshot`` of ``project_ids`` is null, as a ``Diagnosis`` (None: it serves).
+
+    The classes of ``spec.domain.DiagnosisReason``, checked in their order;
+    the message is ``model.replica.snapshot_diagnostics``'s (no value).
+    """
+    message = model_replica.snapshot_diagnostics(st, project_ids, cfg)
+    if message is None:
+        return None
+    a = st.authority
+    if not a.gate.activated:
+        reason = DiagnosisReason.NOT_ACTIVATED
+    elif not a.gate.is_open or a.attempt_id is not None:
+        reason = DiagnosisReason.GATE_CLOSED
+    else:
+        try:
+            served = model_replica._snapshot(st, project_ids, cfg)
+        except ReplicaError:
+            reason = DiagnosisReason.CORRUPT
+        else:
+            reason = DiagnosisReason.PROJECTS_MISMATCH if served is None else DiagnosisReason.CORRUPT
+    return Diagnosis(reason, message)
+
+
 class ModelDriver(_BaseDriver):
     """The model of ``envreplica.model`` behind the adapter protocol."""
 
@@ -438,7 +534,15 @@ class ModelDriver(_BaseDriver):
         return result
 
     def _run(self, action, fields: dict, nested: Optional[list]):
-        """Run a page or delivery to its end, answering each value-store read from the store."""
+        """Run a page or delivery to its end, answering each value-store read from the store.
+
+        With ``crashAfterCommit: k`` the operation runs through
+        ``model.actions.run_until_crash``, its commit count carried across
+        each read; at its k-th write commit the process dies (``Crashed``).
+        """
+        crash_at = fields.get(CRASH_FIELD)
+        if crash_at is not None:
+            return self._run_to_crash(action, crash_at)
         result = self._step(action)
         first = True
         while isinstance(result, Pending):
@@ -451,6 +555,22 @@ class ModelDriver(_BaseDriver):
             if slot is None:
                 raise _OperationLost(self._last_drop)
             result = self._step(Resume(slot, answer))
+        return result
+
+    def _run_to_crash(self, action, crash_at: int):
+        """``crashAfterCommit``: run until the operation ends or makes its ``crash_at``-th write commit."""
+        left = crash_at
+        self.state, result, made = run_until_crash(self.cfg, self.state, action, left)
+        left -= made
+        while isinstance(result, Pending):
+            op = self.state.inflight[result.slot]
+            answer = self._answer(op.read.request)  # no duringFetch with crashAfterCommit: nothing runs between
+            self.state, result, made = run_until_crash(self.cfg, self.state, Resume(result.slot, answer), left)
+            left -= made
+        if isinstance(result, Crashed):
+            self._lives += 1  # an operation whose read this ran inside is lost with the process
+            self._last_drop = OPERATION_LOST_CRASH
+            return Crashed(crash_at)
         return result
 
     # -- ops ----------------------------------------------------------------
@@ -505,6 +625,24 @@ class ModelDriver(_BaseDriver):
         self._last_drop = OPERATION_LOST_RESTART
         return result
 
+    # -- docs/adapter-extensions.md ----------------------------------------------
+
+    def _op_ready(self, fields, nested):
+        # The model is single-threaded: nothing can change while it would wait, so it answers at once.
+        return Readiness(model_replica.is_ready(self.state))
+
+    def _op_diagnostics(self, fields, nested):
+        return model_diagnosis(self.state, wire.parse_project_ids(fields["projectIds"]), self.cfg)
+
+    def _op_state(self, fields, nested):
+        return self.state_doc()
+
+    def state_doc(self) -> dict:
+        """The ``state`` document of the model's tables; receipt MACs are ``stand_in_mac`` names."""
+        from envreplica.conformance.readback import state_to_doc
+
+        return state_to_doc(self.state, stand_in_mac)
+
 
 # ---------------------------------------------------------------------------
 # The SQLite implementation.
@@ -529,13 +667,18 @@ class SqliteDriver(_BaseDriver):
     ``unsupported``. ``exclusive`` holds the replica alone (the adapter);
     ``created_by`` marks a replica this driver creates; ``anchor`` is
     ``impl.anchor``'s. ``forbid_test_key`` refuses the public test key
-    (``--store ssm``).
+    (``--store ssm``). ``offer_state`` says whether the ``state`` op is
+    answered (default: when ``master_key`` is the public test key and the
+    store may hold test data); otherwise it is ``unsupported``
+    (docs/adapter-extensions.md: it shows every value in plaintext).
     """
 
     def __init__(self, variant: Union[str, Variant], db_path: Union[str, os.PathLike], *,
                  master_key: bytes, store_factory: Optional[Callable[[], Any]] = None,
                  exclusive: bool = False, created_by: Optional[str] = None, anchor=None,
-                 forbid_test_key: bool = False, on_test_key: Optional[Callable[[str], None]] = None) -> None:
+                 forbid_test_key: bool = False, on_test_key: Optional[Callable[[str], None]] = None,
+                 offer_state: Optional[bool] = None) -> None:
+        from envreplica.impl.config import ReplicaConfig
         from envreplica.impl.sealing import Sealer
 
         self.variant = Variant(variant)
@@ -549,10 +692,13 @@ class SqliteDriver(_BaseDriver):
         if forbid_test_key and bytes(master_key) == TEST_MASTER_KEY:
             raise ValueError("the public test key is refused with this value store")
         self._master_key = bytes(master_key)
+        # ``state`` shows plaintext values: offered by default only under the public test key.
+        self._offer_state = (self._master_key == TEST_MASTER_KEY and not forbid_test_key
+                             if offer_state is None else bool(offer_state))
         self._replica = None
         self._lives = 0
         self._last_drop = OPERATION_LOST_RESTART
-        self.cfg = ModelConfig(variant=self.variant)
+        self.cfg = ReplicaConfig(variant=self.variant)  # the implementation's own config (impl.config)
         self.sealer = Sealer(self._master_key)
         self._fresh_store()
         existed = os.path.exists(self.db_path)
@@ -584,6 +730,7 @@ class SqliteDriver(_BaseDriver):
             replica.close()
 
     def _reset(self, config: Any) -> None:
+        from envreplica.impl.config import ReplicaConfig
         from envreplica.impl.sealing import Sealer
 
         ack, key_hex, prefix = parse_config(config)
@@ -595,7 +742,7 @@ class SqliteDriver(_BaseDriver):
                                    "must not be sealed under a key anyone has. Send another key, or none.")
             if self._on_test_key is not None and key_hex is not None:
                 self._on_test_key("reset.config.masterKeyHex")
-        self.cfg = ModelConfig(variant=self.variant, ack_page_bytes=ack, prefix=prefix)
+        self.cfg = ReplicaConfig(variant=self.variant, ack_page_bytes=ack, prefix=prefix)
         self.sealer = Sealer(key)
         self._fresh_store()
         if self._replica is None:
@@ -627,17 +774,43 @@ class SqliteDriver(_BaseDriver):
         return during_fetch
 
     def _guarded(self, call, fields, nested):
-        """Run a page/delivery; an operation taken by a nested restart answers ``unsupported``."""
+        """Run a page/delivery; an operation taken by a nested restart answers ``unsupported``.
+
+        With ``crashAfterCommit: k`` the replica's ``after_commit`` hook counts
+        write commits and raises ``_CrashNow`` right after the k-th: the
+        operation ends there, the replica is abandoned (its connection closed,
+        nothing more written) and reopened from disk with its gate closed, as
+        ``restart`` does; the answer is ``Crashed(k)``.
+        """
         lives = self._lives
         replica = self._replica
+        crash_at = fields.get(CRASH_FIELD)
+        if crash_at is not None:
+            replica.after_commit = _commit_counter(crash_at)
         try:
             return call(replica, self._callback(replica, fields, nested))
+        except _CrashNow:
+            self._crash_restart(replica)
+            return Crashed(crash_at)
         except _OperationLost:
             raise
         except Exception:
             if self._lives != lives:  # the old replica was closed under it: its unwinding is moot
                 raise _OperationLost(self._last_drop) from None
             raise
+        finally:
+            if crash_at is not None:
+                replica.after_commit = None
+
+    def _crash_restart(self, replica) -> None:
+        """The process died right after a commit: abandon ``replica``, reopen from disk, close the gate."""
+        if replica is not self._replica:
+            replica.close()
+        self._close_replica()  # closes the connection: no transaction is open, nothing more is written
+        self._replica = self._open()
+        self._lives += 1  # an operation whose read this ran inside is lost with the process
+        self._last_drop = OPERATION_LOST_CRASH
+        self._replica.close_gate()  # the host's startup, as after restart
 
     def _reader(self):
         return self.store if self._store_on else None
@@ -713,3 +886,20 @@ class SqliteDriver(_BaseDriver):
         self._last_drop = OPERATION_LOST_RESTART
         self._replica.close_gate()
         return Done()
+
+    # -- docs/adapter-extensions.md ----------------------------------------------
+
+    def _op_ready(self, fields, nested):
+        try:
+            self._replica.await_ready(fields["timeoutMs"] / 1000)
+        except TimeoutError:
+            return Readiness(False)
+        return Readiness(True)
+
+    def _op_diagnostics(self, fields, nested):
+        return self._replica.diagnose(wire.parse_project_ids(fields["projectIds"]))
+
+    def _op_state(self, fields, nested):
+        if not self._offer_state:
+            raise _Unsupported(STATE_NOT_OFFERED)
+        return self._replica.export_state()

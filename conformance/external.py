@@ -18,6 +18,31 @@ Typical use::
     driver = SubprocessDriver("python -m envreplica.conformance.adapter --impl sqlite --test-key")
     driver.handle({"id": 1, "op": "reset"})   # {"id": 1, "ok": True, "result": {}}
     driver.close()
+
+**Tables, not only answers** (``StateProbe``). The adapter protocol's
+``state`` op (docs/adapter-extensions.md) reads every table of an
+implementation. After each step that may have moved the replica, the
+lockstep asks the external adapter for ``state`` out of band (not a trace
+step: its ids come from ``STATE_ID_BASE`` up, never reused by a step) and
+holds the document table by table against the model's own ``state``
+document (``ModelDriver.state_doc``): the same tables, the same rows by
+primary key, in the same order, each row equal field by field; a
+difference names the table, the row and the field (values by length only).
+Receipt MACs cannot be recomputed (the harness does not know the
+implementation's key or algorithm), so they are held as *names*: over one
+run, under one master key (the ``masterKeyHex`` of the last ``reset``) of
+one adapter process, the same model request must always carry the same
+``requestMac`` and two different requests never one. An adapter that answers ``state``
+``unsupported`` (it does not offer it, or runs without the test key) is
+held to its responses only from then on, and the run's report says so
+(``StateProbe.describe``); one that answered ``state`` before and then
+calls it unsupported diverges.
+
+**Extensions it may not offer** (``probe_extensions``). Before its first
+example the lockstep asks a new external adapter, out of band, whether it
+offers ``ready``, ``diagnostics`` and ``crashAfterCommit``; what it does not
+offer is not generated for it (a read becomes ``status``, a page or delivery
+carries no crash), and the report lists it.
 """
 
 from __future__ import annotations
@@ -31,7 +56,8 @@ import threading
 import time
 from typing import Any, Optional, Sequence, Union
 
-__all__ = ["AdapterError", "SubprocessDriver", "DEFAULT_TIMEOUT"]
+__all__ = ["AdapterError", "SubprocessDriver", "DEFAULT_TIMEOUT", "StateProbe", "STATE_ID_BASE", "STATE_TABLES",
+           "state_doc_difference", "probe_extensions", "GENERATED_EXTENSIONS"]
 
 #: Seconds to wait for each response (and for the process to exit on ``close``).
 DEFAULT_TIMEOUT = 30.0
@@ -45,6 +71,9 @@ class AdapterError(RuntimeError):
 
 class SubprocessDriver:
     """The conformance adapter of ``command``, driven over its standard input and output."""
+
+    #: The harness reads this implementation's tables with the ``state`` op (``StateProbe``).
+    state_by_request = True
 
     def __init__(self, command: Union[str, Sequence[str]], *, timeout: float = DEFAULT_TIMEOUT,
                  cwd: Optional[str] = None, env: Optional[dict] = None) -> None:
@@ -168,3 +197,283 @@ class SubprocessDriver:
 
     def __repr__(self) -> str:
         return f"SubprocessDriver({self.command!r})"
+
+
+# ---------------------------------------------------------------------------
+# Tables: the ``state`` op, held table by table against the model's
+# ---------------------------------------------------------------------------
+
+#: Ids of the out-of-band ``state`` requests: far above any step's or nested request's id.
+STATE_ID_BASE = 1_000_000_000
+
+#: The tables of a ``state`` document, in order, each with the fields of its primary key
+#: (docs/adapter-extensions.md); ``authority`` is one object.
+STATE_TABLES: dict[str, tuple[str, ...]] = {
+    "authority": (),
+    "projects": ("projectId",),
+    "records": ("projectId", "key"),
+    "values": ("projectId", "key"),
+    "stageProjects": ("attemptId", "projectId"),
+    "stageRecords": ("attemptId", "projectId", "key"),
+    "stageValues": ("attemptId", "projectId", "key"),
+    "receipts": ("streamId", "sequence"),
+}
+_ROWS_SHOWN = 3
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def _brief(value: Any, width: int = 160) -> str:
+    text = _json(value)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _hidden(row: Any) -> Any:
+    """A row with its plaintext ``value`` replaced by its length (messages never show a value)."""
+    if isinstance(row, dict) and isinstance(row.get("value"), str):
+        return dict(row, value=f"<value of {len(row['value'])} chars>")
+    return row
+
+
+def _row_key(row: Any, fields: tuple[str, ...]) -> Any:
+    if not isinstance(row, dict) or any(f not in row for f in fields):
+        return None
+    return tuple(row[f] for f in fields)
+
+
+def _key_text(key: tuple) -> str:
+    return "(" + ", ".join(str(k) for k in key) + ")"
+
+
+def _row_difference(model: dict, impl: dict) -> str:
+    for field in sorted(set(model) | set(impl)):
+        if field not in impl:
+            return f"{field}: model {_brief(_hidden(model).get(field))}, implementation has no such field"
+        if field not in model:
+            return f"{field}: the implementation has a field the model does not ({_brief(_hidden(impl).get(field))})"
+        if _json(model[field]) != _json(impl[field]):
+            if field == "value":
+                other = f"{len(impl[field])} chars" if isinstance(impl[field], str) else _brief(impl[field])
+                return f"value: differs (model {len(model[field])} chars, implementation {other})"
+            return f"{field}: model {_brief(model[field])}, implementation {_brief(impl[field])}"
+    return "rows differ"
+
+
+class _MacNames:
+    """Receipt MACs as names: per master key, one request one MAC, one MAC one request."""
+
+    def __init__(self) -> None:
+        self.by_request: dict[tuple, str] = {}  # (key scope, model's name) -> implementation's MAC
+        self.by_mac: dict[tuple, str] = {}  # (key scope, implementation's MAC) -> model's name
+
+    def check(self, scope: Any, name: str, mac: Any, where: str) -> Optional[str]:
+        if not isinstance(mac, str) or not mac:
+            return f"{where}: requestMac: must be a non-empty string; the implementation answered {_brief(mac)}"
+        seen_mac = self.by_request.get((scope, name))
+        if seen_mac is not None and seen_mac != mac:
+            return (f"{where}: requestMac: one request, two MACs: under this master key the model's request "
+                    f"{name[:19]}… was {seen_mac[:24]}… before, now {mac[:24]}…")
+        seen_name = self.by_mac.get((scope, mac))
+        if seen_name is not None and seen_name != name:
+            return (f"{where}: requestMac: two requests, one MAC: {mac[:24]}… named request {seen_name[:19]}… "
+                    f"before and now request {name[:19]}… (the model's requests differ)")
+        self.by_request[(scope, name)] = mac
+        self.by_mac[(scope, mac)] = name
+        return None
+
+
+def state_doc_difference(model: Any, impl: Any, macs: Optional[_MacNames] = None,
+                         scope: Any = None) -> Optional[str]:
+    """None when the implementation's ``state`` document equals the model's; else each differing table.
+
+    Rows are matched by primary key and must come in the model's order;
+    ``requestMac`` is held as a name through ``macs`` (under ``scope``, the
+    master key), never compared with the model's stand-in.
+    """
+    if not isinstance(impl, dict):
+        return f"state: the implementation answered {_brief(impl)}, not an object of tables"
+    if set(impl) != set(STATE_TABLES):
+        missing, extra = sorted(set(STATE_TABLES) - set(impl)), sorted(set(impl) - set(STATE_TABLES))
+        return f"state: the tables differ: missing {missing}, not in the contract {extra}"
+    macs = macs if macs is not None else _MacNames()
+    parts = []
+    for table, fields in STATE_TABLES.items():
+        m, i = model[table], impl[table]
+        if table == "authority":
+            if not isinstance(i, dict):
+                parts.append(f"authority: the implementation answered {_brief(i)}, not an object")
+            elif _json(m) != _json(i):
+                parts.append(f"authority: {_row_difference(m, i)}")
+            continue
+        if not isinstance(i, list):
+            parts.append(f"{table}: the implementation answered {_brief(i)}, not a list of rows")
+            continue
+        problems = []
+        m_rows = {_row_key(r, fields): r for r in m}
+        i_rows: dict = {}
+        for n, row in enumerate(i):
+            key = _row_key(row, fields)
+            if key is None:
+                problems.append(f"row #{n} has no primary key {list(fields)}: {_brief(_hidden(row))}")
+            elif key in i_rows:
+                problems.append(f"row {_key_text(key)} appears twice")
+            else:
+                i_rows[key] = row
+        for key, row in m_rows.items():
+            if key not in i_rows:
+                problems.append(f"row {_key_text(key)} missing (the model has {_brief(_hidden(row))})")
+                continue
+            other = i_rows[key]
+            if table == "receipts" and isinstance(other, dict):
+                if "requestMac" not in other:
+                    problems.append(f"row {_key_text(key)}: requestMac: the implementation has no such field")
+                    continue
+                bad = macs.check(scope, row.get("requestMac"), other["requestMac"], f"row {_key_text(key)}")
+                if bad:
+                    problems.append(bad)
+                    continue
+                row = {k: v for k, v in row.items() if k != "requestMac"}
+                other = {k: v for k, v in other.items() if k != "requestMac"}
+            if not isinstance(other, dict) or _json(row) != _json(other):
+                problems.append(f"row {_key_text(key)}: "
+                                + (_row_difference(row, other) if isinstance(other, dict) else _brief(other)))
+        for key, row in i_rows.items():
+            if key not in m_rows:
+                problems.append(f"row {_key_text(key)} is not in the model's table ({_brief(_hidden(row))})")
+        if not problems and [_row_key(r, fields) for r in i] != [_row_key(r, fields) for r in m]:
+            problems.append(f"rows out of order: model {[_key_text(_row_key(r, fields)) for r in m]}, "
+                            f"implementation {[_key_text(_row_key(r, fields)) for r in i]}")
+        if problems:
+            more = f" (and {len(problems) - _ROWS_SHOWN} more)" if len(problems) > _ROWS_SHOWN else ""
+            parts.append(f"{table}: " + "; ".join(problems[:_ROWS_SHOWN]) + more)
+    if not parts:
+        return None
+    return "state table " + " | state table ".join(parts)
+
+
+def _reset_scope(request: Any, response: Any, scope: Any) -> Any:
+    """The master-key scope after ``request`` ran: the ``masterKeyHex`` of the last ``reset`` that ran
+    (nested ones included, in order), ``None`` for the adapter's own key."""
+    if not isinstance(request, dict) or not isinstance(response, dict):
+        return scope
+    inner, nested = request.get("duringFetch"), response.get("nested")
+    if isinstance(inner, list) and isinstance(nested, list):
+        for sub_request, sub_response in zip(inner, nested):
+            scope = _reset_scope(sub_request, sub_response, scope)
+    if request.get("op") == "reset" and response.get("ok") is True:
+        config = request.get("config")
+        key = config.get("masterKeyHex") if isinstance(config, dict) else None
+        scope = key.lower() if isinstance(key, str) else None
+    return scope
+
+
+class StateProbe:
+    """Asks an external adapter for ``state`` after steps and holds it to the model's, table by table.
+
+    One per run (``lockstep.context._Run``): the MAC names and whether the
+    adapter offers ``state`` last as long as the run. ``observe`` sees
+    every step (it follows the master key of the last ``reset``); ``check``
+    sends one out-of-band ``state`` request and returns the difference, or
+    None. Once the adapter answers ``unsupported`` the probe stops asking
+    (``supported`` is False) and ``describe`` says the run fell back to
+    responses only.
+    """
+
+    def __init__(self) -> None:
+        self.supported: Optional[bool] = None  # None: not asked yet
+        self.fallback: Optional[str] = None  # the adapter's message when it answered unsupported
+        self.compared = 0  # state documents compared
+        self._next_id = STATE_ID_BASE
+        self._macs = _MacNames()
+        self._scope: Any = None  # the masterKeyHex of the last reset (None: the adapter's own key)
+        self._impl: Any = None  # the adapter process asked last, and how many processes came before it
+        self._process = 0
+
+    def observe(self, request: Any, model_response: Any) -> None:
+        """Follow the master key through one step (its ``reset``s, nested ones included)."""
+        self._scope = _reset_scope(request, model_response, self._scope)
+
+    def check(self, model: Any, impl: Any) -> Optional[str]:
+        """Ask ``impl`` for ``state`` and compare it with ``model.state_doc()``; None when equal (or unsupported)."""
+        if self.supported is False:
+            return None
+        if impl is not self._impl:  # a new process may hold another key of its own: MACs are its own names
+            self._impl, self._process = impl, self._process + 1
+        rid = self._next_id
+        self._next_id += 1
+        response = impl.handle({"id": rid, "op": "state"})
+        if not isinstance(response, dict) or response.get("id") != rid:
+            return (f"state (out-of-band request id {rid}): the implementation answered "
+                    f"{_brief(response)}; its id must be {rid}")
+        if response.get("ok") is False:
+            error = response.get("error") if isinstance(response.get("error"), dict) else {}
+            if error.get("type") == "unsupported":
+                if self.supported:
+                    return (f"state: the implementation answered 'state' {self.compared} times in this run, and "
+                            f"now calls it unsupported ({_brief(error.get('message'), 120)})")
+                self.supported = False
+                self.fallback = str(error.get("message", ""))[:200]
+                return None
+            return f"state: the implementation answered the error {_brief(error, 200)}; the model's tables read fine"
+        if response.get("ok") is not True or set(response) != {"id", "ok", "result"}:
+            return f"state: the implementation answered {_brief(response)}, not a section-5 response"
+        self.supported = True
+        self.compared += 1
+        from envreplica.conformance.readback import StateDocError, doc_to_state
+
+        try:  # the documented shape first: exact rows, wire values, sorted primary keys
+            doc_to_state(response["result"], store_on=True)
+        except StateDocError as error:
+            return f"tables after the step: the implementation's {error}"
+        difference = state_doc_difference(model.state_doc(), response["result"], self._macs,
+                                          (self._process, self._scope))
+        return None if difference is None else f"tables after the step differ from the model's: {difference}"
+
+    def describe(self) -> str:
+        """How the run held the implementation's tables, for the report."""
+        if self.supported is None:
+            return "tables: not compared (no step asked for them)"
+        if self.supported:
+            return f"tables: compared table by table with the model's after each step ({self.compared} state reads)"
+        return (f"tables: NOT compared: the adapter answered 'state' unsupported ({self.fallback}); "
+                f"the run held it to its responses only")
+
+
+# ---------------------------------------------------------------------------
+# Which extensions an external adapter offers
+# ---------------------------------------------------------------------------
+
+#: The requests of docs/adapter-extensions.md the lockstep generates (``state`` is ``StateProbe``'s).
+GENERATED_EXTENSIONS = ("ready", "diagnostics", "crashAfterCommit")
+
+_PROBE_PAGE = {"opId": "probe", "attemptId": "probe", "projectId": "probe", "after": None, "recordVersion": 0,
+               "records": [], "complete": True}
+
+
+def probe_extensions(driver: Any, first_id: int = STATE_ID_BASE - 10) -> dict[str, bool]:
+    """Which generated extensions ``driver`` offers: name -> bool. Out of band, on a replica it then resets.
+
+    ``ready`` and ``diagnostics`` are offered unless answered ``unsupported``;
+    ``crashAfterCommit`` is asked on a page sent to an empty replica, which
+    fails before any write commit: an adapter that knows the field answers
+    as the model does (``corrupt``: not activated), one that does not rejects
+    the key (``invalid``) or the request (``unsupported``).
+    """
+    requests = {
+        "reset": {"op": "reset"},
+        "ready": {"op": "ready", "timeoutMs": 0},
+        "diagnostics": {"op": "diagnostics", "projectIds": []},
+        "crashAfterCommit": {"op": "page", "frame": dict(_PROBE_PAGE), "crashAfterCommit": 1},
+    }
+    offered: dict[str, bool] = {}
+    for n, (name, request) in enumerate(requests.items()):
+        response = driver.handle(dict(request, id=first_id + n))
+        error = response.get("error") if isinstance(response, dict) and response.get("ok") is False else None
+        kind = error.get("type") if isinstance(error, dict) else None
+        if name == "crashAfterCommit":
+            offered[name] = kind not in ("invalid", "unsupported")
+        elif name != "reset":
+            offered[name] = kind != "unsupported"
+    return offered

@@ -37,6 +37,9 @@ def case_from_report(name: str, report, classname: str = "envreplica.conformance
     """A case for one ``LockstepReport``."""
     output = (f"examples={report.examples} steps={report.steps} seconds={report.seconds:.2f} "
               f"steps/s={report.steps / report.seconds if report.seconds else 0:.0f}")
+    for line in (getattr(report, "tables", ""), getattr(report, "extensions", "")):
+        if line:
+            output += f"\n{line}"  # table by table, or why the run held responses only; extensions not offered
     failure = None
     if not report.ok:
         failure = report.failure or "divergence"

@@ -2,42 +2,59 @@
 
 What it does: ``SqliteReplica`` runs the seed's operations (``begin``,
 ``apply_page``, ``apply_delivery``, ``complete``, ``close_gate``) and reads
-(``read_status``, ``read_snapshot``, ``list_receipts``, readiness) on one
-SQLite file with the tables of ``impl.schema``, and behaves exactly like the
-executable model ``envreplica.model.replica``: the model is the
-specification, and where the two disagree this file is wrong.
+(``read_status``, ``read_snapshot``, ``list_receipts``, readiness,
+``diagnose``) on one SQLite file with the tables of ``impl.schema``. It is an
+encoding of ``project-env-replica.ts`` of its own: it imports nothing of the
+executable model (``envreplica.model``), only the shared contract
+(``spec.domain``, ``spec.wire``, ``spec.variants``). The conformance
+lockstep holds the two encodings against each other, so a slip in either
+shows as a divergence instead of agreeing with itself.
 
-* Transactions sit exactly where the model (the seed) has them: ``begin``,
-  ``complete`` and ``close_gate`` are one transaction each; a page is a
-  prepare transaction, then for each key to fetch a before-transaction, the
+* Where each decision is made. The seed's pure decisions (``stateOrder``,
+  ``isReachableRecordAdvance``, ``desiredMaterialization``, what retaining a
+  record does, ``pageFits``, ``readMaterializedValue``) are
+  ``impl.decisions``, written table-driven from the seed; ``decisions`` is
+  the instance a replica uses. Three comparisons the seed makes over lists
+  of rows are single SQL queries in ``impl.tables`` (a complete page's live
+  versus staged states, a commit's project set and versions, a commit's
+  values against their records). The cursor and organisation helpers are
+  methods of the authority row (``impl.rows``). This module holds the
+  transactions and what crosses them.
+* Transactions sit exactly where the seed has them: ``begin``, ``complete``
+  and ``close_gate`` are one transaction each; a page is a prepare
+  transaction, then for each key to fetch a before-transaction, the
   value-store read outside any transaction, an after-transaction, and a final
   transaction; a delivery is a prepare transaction, an optional
   before/read/after, and a final transaction. Write transactions begin with
   ``BEGIN IMMEDIATE``, read-only ones with a plain ``BEGIN`` (``impl.engine``).
+  ``after_commit``, when set, is called right after each write transaction
+  commits (the crash hook of docs/adapter-extensions.md: what it raises ends
+  the operation there).
 * A refusal is a normal return from inside its transaction, so whatever that
   transaction wrote commits (a page refused with ``snapshot_version_conflict``
-  keeps its staged writes, as in the model). ``CorruptReplica`` raised inside
+  keeps its staged writes, as in the seed). ``CorruptReplica`` raised inside
   a transaction rolls back that transaction only; earlier transactions of the
   same operation stay committed. A SQLite constraint violation is a
   ``CorruptReplica`` too.
-* The value-store read is the model's: ``model.store.plan`` decides whether
-  there is a read at all, ``impl.valuestores.answer_of`` asks the reader, and
-  ``model.store.interpret`` alone decides what the answer means. An operation
-  given ``during_fetch`` calls it once, at its first real read, after the read
-  returned and before its answer is used: the seed's ``await`` window.
-* Variants ``seed``, ``fix-f1`` and ``fixed`` differ exactly where the model's
-  ``# FIX(F1)`` / ``# FIX(F2)`` / ``# FIX(F3)`` do. F3 is the text of a value:
-  ``seed`` and ``fix-f1`` seal it as the seed's Node does
-  (``Buffer.from(value, "utf8")``: a lone surrogate becomes U+FFFD), ``fixed``
-  seals exactly the value fetched (``impl.sealing.TextEncoding``). ``fixed``
-  also re-judges each served record against the kept epochs and its binding
-  when it reads a snapshot (defence in depth; it never changes an answer of
-  an untampered replica).
+* The value-store read: ``Decisions.plan_read`` decides whether there is a
+  read at all, ``impl.valuestores.ask`` asks the reader, and
+  ``Decisions.judge_answer`` alone decides what the answer means. An
+  operation given ``during_fetch`` calls it once, at its first real read,
+  after the read returned and before its answer is used: the seed's ``await``
+  window.
+* Variants ``seed``, ``fix-f1`` and ``fixed`` differ exactly at the places
+  marked ``# FIX(F1)`` / ``# FIX(F2)`` / ``# FIX(F3)`` (docs/findings.md). F3
+  is the text of a value: ``seed`` and ``fix-f1`` seal it as the seed's Node
+  does (``Buffer.from(value, "utf8")``: a lone surrogate becomes U+FFFD),
+  ``fixed`` seals exactly the value fetched (``impl.sealing.TextEncoding``).
+  ``fixed`` also re-judges each served record against the kept epochs and its
+  binding when it reads a snapshot (defence in depth; it never changes an
+  answer of an untampered replica).
 * Every stored fact is authenticated at rest (``impl.integrity``, through
   ``impl.tables``): rows carry tags, sets carry digests, the authority row
   counts writes. A tampered row, set or whole file (with an anchor) is
-  ``TamperDetected``: the snapshot fails closed, ``snapshot_diagnostics`` and
-  ``verify`` name the table and row, and no write launders it.
+  ``TamperDetected``: the snapshot fails closed, ``diagnose`` and ``verify``
+  name the table and row, and no write launders it.
 * Rows are rebuilt through the wire parsers of ``spec.wire`` on every read; a
   row that does not parse is ``CorruptReplica`` naming its table and key,
   never a value. Values are sealed at rest (``impl.sealing``), bound to
@@ -48,18 +65,16 @@ specification, and where the two disagree this file is wrong.
   errors ``ReplicaIOError``, never a ``None`` snapshot.
 * A delivery receipt stores the HMAC of the canonical semantic request
   (``canonical_json(frame.request())``), never the request.
-
-The pure record rules (``model.rules``), the acknowledgement bound
-(``model.replica.page_fits``) and the cursor helpers (``cursor``,
-``required_cursor``, ``authority_org_id``) are the model's own functions:
-they touch no storage, so sharing them removes a place to diverge without
-hiding a storage bug.
+* ``export_state`` reads every table back, verified, values opened, as the
+  ``state`` document of docs/adapter-extensions.md (JSON); turning it into
+  the model's shape is the harness's business (``conformance.readback``).
 
 Leaves out on purpose: notifications to other processes (a waiter re-checks
 the file every 50 ms), timestamps (never read), restart (a new
 ``SqliteReplica`` on the same file is the restarted process; the host then
-calls ``close_gate``, as the model's ``restart`` does), and schema migration
-(the writer-version contract of ``impl.writer`` is checked when the file is opened; its triggers fence every write).
+calls ``close_gate``), and schema migration (the writer-version contract of
+``impl.writer`` is checked when the file is opened; its triggers fence every
+write).
 """
 
 from __future__ import annotations
@@ -70,7 +85,7 @@ import threading
 import time
 import uuid
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Union
 
@@ -78,6 +93,8 @@ from sqlalchemy.exc import DatabaseError, IntegrityError, OperationalError
 
 from envreplica.impl import files, writer
 from envreplica.impl.anchor import Anchor
+from envreplica.impl.config import ReplicaConfig
+from envreplica.impl.decisions import DECISIONS, Decisions, Fetched, Order, View
 from envreplica.impl.engine import open_engine, read_transaction, write_transaction
 from envreplica.impl.files import (
     PathKind,
@@ -87,36 +104,18 @@ from envreplica.impl.files import (
     ReplicaUnavailable,
 )
 from envreplica.impl.integrity import TamperDetected
+from envreplica.impl.rows import AuthorityRow, OpenedValue, StagedProject, StagedRecord, StoredReceipt
 from envreplica.impl.sealing import ENV_KEY, ENV_KEY_FILE, Sealer, SealError, TextEncoding
 from envreplica.impl.tables import (
     Tables,
     count_of,
     json_text,
     receipt_of_row,
+    ref_json,
     value_ref_of_row,
     where_text,
 )
-from envreplica.impl.valuestores import ValueReader, answer_of
-from envreplica.model.fmap import FMap
-from envreplica.model.replica import authority_org_id, cursor, page_fits, required_cursor
-from envreplica.model.rules import (
-    Order,
-    desired_materialization,
-    is_reachable_record_advance,
-    state_order,
-)
-from envreplica.model.state import (
-    Authority,
-    ModelConfig,
-    ReadRequest,
-    Receipt,
-    StageProject,
-    StageRow,
-    State,
-    StoredValue,
-    Variant,
-)
-from envreplica.model.store import Fetched, interpret, plan
+from envreplica.impl.valuestores import ValueReader, ask
 from envreplica.spec import wire
 from envreplica.spec.domain import (
     INSTALLED,
@@ -133,6 +132,9 @@ from envreplica.spec.domain import (
     CommitResult,
     CorruptReplica,
     Cursor,
+    Diagnosis,
+    DiagnosisReason,
+    Materialization,
     MatKind,
     PageFrame,
     PageOk,
@@ -149,14 +151,14 @@ from envreplica.spec.domain import (
     ValueRef,
     unavailable,
 )
+from envreplica.spec.variants import Variant
 
-__all__ = ["SqliteReplica", "request_mac", "with_macs", "READY_POLL_SECONDS"]
+__all__ = ["SqliteReplica", "request_mac", "READY_POLL_SECONDS"]
 
 R = RefusalCode
 
 #: How often ``await_ready`` re-reads the file (another process may change it).
 READY_POLL_SECONDS = 0.05
-
 
 
 def _identity(path: Path) -> Optional[tuple[int, int]]:
@@ -166,11 +168,6 @@ def _identity(path: Path) -> Optional[tuple[int, int]]:
     except OSError:
         return None
     return st.st_dev, st.st_ino
-
-
-# ---------------------------------------------------------------------------
-# MACs
-# ---------------------------------------------------------------------------
 
 
 def request_mac(sealer: Sealer, frame: Union[ApplyFrame, Any]) -> str:
@@ -184,38 +181,8 @@ def request_mac(sealer: Sealer, frame: Union[ApplyFrame, Any]) -> str:
     return sealer.mac(wire.canonical_json(request).encode("utf-8"))
 
 
-def with_macs(state: State, sealer: Sealer) -> State:
-    """``state`` with each receipt's ``request`` replaced by its MAC (hex).
-
-    ``with_macs(model_state, sealer) == replica.to_model_state()`` compares a
-    model state with what an implementation holds: a MAC cannot be turned back
-    into its request, but two requests have the same MAC exactly when equal.
-    """
-    receipts = FMap(
-        {k: replace(r, request=request_mac(sealer, r.request)) for k, r in state.receipts.items()}
-    )
-    return replace(state, receipts=receipts)
-
-
 # ---------------------------------------------------------------------------
-# Rows
-# ---------------------------------------------------------------------------
-
-
-def _value_matches_head(vrow, head, table: str, ident: tuple) -> bool:
-    """The value row was fetched for exactly this head (revision, generation, reference)."""
-    if vrow is None or head.tombstone or head.value_ref is None:
-        return False
-    if vrow.revision != head.revision or vrow.generation != head.generation:
-        return False
-    try:
-        return value_ref_of_row(vrow, table, ident) == head.value_ref
-    except CorruptReplica:  # an unreadable reference matches no head
-        return False
-
-
-# ---------------------------------------------------------------------------
-# The replica
+# What an operation carries between its transactions
 # ---------------------------------------------------------------------------
 
 
@@ -236,8 +203,82 @@ class _ReadWindow:
             self.callback()
 
 
+@dataclass(frozen=True, slots=True)
+class _Slot:
+    """Where one record lives (live, or staged under an attempt), and the table operations on it."""
+
+    view: View
+    attempt: Optional[str]  # the attempt of a staged record; None for a live one
+    project: str
+    key: str
+
+    @property
+    def _value_ident(self) -> tuple:
+        return (self.project, self.key) if self.view is View.LIVE else (self.attempt, self.project, self.key)
+
+    def record(self, tx: Tables):
+        """The stored record (``LiveRecord`` / ``StagedRecord``), or None."""
+        if self.view is View.LIVE:
+            return tx.live_record(self.project, self.key)
+        return tx.stage_record(self.attempt, self.project, self.key)
+
+    def put(self, tx: Tables, state: BindingState, mat: Materialization, present: bool = True) -> None:
+        """``putLiveRecord`` / ``putStageRecord`` (a staged record written here is present unless told)."""
+        if self.view is View.LIVE:
+            tx.put_live_record(self.project, state, mat)
+        else:
+            tx.put_stage_record(self.attempt, self.project, StagedRecord(state, mat, present))
+
+    def drop_value(self, tx: Tables) -> None:
+        if self.view is View.LIVE:
+            tx.delete_live_value(self.project, self.key)
+        else:
+            tx.delete_stage_value(self.attempt, self.project, self.key)
+
+    def put_value(self, tx: Tables, head, blob: bytes, *, had_none: bool) -> None:
+        """Write the value row fetched for ``head``; ``had_none``: the record was not installed (no row to read)."""
+        table = "record_values" if self.view is View.LIVE else "stage_values"
+        if had_none:
+            tx.assume_no_value(table, *self._value_ident)
+        if self.view is View.LIVE:
+            tx.put_live_value(self.project, self.key, head, blob)
+        else:
+            tx.put_stage_value(self.attempt, self.project, self.key, head, blob)
+
+
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    """What a delivery's prepare transaction decided, carried across its read window."""
+
+    result: RecordResult  # the record as retained
+    fetch: bool  # a value must be fetched for it
+    version: int  # the record version to answer with
+    attempt: Optional[str]  # the attempt it applied under (None: the live view)
+
+    @property
+    def view(self) -> View:
+        return View.LIVE if self.attempt is None else View.STAGE
+
+
+def _value_matches_head(vrow, head) -> bool:
+    """The value row was fetched for exactly this head (the seed compares the reference as JSON text)."""
+    return (
+        vrow is not None
+        and not head.tombstone
+        and head.value_ref is not None
+        and vrow.revision == head.revision
+        and vrow.generation == head.generation
+        and vrow.value_ref_json == ref_json(head.value_ref)
+    )
+
+
+# ---------------------------------------------------------------------------
+# The replica
+# ---------------------------------------------------------------------------
+
+
 class SqliteReplica:
-    """The replica on one SQLite file; behaves exactly like ``envreplica.model.replica``.
+    """The replica on one SQLite file, deciding as the seed does (``impl.decisions``).
 
     Opening it checks the file and takes no write lock unless it creates the
     replica (``create=True`` and nothing at ``path``): a missing directory, a
@@ -248,7 +289,15 @@ class SqliteReplica:
     its own). While open it holds ``PATH.lock`` shared (``exclusive=True``:
     alone, as ``envreplica adapter`` does) and notices when the file at
     ``path`` is removed or replaced.
+
+    ``after_commit`` (None by default) is called with no arguments right
+    after each write transaction commits, whether or not it changed a row;
+    an exception it raises propagates out of the operation, which then writes
+    nothing more (the adapter's ``crashAfterCommit``).
     """
+
+    #: The seed's pure decisions this replica makes; a subclass may hold another ``Decisions``.
+    decisions: Decisions = DECISIONS
 
     def __init__(
         self,
@@ -256,7 +305,7 @@ class SqliteReplica:
         *,
         sealer: Sealer,
         reader: Optional[ValueReader],
-        config: ModelConfig = ModelConfig(),
+        config: ReplicaConfig = ReplicaConfig(),
         synchronous: str = "FULL",
         create: bool = True,
         exclusive: bool = False,
@@ -266,11 +315,16 @@ class SqliteReplica:
     ) -> None:
         if not isinstance(sealer, Sealer):
             raise TypeError("sealer must be an impl.sealing.Sealer")
+        if not isinstance(config, ReplicaConfig):
+            raise TypeError(f"config must be an impl.config.ReplicaConfig (variant, ack_page_bytes, prefix); got a "
+                            f"{type(config).__name__}. Build one with ReplicaConfig(variant=...)")
         self.path = Path(path)
         self.sealer = sealer
         self.reader = reader
         self.config = config
         self.anchor = anchor
+        #: Called right after each write transaction commits (None: nothing is called).
+        self.after_commit: Optional[Callable[[], None]] = None
         self._lock = threading.RLock()  # one transaction at a time on the held connection
         self._changed = threading.Condition()
         self._generation = 0  # bumped after each committed change to the authority row or live view
@@ -308,7 +362,7 @@ class SqliteReplica:
             raise
 
     @classmethod
-    def from_environment(cls, path, *, reader: Optional[ValueReader], config: ModelConfig = ModelConfig(),
+    def from_environment(cls, path, *, reader: Optional[ValueReader], config: ReplicaConfig = ReplicaConfig(),
                          synchronous: str = "FULL", env=None, **options) -> "SqliteReplica":
         """Open a replica sealed under the configured master key.
 
@@ -420,7 +474,8 @@ class SqliteReplica:
         """One ``BEGIN IMMEDIATE`` transaction: commits on return (refusals too), rolls back on error.
 
         ``Tables.flush`` writes the changed parents and the authority row just
-        before the commit; the anchor, if any, advances just after it.
+        before the commit; the anchor, if any, advances just after it, and
+        then ``after_commit`` is called (not after a rollback).
         """
         self._ensure_open()
         tx: Optional[Tables] = None
@@ -438,6 +493,9 @@ class SqliteReplica:
                     self.anchor.advance(self.replica_id, self._floor)
         if tx is not None and tx.notify:
             self._notify()
+        hook = self.after_commit
+        if hook is not None:
+            hook()  # right after the commit: what it raises ends the operation here
 
     @contextmanager
     def _read(self) -> Iterator[Tables]:
@@ -472,7 +530,7 @@ class SqliteReplica:
         return TextEncoding.NODE_UTF8 if self.config.variant is not Variant.FIXED else TextEncoding.EXACT
 
     def _open_value(self, vrow, table: str, ident: tuple, project: str, key: str,
-                    ref: Optional[ValueRef] = None) -> StoredValue:
+                    ref: Optional[ValueRef] = None) -> OpenedValue:
         """Open a value row's sealed blob for its own record fields (``ref``: already parsed)."""
         ref = value_ref_of_row(vrow, table, ident) if ref is None else ref
         if not count_of(vrow.revision) or not count_of(vrow.generation):
@@ -486,157 +544,79 @@ class SqliteReplica:
             raise TamperDetected(
                 f"sealed replica value does not open for its record ({where_text(table, ident)}): {error}"
             ) from None
-        return StoredValue(vrow.revision, vrow.generation, ref, value)
+        return OpenedValue(vrow.revision, vrow.generation, ref, value)
+
 
     # -- the value-store read, split at its await --------------------------
 
     def _fetch(self, project: str, state: BindingState, org: str, window: _ReadWindow) -> Fetched:
-        """``readMaterializedValue``: the model's plan, the reader's answer, the model's interpretation."""
-        planned = plan(self.config.prefix, project, state, reader_on=window.reader is not None)
-        if not isinstance(planned, ReadRequest):
+        """``readMaterializedValue``: plan the read, make it (the window), judge the answer."""
+        planned = self.decisions.plan_read(self.config.prefix, project, state, window.reader is not None)
+        if isinstance(planned, Fetched):
             return planned  # answered without I/O: not a window
-        answer = answer_of(window.reader, planned)
+        answer = ask(window.reader, planned)
         window.read_returned()
-        return interpret(org, project, state, planned, answer)
+        return self.decisions.judge_answer(org, project, state, planned, answer)
 
     def _still_awaits_value(self, row, epochs: tuple[int, ...]) -> bool:
-        """FIX(F1): install only onto a row still awaiting a value under today's kept epochs."""
+        """FIX(F1): a fetched value lands only on a row that still awaits one under today's kept epochs.
+
+        The seed checks only that the record is unchanged; a begin with other
+        kept epochs inside the read window can make the same record withheld,
+        and the seed then installs onto it.
+        """
         if self.config.variant is Variant.SEED:
             return True
-        return (
-            row.mat.kind is MatKind.UNAVAILABLE
-            and desired_materialization(row.state, epochs).kind is MatKind.UNAVAILABLE
-        )
+        return (row.mat.kind is MatKind.UNAVAILABLE
+                and self.decisions.desired(row.state, epochs).kind is MatKind.UNAVAILABLE)
 
-    def _materialize_stage(self, attempt: str, project: str, key: str, window: _ReadWindow) -> None:
-        """``materializeStage``: before-transaction, read (no transaction), after-transaction."""
+    def _materialize(self, slot: _Slot, window: _ReadWindow) -> None:
+        """``materializeStage`` / ``materializeLive``: before-transaction, the read (no transaction), after-transaction.
+
+        A staged record is materialized only while its attempt is the open
+        one; a live record whatever the gate (as the seed). The value lands
+        only on the very record the read was made for.
+        """
+        staged = slot.view is View.STAGE
         with self._read() as tx:
             a = tx.authority()
-            if a.attempt_id != attempt:
+            if staged and a.attempt_id != slot.attempt:
                 return
-            row = tx.stage_record(attempt, project, key)
+            row = slot.record(tx)
             if row is None or row.mat.kind is not MatKind.UNAVAILABLE:
                 return
-            before, org = row.state, authority_org_id(a)
-        fetched = self._fetch(project, before, org, window)
-        blob = None if fetched.value is None else self._seal(fetched.value, project, key, before.head)
+            before, org = row.state, a.organisation()
+        fetched = self._fetch(slot.project, before, org, window)
+        blob = None if fetched.value is None else self._seal(fetched.value, slot.project, slot.key, before.head)
         with self._write() as tx:
             a = tx.authority()
-            if a.attempt_id != attempt:
+            if staged and a.attempt_id != slot.attempt:
                 return
-            current = tx.stage_record(attempt, project, key)
+            current = slot.record(tx)
             if current is None or current.state != before:
                 return
             if not self._still_awaits_value(current, a.policy_epochs):  # FIX(F1)
                 return
+            present = current.present if staged else True
             if blob is not None:
-                if current.mat.kind is not MatKind.INSTALLED:
-                    tx.assume_no_value("stage_values", attempt, project, key)
-                tx.put_stage_value(attempt, project, key, before.head, blob)
-                tx.put_stage_record(attempt, project, StageRow(before, INSTALLED, current.present))
+                slot.put_value(tx, before.head, blob, had_none=current.mat.kind is not MatKind.INSTALLED)
+                slot.put(tx, before, INSTALLED, present)
             else:
-                tx.delete_stage_value(attempt, project, key)
-                tx.put_stage_record(attempt, project, StageRow(before, unavailable(fetched.reason), current.present))
+                slot.drop_value(tx)
+                slot.put(tx, before, unavailable(fetched.reason), present)
 
-    def _materialize_live(self, project: str, key: str, window: _ReadWindow) -> None:
-        """``materializeLive``: before-transaction, read (no transaction), after-transaction."""
-        with self._read() as tx:
-            a = tx.authority()
-            row = tx.live_record(project, key)
-            if row is None or row.mat.kind is not MatKind.UNAVAILABLE:
-                return
-            before, org = row.state, authority_org_id(a)
-        fetched = self._fetch(project, before, org, window)
-        blob = None if fetched.value is None else self._seal(fetched.value, project, key, before.head)
-        with self._write() as tx:
-            current = tx.live_record(project, key)
-            if current is None or current.state != before:
-                return
-            if self.config.variant is not Variant.SEED:
-                if not self._still_awaits_value(current, tx.authority().policy_epochs):  # FIX(F1)
-                    return
-            if blob is not None:
-                if current.mat.kind is not MatKind.INSTALLED:
-                    tx.assume_no_value("record_values", project, key)
-                tx.put_live_value(project, key, before.head, blob)
-                tx.put_live_record(project, before, INSTALLED)
-            else:
-                tx.delete_live_value(project, key)
-                tx.put_live_record(project, before, unavailable(fetched.reason))
+    # -- retaining a record -----------------------------------------------
 
-    # -- retain (``retainStageState`` / ``retainLiveState``) ---------------
-
-    def _retain_stage_state(
-        self, tx: Tables, attempt: str, project: str, incoming: BindingState, epochs: tuple[int, ...]
-    ) -> tuple[RecordResult, bool]:
-        key = incoming.key
-        stored = tx.stage_record(attempt, project, key)
-        if stored is not None:
-            current = stored.state
-            order = state_order(incoming, current)
-            if order is Order.OLDER or order is Order.CONFLICT:
-                mat = stored.mat
-                if self.config.variant is Variant.FIXED:  # FIX(F2)
-                    desired = desired_materialization(current, epochs)
-                    if desired.kind is MatKind.WITHHELD:
-                        mat = desired
-                        tx.delete_stage_value(attempt, project, key)
-                row = StageRow(current, mat, True)
-                tx.put_stage_record(attempt, project, row)
-                fetch = (
-                    not current.head.tombstone
-                    and row.mat.kind is not MatKind.INSTALLED
-                    and desired_materialization(current, epochs).kind is MatKind.UNAVAILABLE
-                )
-                return row.result(), fetch
-            if order is Order.SAME:
-                desired = desired_materialization(current, epochs)
-                if stored.mat.kind is MatKind.INSTALLED or desired.kind is MatKind.WITHHELD:
-                    keep = desired if desired.kind is MatKind.WITHHELD else stored.mat
-                else:
-                    keep = desired
-                if keep.kind is not MatKind.INSTALLED:
-                    tx.delete_stage_value(attempt, project, key)
-                row = StageRow(current, keep, True)
-                tx.put_stage_record(attempt, project, row)
-                return row.result(), keep.kind is MatKind.UNAVAILABLE
-        desired = desired_materialization(incoming, epochs)
-        row = StageRow(incoming, desired, True)
-        tx.delete_stage_value(attempt, project, key)
-        tx.put_stage_record(attempt, project, row)
-        return row.result(), desired.kind is MatKind.UNAVAILABLE
-
-    @staticmethod
-    def _retained_existing(row, epochs: tuple[int, ...]) -> tuple[RecordResult, bool]:
-        state = row.state
-        fetch = (
-            not state.head.tombstone
-            and row.mat.kind is not MatKind.INSTALLED
-            and desired_materialization(state, epochs).kind is MatKind.UNAVAILABLE
-        )
-        return row.result(), fetch
-
-    def _retain_live_state(
-        self, tx: Tables, project: str, incoming: BindingState, epochs: tuple[int, ...]
-    ) -> tuple[RecordResult, bool]:
-        key = incoming.key
-        stored = tx.live_record(project, key)
-        if stored is not None:
-            current = stored.state
-            order = state_order(incoming, current)
-            if order is Order.OLDER or order is Order.CONFLICT:
-                return self._retained_existing(stored, epochs)
-            if order is Order.SAME:
-                desired = desired_materialization(current, epochs)
-                if stored.mat.kind is MatKind.INSTALLED and desired.kind is not MatKind.WITHHELD:
-                    return stored.result(), False
-                tx.delete_live_value(project, key)
-                tx.put_live_record(project, current, desired)
-                return RecordResult(current, desired), desired.kind is MatKind.UNAVAILABLE
-        desired = desired_materialization(incoming, epochs)
-        tx.delete_live_value(project, key)
-        tx.put_live_record(project, incoming, desired)
-        return RecordResult(incoming, desired), desired.kind is MatKind.UNAVAILABLE
+    def _retain(self, tx: Tables, slot: _Slot, incoming: BindingState,
+                epochs: tuple[int, ...]) -> tuple[RecordResult, bool]:
+        """Apply ``Decisions.retention`` of ``incoming`` to its slot: (the record as retained, fetch?)."""
+        rejudge = slot.view is View.STAGE and self.config.variant is Variant.FIXED  # FIX(F2)
+        plan = self.decisions.retention(slot.view, slot.record(tx), incoming, epochs, rejudge_retained=rejudge)
+        if plan.drop_value:
+            slot.drop_value(tx)
+        if plan.rewrite:
+            slot.put(tx, plan.state, plan.mat)
+        return RecordResult(plan.state, plan.mat), plan.fetch
 
     # -- begin -------------------------------------------------------------
 
@@ -647,17 +627,17 @@ class SqliteReplica:
         org_id = wire.parse_org_id(org_id)
         with self._write() as tx:
             a = tx.authority()
-            if a.gate.activated and a.org_id != org_id:
+            if a.activated and a.org_id != org_id:
                 raise CorruptReplica("replica organization cannot change after activation")
-            changed_stream = a.stream_id != frame.stream_id
-            if changed_stream:
+            new_stream = a.stream_id != frame.stream_id
+            if new_stream:
                 # Receipts only deduplicate one stream: a new stream drops them.
                 tx.clear_receipts()
             tx.clear_stage()
             for project in frame.project_ids:
-                tx.put_stage_project(frame.attempt_id, project, StageProject(None, None, False))
+                tx.put_stage_project(frame.attempt_id, project, StagedProject(None, None, False))
                 tx.reset_staged_project(frame.attempt_id, project)
-            sequence = 0 if changed_stream else a.applied_sequence
+            sequence = 0 if new_stream else a.applied_sequence
             tx.set_authority(
                 activated=True, gate_open=False, stream_id=frame.stream_id, applied_sequence=sequence,
                 attempt_id=frame.attempt_id, org_id=org_id, policy_epochs_json=json_text(list(epochs)),
@@ -675,24 +655,24 @@ class SqliteReplica:
         if isinstance(prepared, PageRefused):
             return prepared
         for key in prepared:
-            self._materialize_stage(frame.attempt_id, frame.project_id, key, window)
+            self._materialize(_Slot(View.STAGE, frame.attempt_id, frame.project_id, key), window)
         with self._read() as tx:
             return self._page_final(tx, frame)
 
     def _page_prepare(self, tx: Tables, frame: PageFrame) -> Union[PageRefused, tuple[str, ...]]:
-        cfg = self.config
+        """The prepare transaction: a refusal, or the keys to fetch (refusals after the records keep their writes)."""
         a = tx.authority()
-        applied = required_cursor(a)
+        applied = a.required_cursor()
         epochs = a.policy_epochs
+        attempt, project = frame.attempt_id, frame.project_id
 
         def refuse(code: RefusalCode) -> PageRefused:
-            return PageRefused(frame.attempt_id, code, epochs, applied)
+            return PageRefused(attempt, code, epochs, applied)
 
-        if a.attempt_id != frame.attempt_id or a.gate.is_open:
+        if a.attempt_id != attempt or a.gate_open:
             return refuse(R.RECONCILIATION_ATTEMPT_MISMATCH)
-        if not page_fits(cfg, frame, frame.records, epochs, applied):
+        if not self.decisions.ack_fits(self.config.ack_page_bytes, frame, frame.records, epochs, applied):
             return refuse(R.ACK_PAGE_TOO_LARGE)
-        attempt, project = frame.attempt_id, frame.project_id
         staged = tx.stage_project(attempt, project)
         if staged is None:
             return refuse(R.PROJECT_NOT_IN_ATTEMPT)
@@ -702,60 +682,54 @@ class SqliteReplica:
             return refuse(R.RECORD_VERSION_STALE)
         if frame.after is None:
             tx.reset_staged_project(attempt, project)
-            tx.put_stage_project(attempt, project, StageProject(frame.record_version, None, False))
+            tx.put_stage_project(attempt, project, StagedProject(frame.record_version, None, False))
         elif staged.complete or staged.record_version != frame.record_version or staged.last_key != frame.after:
             return refuse(R.SNAPSHOT_PAGE_MISMATCH)
+        at_live_version = frame.record_version == live_version
         fetch_keys: list[str] = []
-        retained_states: list[BindingState] = []
-        same_version_conflict = False
+        retained: list[BindingState] = []
+        version_conflict = False
         for state in frame.records:
-            if frame.record_version == live_version:
-                before = tx.stage_record(attempt, project, state.key)
-                if before is None or state_order(state, before.state) is not Order.SAME:
-                    same_version_conflict = True
-            result, fetch = self._retain_stage_state(tx, attempt, project, state, epochs)
-            retained_states.append(result.state)
+            slot = _Slot(View.STAGE, attempt, project, state.key)
+            if at_live_version and not version_conflict:
+                before = slot.record(tx)
+                version_conflict = before is None or self.decisions.order(state, before.state) is not Order.SAME
+            result, fetch = self._retain(tx, slot, state, epochs)
+            retained.append(result.state)
             if fetch:
-                fetch_keys.append(result.state.key)
-        # Refusals from here on leave the staged writes above committed (as the seed).
-        if not page_fits(cfg, frame, retained_states, epochs, applied):
+                fetch_keys.append(state.key)
+        # A replica ahead of (or conflicting with) the page echoes what it retained, which may be wider.
+        if not self.decisions.ack_fits(self.config.ack_page_bytes, frame, retained, epochs, applied):
             return refuse(R.ACK_PAGE_TOO_LARGE)
-        if same_version_conflict:
+        if version_conflict:
             return refuse(R.SNAPSHOT_VERSION_CONFLICT)
-        if frame.complete and frame.record_version == live_version:
-            live_rows = [row for _, row in tx.live_records(project)]
-            staged_rows = [row for _, row in tx.stage_records(attempt, project) if row.present]
-            if len(live_rows) != len(staged_rows) or any(
-                l.state != s.state for l, s in zip(live_rows, staged_rows)
-            ):
-                return refuse(R.SNAPSHOT_VERSION_CONFLICT)
+        if frame.complete and at_live_version and not tx.live_matches_staged(attempt, project):
+            return refuse(R.SNAPSHOT_VERSION_CONFLICT)
         last_key = frame.records[-1].key if frame.records else None
-        tx.put_stage_project(attempt, project, StageProject(frame.record_version, last_key, frame.complete))
+        tx.put_stage_project(attempt, project, StagedProject(frame.record_version, last_key, frame.complete))
         return tuple(fetch_keys)
 
     def _page_final(self, tx: Tables, frame: PageFrame) -> PageResult:
+        """The final (read-only) transaction: each record of the page as it is staged now."""
         a = tx.authority()
-        applied = required_cursor(a)
-        epochs = a.policy_epochs
-        if a.attempt_id != frame.attempt_id or a.gate.is_open:
-            return PageRefused(frame.attempt_id, R.RECONCILIATION_ATTEMPT_MISMATCH, epochs, applied)
+        applied = a.required_cursor()
+        if a.attempt_id != frame.attempt_id or a.gate_open:
+            return PageRefused(frame.attempt_id, R.RECONCILIATION_ATTEMPT_MISMATCH, a.policy_epochs, applied)
         results = []
         for state in frame.records:
             row = tx.stage_record(frame.attempt_id, frame.project_id, state.key)
             if row is None:
                 raise CorruptReplica("staged replica page record disappeared")
             results.append(row.result())
-        return PageOk(
-            frame.attempt_id, frame.project_id, frame.after, frame.record_version, tuple(results),
-            frame.complete, epochs, applied,
-        )
+        return PageOk(frame.attempt_id, frame.project_id, frame.after, frame.record_version, tuple(results),
+                      frame.complete, a.policy_epochs, applied)
 
     # -- apply_delivery ----------------------------------------------------
 
     @staticmethod
-    def _transient(a: Authority, code: RefusalCode) -> ApplyRefused:
+    def _transient(a: AuthorityRow, code: RefusalCode) -> ApplyRefused:
         """``transientApply``: refused, not consumed; the cloud may send it again."""
-        return ApplyRefused(False, False, a.attempt_id, code, a.policy_epochs, required_cursor(a))
+        return ApplyRefused(False, False, a.attempt_id, code, a.policy_epochs, a.required_cursor())
 
     def _save_receipt(self, tx: Tables, frame: ApplyFrame, mac: str, *, ok: bool,
                       code: Optional[RefusalCode] = None, result: Optional[RecordResult] = None,
@@ -778,27 +752,24 @@ class SqliteReplica:
         window = _ReadWindow(self.reader, during_fetch)
         with self._write() as tx:
             prepared = self._delivery_prepare(tx, frame, mac)
-        if not isinstance(prepared, tuple):
+        if not isinstance(prepared, _Prepared):
             return prepared
-        result, fetch, actual_version, attempt = prepared
-        if fetch:
-            if attempt is None:
-                self._materialize_live(frame.project_id, frame.state.key, window)
-            else:
-                self._materialize_stage(attempt, frame.project_id, frame.state.key, window)
+        if prepared.fetch:
+            self._materialize(_Slot(prepared.view, prepared.attempt, frame.project_id, frame.state.key), window)
         with self._write() as tx:
-            return self._delivery_final(tx, frame, mac, actual_version, attempt)
+            return self._delivery_final(tx, frame, mac, prepared)
 
-    def _delivery_prepare(self, tx: Tables, frame: ApplyFrame, mac: str):
-        """The first transaction: a result, or (result, fetch, actual version, attempt)."""
+    def _delivery_prepare(self, tx: Tables, frame: ApplyFrame, mac: str) -> Union[ApplyResult, _Prepared]:
+        """The prepare transaction: an answer now (refused, replayed, consumed), or what it retained."""
         a = tx.authority()
-        if not a.gate.activated:
+        if not a.activated:
             raise CorruptReplica("replica delivery arrived before activation")
-        current = required_cursor(a)
-        if frame.delivery.stream_id != current.stream_id:
+        current = a.required_cursor()
+        delivery = frame.delivery
+        if delivery.stream_id != current.stream_id:
             return self._transient(a, R.STREAM_MISMATCH)
-        if frame.delivery.sequence <= current.sequence:
-            row = tx.receipt_row(frame.delivery.stream_id, frame.delivery.sequence)
+        if delivery.sequence <= current.sequence:
+            row = tx.receipt_row(delivery.stream_id, delivery.sequence)
             if row is None:
                 # Unreachable unless the file was changed (receipts cover 1..applied): the set's
                 # digest names the tamper; if it somehow verifies, answer as the seed does.
@@ -807,73 +778,62 @@ class SqliteReplica:
             if not Sealer.same_mac(row.request_mac, mac):
                 return ApplyRefused(True, True, a.attempt_id, R.DELIVERY_CONFLICT, a.policy_epochs, current)
             return self._receipt_result(receipt_of_row(row), a, frame.project_id)
-        if frame.delivery.sequence != current.sequence + 1:
+        if delivery.sequence != current.sequence + 1:
             return self._transient(a, R.DELIVERY_GAP)
         if (
             frame.reconciliation_attempt_id is not None
-            if a.gate.is_open
+            if a.gate_open
             else (a.attempt_id is None or frame.reconciliation_attempt_id != a.attempt_id)
         ):
             return self._transient(a, R.RECONCILIATION_ATTEMPT_MISMATCH)
         epochs = a.policy_epochs
-
-        def consumed(code: RefusalCode) -> ApplyRefused:
-            self._save_receipt(tx, frame, mac, ok=False, code=code)
-            after = tx.authority()
-            return ApplyRefused(False, True, after.attempt_id, code, epochs, required_cursor(after))
-
-        key = frame.state.key
         project = frame.project_id
-        if a.attempt_id is not None:
+        if a.attempt_id is not None:  # staging: the delta goes into the attempt's view
             staged = tx.stage_project(a.attempt_id, project)
             if staged is None or not staged.complete or staged.record_version is None:
                 return self._transient(a, R.SNAPSHOT_INCOMPLETE)
-            if frame.record_version > staged.record_version + 1:
-                return self._transient(a, R.RECORD_VERSION_GAP)
-            stored = tx.stage_record(a.attempt_id, project, key)
-            order = Order.NEWER if stored is None else state_order(frame.state, stored.state)
-            advances = (
-                frame.record_version == staged.record_version + 1
-                and order is Order.NEWER
-                and is_reachable_record_advance(frame.state, None if stored is None else stored.state)
-            )
-            if advances:
-                result, fetch = self._retain_stage_state(tx, a.attempt_id, project, frame.state, epochs)
-                actual = frame.record_version
-                tx.put_stage_project(a.attempt_id, project, replace(staged, record_version=actual))
-                return result, fetch, actual, a.attempt_id
-            if stored is not None:
-                # A lower/equal version, an older state, or an invalid transition is
-                # answered with what this replica actually retained.
-                result, fetch = self._retained_existing(stored, epochs)
-                return result, fetch, staged.record_version, a.attempt_id
-            return consumed(R.RECORD_VERSION_CONFLICT)
-        project_version = tx.project_version(project)
-        if project_version is None:
-            return consumed(R.PROJECT_NOT_IN_REPLICA)
-        if frame.record_version > project_version + 1:
+            base, view = staged.record_version, View.STAGE
+        else:
+            base, view = tx.project_version(project), View.LIVE
+            if base is None:
+                self._save_receipt(tx, frame, mac, ok=False, code=R.PROJECT_NOT_IN_REPLICA)
+                return self._consumed(tx, R.PROJECT_NOT_IN_REPLICA, epochs)
+        if frame.record_version > base + 1:
             return self._transient(a, R.RECORD_VERSION_GAP)
-        stored = tx.live_record(project, key)
-        order = Order.NEWER if stored is None else state_order(frame.state, stored.state)
-        advances = (
-            frame.record_version == project_version + 1
-            and order is Order.NEWER
-            and is_reachable_record_advance(frame.state, None if stored is None else stored.state)
-        )
-        if advances:
-            result, fetch = self._retain_live_state(tx, project, frame.state, epochs)
-            actual = frame.record_version
-            tx.set_project_version(project, actual)
-            return result, fetch, actual, None
+        slot = _Slot(view, a.attempt_id, project, frame.state.key)
+        stored = slot.record(tx)
+        if self._advances(frame, base, stored):
+            result, fetch = self._retain(tx, slot, frame.state, epochs)
+            if view is View.STAGE:
+                tx.put_stage_project(a.attempt_id, project, replace(staged, record_version=frame.record_version))
+            else:
+                tx.set_project_version(project, frame.record_version)
+            return _Prepared(result, fetch, frame.record_version, a.attempt_id)
         if stored is not None:
-            result, fetch = self._retained_existing(stored, epochs)
-            return result, fetch, project_version, None
-        return consumed(R.RECORD_VERSION_CONFLICT)
+            # A lower or equal version, an older state or an unreachable move is answered with
+            # what this replica retained: the cloud can reconcile without the stream getting stuck.
+            return _Prepared(stored.result(), self.decisions.awaits_fetch(stored.state, stored.mat, epochs),
+                             base, a.attempt_id)
+        self._save_receipt(tx, frame, mac, ok=False, code=R.RECORD_VERSION_CONFLICT)
+        return self._consumed(tx, R.RECORD_VERSION_CONFLICT, epochs)
+
+    def _advances(self, frame: ApplyFrame, base: int, stored) -> bool:
+        """The delta is the next record version, newer than what is stored, and one reachable head move."""
+        current = None if stored is None else stored.state
+        return (frame.record_version == base + 1
+                and (current is None or self.decisions.order(frame.state, current) is Order.NEWER)
+                and self.decisions.reachable(frame.state, current))
 
     @staticmethod
-    def _receipt_result(receipt: Receipt, a: Authority, project_id: str) -> ApplyResult:
+    def _consumed(tx: Tables, code: RefusalCode, epochs: tuple[int, ...]) -> ApplyRefused:
+        """A refusal whose receipt was just saved: consumed, the cursor moved on."""
+        after = tx.authority()
+        return ApplyRefused(False, True, after.attempt_id, code, epochs, after.required_cursor())
+
+    @staticmethod
+    def _receipt_result(receipt: StoredReceipt, a: AuthorityRow, project_id: str) -> ApplyResult:
         """``receiptResult``: the stored answer, with today's epochs and cursor."""
-        applied = required_cursor(a)
+        applied = a.required_cursor()
         if not receipt.ok:
             if receipt.code is None:
                 raise CorruptReplica("replica refusal has no code")
@@ -883,27 +843,24 @@ class SqliteReplica:
         return ApplyOk(True, a.attempt_id, project_id, receipt.record_version, receipt.result,
                        a.policy_epochs, applied)
 
-    def _delivery_final(self, tx: Tables, frame: ApplyFrame, mac: str, actual_version: int,
-                        attempt: Optional[str]) -> ApplyResult:
+    def _delivery_final(self, tx: Tables, frame: ApplyFrame, mac: str, prepared: _Prepared) -> ApplyResult:
+        """The final transaction: nothing moved under the delivery, then its receipt and answer."""
         a = tx.authority()
-        current = required_cursor(a)
+        current = a.required_cursor()
         if (
             frame.delivery.stream_id != current.stream_id
             or frame.delivery.sequence != current.sequence + 1
-            or a.attempt_id != attempt
+            or a.attempt_id != prepared.attempt
         ):
             return self._transient(a, R.REPLICA_STATE_CHANGED)
-        if attempt is None:
-            row = tx.live_record(frame.project_id, frame.state.key)
-        else:
-            row = tx.stage_record(attempt, frame.project_id, frame.state.key)
+        row = _Slot(prepared.view, prepared.attempt, frame.project_id, frame.state.key).record(tx)
         if row is None:
             return self._transient(a, R.REPLICA_STATE_MISSING)
         result = row.result()
-        self._save_receipt(tx, frame, mac, ok=True, result=result, record_version=actual_version)
+        self._save_receipt(tx, frame, mac, ok=True, result=result, record_version=prepared.version)
         after = tx.authority()
-        return ApplyOk(False, after.attempt_id, frame.project_id, actual_version, result,
-                       after.policy_epochs, required_cursor(after))
+        return ApplyOk(False, after.attempt_id, frame.project_id, prepared.version, result,
+                       after.policy_epochs, after.required_cursor())
 
     # -- complete, close_gate ----------------------------------------------
 
@@ -915,45 +872,35 @@ class SqliteReplica:
 
     def _complete(self, tx: Tables, frame: CommitFrame) -> CommitResult:
         a = tx.authority()
-        applied = required_cursor(a)
+        applied = a.required_cursor()
         epochs = a.policy_epochs
 
         def refuse(code: RefusalCode) -> CommitRefused:
             return CommitRefused(frame.attempt_id, code, epochs, applied)
 
-        if a.attempt_id != frame.attempt_id or a.gate.is_open:
+        if a.attempt_id != frame.attempt_id or a.gate_open:
             return refuse(R.RECONCILIATION_ATTEMPT_MISMATCH)
         if frame.high_water != applied:
             return refuse(R.DELIVERY_INCOMPLETE)
         attempt = frame.attempt_id
         staged = {p: view for (a_id, p), view in tx.verified_stage().items() if a_id == attempt}
-        staged_projects = sorted(((p, sp) for p, (sp, _) in staged.items()), key=lambda kv: kv[0])
-        if len(staged_projects) != len(frame.versions) or any(
-            not sp.complete
-            or sp.record_version is None
-            or p != frame.versions[i].project_id
-            or sp.record_version != frame.versions[i].record_version
-            for i, (p, sp) in enumerate(staged_projects)
-        ):
+        if not tx.stage_matches_versions(attempt, frame.versions):
             return refuse(R.RECORD_VERSION_CHANGED)
-        promoted = []
+        bad = tx.unpromotable_record(attempt)
+        if bad is not None:
+            _project, _key, installed = bad
+            raise CorruptReplica("staged installed value does not match its replica head" if installed
+                                 else "staged withheld replica record still has a value")
+        tx.replace_live(sorted((p, sp.record_version) for p, (sp, _) in staged.items()))
         for project, (_, view) in sorted(staged.items()):
             for key, row in view.records:
                 if not row.present:
                     continue
+                tx.put_live_record(project, row.state, row.mat)
                 vrow = view.values.get(key)
-                if row.mat.kind is MatKind.INSTALLED:
-                    if not _value_matches_head(vrow, row.state.head, "stage_values", (attempt, project, key)):
-                        raise CorruptReplica("staged installed value does not match its replica head")
-                elif vrow is not None:
-                    raise CorruptReplica("staged withheld replica record still has a value")
-                promoted.append((project, row, vrow))
-        tx.replace_live((p, sp.record_version) for p, sp in staged_projects)
-        for project, row, vrow in promoted:
-            tx.put_live_record(project, row.state, row.mat)
-            if vrow is not None:
-                # Sealed blobs move as they are: their seal binds project, key and head, not the view.
-                tx.put_live_value_row(project, row.state.key, vrow)
+                if vrow is not None:
+                    # Sealed blobs move as they are: their seal binds project, key and head, not the view.
+                    tx.put_live_value_row(project, key, vrow)
         tx.clear_stage()
         tx.set_authority(gate_open=True, attempt_id=None)
         return CommitOk(frame.attempt_id, epochs, applied)
@@ -970,16 +917,13 @@ class SqliteReplica:
         """``readProjectEnvReplicaStatus``."""
         with self._read() as tx:
             a = tx.authority()
-            return Status(
-                a.gate.activated, a.gate.is_open, a.attempt_id, a.org_id, cursor(a), a.policy_epochs,
-                tuple(sorted(tx.projects())),
-            )
+            return Status(a.activated, a.gate_open, a.attempt_id, a.org_id, a.cursor(), a.policy_epochs,
+                          tuple(sorted(tx.projects())))
 
     def is_ready(self) -> bool:
         """Activated, open, no attempt (the ready condition of ``awaitProjectEnvReplicaReady``)."""
         with self._read() as tx:
-            a = tx.authority()
-        return a.gate.activated and a.gate.is_open and a.attempt_id is None
+            return tx.authority().serving
 
     def await_ready(self, timeout: float) -> None:
         """Return once ready; ``TimeoutError`` at the deadline.
@@ -1001,14 +945,15 @@ class SqliteReplica:
                 if self._generation == seen:
                     self._changed.wait(min(READY_POLL_SECONDS, remaining))
 
+
     def _snapshot(self, tx: Tables, project_ids) -> Optional[Snapshot]:
+        """The served view of exactly ``project_ids`` (task order), None when it must not serve; corrupt raises."""
         a = tx.authority()
-        if not a.gate.activated or not a.gate.is_open or a.attempt_id is not None:
+        if not a.serving:
             return None
         requested = list(project_ids)
-        expected = sorted(set(requested))
         live_projects = tx.projects()  # the project set, verified against the authority row
-        if len(expected) != len(requested) or expected != sorted(live_projects):
+        if len(set(requested)) != len(requested) or set(requested) != set(live_projects):
             return None
         rejudge = self.config.variant is Variant.FIXED
         projects = []
@@ -1017,25 +962,24 @@ class SqliteReplica:
             if version is None:
                 raise CorruptReplica("replica project is missing")
             view = tx.verified_live_project(project)  # every row, and the set, verified
-            value_rows = dict(view.values)
+            unclaimed = dict(view.values)
             entries = []
             for key, row in view.records:
-                head = row.state.head
-                vrow = value_rows.pop(key, None)
+                vrow = unclaimed.pop(key, None)
                 value = None
                 if row.mat.kind is MatKind.INSTALLED:
-                    if not _value_matches_head(vrow, head, "record_values", (project, key)):
+                    if not _value_matches_head(vrow, row.state.head):
                         raise CorruptReplica("installed replica value does not match its head")
-                    if rejudge and desired_materialization(row.state, a.policy_epochs).kind is MatKind.WITHHELD:
+                    if rejudge and self.decisions.desired(row.state, a.policy_epochs).kind is MatKind.WITHHELD:
                         # Defence in depth (variant fixed): serve nothing the kept policy or binding withholds.
                         raise CorruptReplica(f"records row {project}/{key} is installed, but its binding or policy "
                                              f"epoch withholds it under the kept epochs; nothing is served")
                     value = self._open_value(vrow, "record_values", (project, key), project, key,
-                                             head.value_ref).value
+                                             row.state.head.value_ref).value
                 elif vrow is not None:
                     raise CorruptReplica("withheld replica record still has a value")
                 entries.append(SnapshotEntry(row.state, row.mat, value))
-            if value_rows:
+            if unclaimed:
                 raise CorruptReplica("replica value has no authority record")
             projects.append(SnapshotProject(project, version, tuple(entries)))
         return Snapshot(tuple(projects))
@@ -1053,24 +997,41 @@ class SqliteReplica:
         except Exception:  # the seed's catch-all: never serve on doubt
             return None
 
-    def snapshot_diagnostics(self, project_ids) -> Optional[str]:
-        """Why ``read_snapshot`` fails closed (None when it serves); never includes a value."""
+    def diagnose(self, project_ids) -> Optional[Diagnosis]:
+        """Why ``read_snapshot(project_ids)`` fails closed, or None when it serves.
+
+        The reason is checked in the order of ``DiagnosisReason``: not
+        activated, gate closed, projects mismatch; corrupt when reading the
+        rows raises (the message names the table and row, never a value; an
+        unexpected exception is named by its type only). A busy, failing or
+        replaced file raises (``ReplicaUnavailable`` / ``ReplicaPathError``):
+        that is not the replica's answer.
+        """
         try:
             with self._read() as tx:
                 a = tx.authority()
-                if not a.gate.activated:
-                    return "replica is not activated"
-                if not a.gate.is_open or a.attempt_id is not None:
-                    return "serving gate is closed"
+                if not a.activated:
+                    return Diagnosis(DiagnosisReason.NOT_ACTIVATED, "replica is not activated")
+                if not a.gate_open or a.attempt_id is not None:
+                    return Diagnosis(DiagnosisReason.GATE_CLOSED, "serving gate is closed")
                 if self._snapshot(tx, project_ids) is None:
-                    return "requested projects are not exactly the replica's projects"
+                    return Diagnosis(DiagnosisReason.PROJECTS_MISMATCH,
+                                     "requested projects are not exactly the replica's projects")
         except ReplicaError as error:
-            return error.message
+            return Diagnosis(DiagnosisReason.CORRUPT, error.message)
+        except (ReplicaUnavailable, ReplicaPathError):
+            raise
+        except Exception as error:  # anything else: its type only (messages may quote parameters)
+            return Diagnosis(DiagnosisReason.CORRUPT, f"replica read failed ({type(error).__name__})")
+        return None
+
+    def snapshot_diagnostics(self, project_ids) -> Optional[str]:
+        """``diagnose``'s message (None when the snapshot serves); a busy or failing file's error text."""
+        try:
+            found = self.diagnose(project_ids)
         except (ReplicaUnavailable, ReplicaPathError) as error:
             return str(error)
-        except Exception as error:  # anything else: its type only (messages may quote parameters)
-            return f"replica read failed ({type(error).__name__})"
-        return None
+        return None if found is None else found.message
 
     def list_receipts(self) -> tuple[ReceiptView, ...]:
         """``listProjectEnvReplicaReceipts`` without MACs, ordered by stream and sequence (the set verified)."""
@@ -1079,45 +1040,62 @@ class SqliteReplica:
         receipts = sorted(((r.stream_id, r.sequence), receipt_of_row(r)) for r in rows)
         return tuple(ReceiptView(s, n, r.ok, r.code, r.result, r.record_version) for (s, n), r in receipts)
 
-    def to_model_state(self) -> State:
-        """Every table read back into the model's ``State``, every row and set verified.
+    def export_state(self) -> dict:
+        """Every table, each row and set verified and each value opened: the ``state`` document.
 
-        Values are opened; receipts carry their MAC. Any tamper raises
-        ``TamperDetected``.
+        The shape is docs/adapter-extensions.md's ``state`` (JSON-ready: dicts,
+        lists, strings, integers, booleans, None), every list sorted by its
+        primary key. Receipts carry their ``requestMac``. Holds plaintext: a
+        test and verification read, never logged. A tamper raises
+        ``TamperDetected``; a row that does not parse, ``CorruptReplica``.
         """
         with self._read() as tx:
-            authority = tx.authority()
+            a = tx.authority()
             live = tx.verified_live()
             stage = tx.verified_stage()
             receipt_rows = tx.verified_receipts()
-        projects, records, values = {}, {}, {}
-        for project, (version, view) in live.items():
-            projects[project] = version
+        doc: dict = {
+            "authority": {"activated": a.activated, "gateOpen": a.gate_open, "attemptId": a.attempt_id,
+                          "streamId": a.stream_id, "appliedSequence": a.applied_sequence, "orgId": a.org_id,
+                          "policyEpochs": list(a.policy_epochs)},
+            "projects": [], "records": [], "values": [],
+            "stageProjects": [], "stageRecords": [], "stageValues": [], "receipts": [],
+        }
+
+        def opened(vrow, table: str, ident: tuple, project: str, key: str) -> dict:
+            value = self._open_value(vrow, table, ident, project, key)
+            return {"revision": value.revision, "generation": value.generation,
+                    "valueRef": wire.encode(value.value_ref), "value": value.value}
+
+        for project, (version, view) in sorted(live.items()):
+            doc["projects"].append({"projectId": project, "recordVersion": version})
             for key, row in view.records:
-                records[(project, key)] = row
-            for key, vrow in view.values.items():
-                values[(project, key)] = self._open_value(vrow, "record_values", (project, key), project, key)
-        stage_projects, stage_records, stage_values = {}, {}, {}
-        for (attempt, project), (sp, view) in stage.items():
-            stage_projects[(attempt, project)] = sp
+                doc["records"].append({"projectId": project, "key": key, "state": wire.encode(row.state),
+                                       "materialization": wire.encode(row.mat)})
+            for key, vrow in sorted(view.values.items()):
+                doc["values"].append({"projectId": project, "key": key,
+                                      **opened(vrow, "record_values", (project, key), project, key)})
+        for (attempt, project), (sp, view) in sorted(stage.items()):
+            doc["stageProjects"].append({"attemptId": attempt, "projectId": project,
+                                         "recordVersion": sp.record_version, "lastKey": sp.last_key,
+                                         "complete": sp.complete})
             for key, row in view.records:
-                stage_records[(attempt, project, key)] = row
-            for key, vrow in view.values.items():
+                doc["stageRecords"].append({"attemptId": attempt, "projectId": project, "key": key,
+                                            "state": wire.encode(row.state), "materialization": wire.encode(row.mat),
+                                            "present": row.present})
+            for key, vrow in sorted(view.values.items()):
                 ident = (attempt, project, key)
-                stage_values[ident] = self._open_value(vrow, "stage_values", ident, project, key)
-        receipts = {(r.stream_id, r.sequence): receipt_of_row(r) for r in receipt_rows}
-        return State(
-            authority=authority,
-            projects=FMap(projects),
-            records=FMap(records),
-            values=FMap(values),
-            stage_projects=FMap(stage_projects),
-            stage_records=FMap(stage_records),
-            stage_values=FMap(stage_values),
-            receipts=FMap(receipts),
-            inflight=(),
-            store_on=self.reader is not None,
-        )
+                doc["stageValues"].append({"attemptId": attempt, "projectId": project, "key": key,
+                                           **opened(vrow, "stage_values", ident, project, key)})
+        for row in sorted(receipt_rows, key=lambda r: (r.stream_id, r.sequence)):
+            receipt = receipt_of_row(row)
+            doc["receipts"].append({
+                "streamId": row.stream_id, "sequence": row.sequence, "requestMac": receipt.request_mac,
+                "ok": receipt.ok, "code": None if receipt.code is None else receipt.code.value,
+                "result": None if receipt.result is None else wire.encode(receipt.result),
+                "recordVersion": receipt.record_version,
+            })
+        return doc
 
     def verify(self) -> list[str]:
         """Every check of integrity at rest: SQLite's own, then every row, set and seal. [] when all hold.
@@ -1131,7 +1109,7 @@ class SqliteReplica:
                 lines = [line for (line,) in conn.exec_driver_sql("PRAGMA integrity_check").fetchall()]
             problems += [f"SQLite integrity_check: {line}" for line in lines if line != "ok"]
         try:
-            self.to_model_state()
+            self.export_state()
         except ReplicaError as error:
             problems.append(error.message)
         return problems

@@ -3,8 +3,16 @@
 What it holds: ``Tables``, the table operations of one transaction (the
 seed's ``tx`` helpers: ``authorityRow``, ``liveRecord``, ``putStageRecord``,
 ``resetStagedProject``, ``saveReceipt``'s insert, ...), and the conversions
-between rows and the domain values (``BindingState``, ``Materialization``,
-``StageProject``, ``Receipt``), with the statements they run.
+between rows and values (``BindingState``, ``Materialization`` and the row
+types of ``impl.rows``), with the statements they run. Three questions the
+seed answers by comparing lists of rows are answered here by one SQL query
+each, over rows this transaction has verified first:
+``live_matches_staged`` (a complete page at the live record version:
+the live records and the present staged ones hold the same states),
+``stage_matches_versions`` (a commit: the attempt's staged projects are
+exactly the versions it names, each complete) and ``unpromotable_record``
+(a commit: the first present staged record whose value row contradicts its
+materialization).
 
 Integrity, as ``impl.integrity`` describes it:
 
@@ -30,7 +38,9 @@ tag verified, in ``RowAuthenticator``; how it parses, here): the same bytes
 read again are not re-verified nor re-parsed. Rows themselves are read again
 in every transaction, since another process may write between two.
 
-Leaves out on purpose: the protocol decisions (``impl.replica``).
+Leaves out on purpose: the protocol decisions (``impl.decisions``,
+``impl.replica``): a query here answers what the tables hold, never what to
+do about it.
 """
 
 from __future__ import annotations
@@ -45,7 +55,7 @@ from typing import Any, Iterable, Optional
 from envreplica.impl import integrity as I
 from envreplica.impl import schema as S
 from envreplica.impl.integrity import RowAuthenticator, TamperDetected
-from envreplica.model.state import Authority, LiveRow, Receipt, StageProject, StageRow
+from envreplica.impl.rows import AuthorityRow, LiveRecord, StagedProject, StagedRecord, StoredReceipt
 from envreplica.spec import wire
 from envreplica.spec.domain import (
     BindingState,
@@ -53,10 +63,10 @@ from envreplica.spec.domain import (
     InvalidFrame,
     Materialization,
     MatKind,
+    ProjectVersion,
     RefusalCode,
     ValueRef,
 )
-from envreplica.spec.gate import Gate
 
 __all__ = ["AUTHORITY_ID", "Tables", "VerifiedProject", "json_text", "ref_json", "value_ref_of_row",
            "record_of_row", "receipt_of_row", "count_of", "where_text"]
@@ -188,8 +198,8 @@ def _parse_code(code: Any, ident: tuple) -> RefusalCode:
         raise CorruptReplica(f"stored replica receipt code is invalid ({where_text('receipts', ident)})") from None
 
 
-def receipt_of_row(row) -> Receipt:
-    """A receipt row as the model's ``Receipt``, its ``request`` being the stored MAC."""
+def receipt_of_row(row) -> StoredReceipt:
+    """A receipt row, parsed: its MAC, outcome, code, result and record version."""
     ident = (row.stream_id, row.sequence)
     code = None if row.code is None else _parse_code(row.code, ident)
     result = None
@@ -199,20 +209,20 @@ def receipt_of_row(row) -> Receipt:
             result = wire.parse_record_result(doc)
         except InvalidFrame:
             raise CorruptReplica("stored replica delivery result is invalid") from None
-    return Receipt(row.request_mac, bool(row.ok), code, result, row.record_version)
+    return StoredReceipt(row.request_mac, bool(row.ok), code, result, row.record_version)
 
 
 _AUTHORITY_FIELDS = ("activated", "gate_open", "stream_id", "applied_sequence", "attempt_id", "org_id",
                      "policy_epochs_json")
 
 
-def _authority_of(cols: dict) -> Authority:
-    """``authorityRow`` read as the model's ``Authority``; a malformed row is corrupt."""
+def _authority_of(cols: dict) -> AuthorityRow:
+    """``authorityRow``, parsed; a row whose columns contradict each other is corrupt."""
     return _authority_of_fields(tuple(cols[f] for f in _AUTHORITY_FIELDS))
 
 
 @lru_cache(maxsize=1024)
-def _authority_of_fields(fields: tuple) -> Authority:
+def _authority_of_fields(fields: tuple) -> AuthorityRow:
     cols = dict(zip(_AUTHORITY_FIELDS, fields))
     text = cols["policy_epochs_json"]
     try:
@@ -226,32 +236,26 @@ def _authority_of_fields(fields: tuple) -> Authority:
     activated, gate_open, attempt = bool(cols["activated"]), bool(cols["gate_open"]), cols["attempt_id"]
     if attempt is not None and (not isinstance(attempt, str) or wire.ID.regex.fullmatch(attempt) is None):
         raise CorruptReplica("stored replica attempt is invalid")
-    if not activated:
-        if gate_open or attempt is not None:
-            raise CorruptReplica("stored replica gate is invalid")
-        gate = Gate.INACTIVE
-    elif gate_open:
-        if attempt is not None:
-            raise CorruptReplica("stored replica gate is invalid")
-        gate = Gate.OPEN
-    else:
-        gate = Gate.IDLE if attempt is None else Gate.STAGING
+    # Only three combinations are written: never activated (closed, no attempt), open without an
+    # attempt, and closed with or without one.
+    if (not activated and (gate_open or attempt is not None)) or (gate_open and attempt is not None):
+        raise CorruptReplica("stored replica gate is invalid")
     stream, sequence, org = cols["stream_id"], cols["applied_sequence"], cols["org_id"]
     if activated:
         if not isinstance(stream, str) or wire.ID.regex.fullmatch(stream) is None or not count_of(sequence):
             raise CorruptReplica("stored replica delivery cursor is invalid")
         if not isinstance(org, str) or wire.SEGMENT.regex.fullmatch(org) is None:
             raise CorruptReplica("stored replica organization is invalid")
-    return Authority(gate, stream, sequence, attempt, org, epochs)
+    return AuthorityRow(activated, gate_open, attempt, stream, sequence, org, epochs)
 
 
-def _stage_project_of(cols: dict, ident: tuple) -> StageProject:
+def _stage_project_of(cols: dict, ident: tuple) -> StagedProject:
     rv, last_key = cols["record_version"], cols["last_key"]
     if (rv is not None and not count_of(rv)) or (
         last_key is not None and (not isinstance(last_key, str) or wire.KEY.regex.fullmatch(last_key) is None)
     ):
         raise CorruptReplica(f"stored replica staged project is invalid ({where_text('stage_projects', ident)})")
-    return StageProject(rv, last_key, bool(cols["complete"]))
+    return StagedProject(rv, last_key, bool(cols["complete"]))
 
 
 def initial_authority_columns() -> dict:
@@ -363,6 +367,43 @@ class _Sql:
     clear_receipts = (_delete(S.receipts),)
 
 
+_STATE_COLUMNS = "key, revision, generation, tombstone, value_ref_json, binding_json, policy_epoch, listing_generation"
+
+#: Rows of one side with no equal row on the other, both ways: 0 when the states are the same.
+_SAME_STATES_SQL = f"""
+SELECT COUNT(*) FROM (
+  SELECT * FROM (SELECT {_STATE_COLUMNS} FROM records WHERE project_id = ?1
+                 EXCEPT SELECT {_STATE_COLUMNS} FROM stage_records WHERE attempt_id = ?2 AND project_id = ?3 AND present)
+  UNION ALL
+  SELECT * FROM (SELECT {_STATE_COLUMNS} FROM stage_records WHERE attempt_id = ?2 AND project_id = ?3 AND present
+                 EXCEPT SELECT {_STATE_COLUMNS} FROM records WHERE project_id = ?1)
+)"""
+
+#: As many staged projects as asked, and every (project, version) asked is a complete staged project.
+_STAGE_VERSIONS_SQL = """
+WITH asked(project_id, record_version) AS (
+  SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?1))
+SELECT (SELECT COUNT(*) FROM stage_projects WHERE attempt_id = ?2) = (SELECT COUNT(*) FROM asked)
+   AND NOT EXISTS (SELECT project_id, record_version FROM asked
+                   EXCEPT
+                   SELECT project_id, record_version FROM stage_projects
+                   WHERE attempt_id = ?3 AND complete AND record_version IS NOT NULL)"""
+
+#: The first present staged record whose value row contradicts its materialization.
+_UNPROMOTABLE_SQL = """
+SELECT r.project_id, r.key, r.materialization = 'installed'
+FROM stage_records AS r
+LEFT JOIN stage_values AS v
+  ON v.attempt_id = r.attempt_id AND v.project_id = r.project_id AND v.key = r.key
+WHERE r.attempt_id = ?1 AND r.present AND (
+  CASE WHEN r.materialization = 'installed'
+       THEN v.key IS NULL OR v.revision IS NOT r.revision OR v.generation IS NOT r.generation
+            OR v.value_ref_json IS NOT r.value_ref_json
+       ELSE v.key IS NOT NULL END)
+ORDER BY r.project_id, r.key
+LIMIT 1"""
+
+
 @dataclass(frozen=True)
 class _View:
     """The live or the staged view: its tables, the key of its parent rows, its statements."""
@@ -408,7 +449,7 @@ class _Parent:
 class VerifiedProject:
     """A parent and its rows, each verified and their sum checked against the parent's digest."""
 
-    records: tuple  # (key, LiveRow | StageRow) sorted by key
+    records: tuple  # (key, LiveRecord | StagedRecord) sorted by key
     values: dict  # key -> the value row (as read)
 
 
@@ -432,7 +473,7 @@ class Tables:
         self.rows = rows
         self.notify = False  # the authority row or the live view changed
         self._auth_cols: Optional[dict] = None  # the authority row's columns but digests and tag
-        self._auth: Optional[Authority] = None
+        self._auth: Optional[AuthorityRow] = None
         self._digests: dict[str, int] = {}  # the authority row's live / stage / receipts digests, unmasked
         self._new_stream = False  # receipts were cleared: a new stream incarnation
         self._projects: dict[str, Optional[_Parent]] = {}
@@ -481,8 +522,8 @@ class Tables:
         self._auth_cols = cols
         self._auth = _authority_of(cols)
 
-    def authority(self) -> Authority:
-        """``authorityRow``: the verified authority row as the model's ``Authority``."""
+    def authority(self) -> AuthorityRow:
+        """``authorityRow``: the verified authority row, parsed."""
         if self._auth is None:
             self._load_authority()
         return self._auth
@@ -666,10 +707,10 @@ class Tables:
         return self._live_parent(*key) if view is LIVE else self._stage_parent(*key)
 
     def _record_of(self, view: _View, row, ident: tuple):
-        """A verified record row as a ``LiveRow`` or ``StageRow`` (its element remembered)."""
+        """A verified record row as a ``LiveRecord`` or ``StagedRecord`` (its element remembered)."""
         self._elements[(view.records, *ident)] = self._open(view.records, row, ident)
         state, mat = parsed_record(row, view.records, ident)
-        return LiveRow(state, mat) if view is LIVE else StageRow(state, mat, bool(row.present))
+        return LiveRecord(state, mat) if view is LIVE else StagedRecord(state, mat, bool(row.present))
 
     def _get_record(self, view: _View, ident: tuple):
         row = self._one(view.record, *ident)
@@ -748,10 +789,10 @@ class Tables:
 
     # -- live records and values -------------------------------------------
 
-    def live_record(self, project: str, key: str) -> Optional[LiveRow]:
+    def live_record(self, project: str, key: str) -> Optional[LiveRecord]:
         return self._get_record(LIVE, (project, key))
 
-    def live_records(self, project: str) -> list[tuple[str, LiveRow]]:
+    def live_records(self, project: str) -> list[tuple[str, LiveRecord]]:
         """The project's live records, sorted by key (``ORDER BY key``), each verified."""
         return self._get_records(LIVE, (project,))
 
@@ -807,11 +848,11 @@ class Tables:
 
     # -- staged projects, records and values -------------------------------
 
-    def stage_project(self, attempt: str, project: str) -> Optional[StageProject]:
+    def stage_project(self, attempt: str, project: str) -> Optional[StagedProject]:
         parent = self._stage_parent(attempt, project, required=False)
         return None if parent is None else _stage_project_of(parent.cols, (attempt, project))
 
-    def put_stage_project(self, attempt: str, project: str, sp: StageProject) -> None:
+    def put_stage_project(self, attempt: str, project: str, sp: StagedProject) -> None:
         cols = {"record_version": sp.record_version, "last_key": sp.last_key, "complete": sp.complete}
         parent = self._stage_parent(attempt, project, required=False)
         if parent is None:
@@ -820,14 +861,14 @@ class Tables:
         parent.cols.update(cols)
         parent.dirty = self._dirty = True
 
-    def stage_record(self, attempt: str, project: str, key: str) -> Optional[StageRow]:
+    def stage_record(self, attempt: str, project: str, key: str) -> Optional[StagedRecord]:
         return self._get_record(STAGE, (attempt, project, key))
 
-    def stage_records(self, attempt: str, project: str) -> list[tuple[str, StageRow]]:
+    def stage_records(self, attempt: str, project: str) -> list[tuple[str, StagedRecord]]:
         """Staged records of the attempt's project, sorted by key, each verified."""
         return self._get_records(STAGE, (attempt, project))
 
-    def put_stage_record(self, attempt: str, project: str, row: StageRow) -> None:
+    def put_stage_record(self, attempt: str, project: str, row: StagedRecord) -> None:
         self._put_record(STAGE, (attempt, project), row.state, row.mat, present=row.present)
 
     def delete_stage_value(self, attempt: str, project: str, key: str) -> None:
@@ -853,13 +894,13 @@ class Tables:
         live = self.verified_live_project(project)  # a tamper is never copied into staging
         for key, row in live.records:
             self._elements[(STAGE.records, attempt, project, key)] = None
-            self.put_stage_record(attempt, project, StageRow(row.state, row.mat, False))
+            self.put_stage_record(attempt, project, StagedRecord(row.state, row.mat, False))
         # Sealed blobs are copied as they are: their seal binds project, key and head, not the view.
         for key, vrow in sorted(live.values.items()):
             self._elements[(STAGE.values, attempt, project, key)] = None
             self._put_value(STAGE, (attempt, project, key), _copied_value(vrow))
 
-    def verified_stage(self) -> dict[tuple[str, str], tuple[StageProject, VerifiedProject]]:
+    def verified_stage(self) -> dict[tuple[str, str], tuple[StagedProject, VerifiedProject]]:
         """Every staged project with its rows, each verified, every sum checked (a commit's promotion)."""
         out = {}
         elements = []
@@ -877,6 +918,47 @@ class Tables:
             raise TamperDetected("stage_projects: the set of staged project rows is not the one the authority row "
                                  "records (a row was deleted, inserted or rolled back)")
         return out
+
+    # -- comparisons the seed makes over lists of rows, as SQL ---------------
+
+    def live_matches_staged(self, attempt: str, project: str) -> bool:
+        """The project's live records and the attempt's present staged records hold the same states.
+
+        The seed's comparison of the two key-ordered lists, ``sameState`` row
+        by row (a complete page at the live record version). Keys are unique
+        in both tables, so the lists are equal exactly when neither set of
+        (key, state columns) has a row the other lacks. Every row is verified
+        (tag and parse) before the query trusts its columns; both tables are
+        written through one encoder, so equal states have equal columns.
+        """
+        self._get_records(LIVE, (project,))
+        self._get_records(STAGE, (attempt, project))
+        differing = self.db.execute(_SAME_STATES_SQL, (project, attempt, project)).fetchone()[0]
+        return differing == 0
+
+    def stage_matches_versions(self, attempt: str, versions: Iterable[ProjectVersion]) -> bool:
+        """The attempt's staged projects are exactly ``versions``, each complete at its record version.
+
+        The seed's pairwise comparison of the sorted staged projects with the
+        commit's versions (which the wire parser keeps strictly ascending by
+        project, so unique). The staged projects must have been verified in
+        this transaction (``verified_stage``), and not changed since.
+        """
+        if any(p is not None and p.dirty for p in self._stage.values()):
+            raise RuntimeError("stage_matches_versions after a change to a staged project in the same transaction")
+        asked = json.dumps([[v.project_id, v.record_version] for v in versions])
+        return bool(self.db.execute(_STAGE_VERSIONS_SQL, (asked, attempt, attempt)).fetchone()[0])
+
+    def unpromotable_record(self, attempt: str) -> Optional[tuple[str, str, bool]]:
+        """The first present staged record (by project, key) whose value row contradicts it, or None.
+
+        (project, key, installed): an installed record whose value row is
+        missing or was fetched for another head (revision, generation,
+        reference text), or a record that is not installed but has a value
+        row. The rows must have been verified in this transaction.
+        """
+        row = self.db.execute(_UNPROMOTABLE_SQL, (attempt,)).fetchone()
+        return None if row is None else (row[0], row[1], bool(row[2]))
 
     # -- receipts -----------------------------------------------------------
 

@@ -12,17 +12,18 @@ Models: the seed's ``ProjectEnvReplicaValueReader`` (wire-protocol.md section
 
 A reader answers the value text (and, for legacy, the version the store
 reports), ``None`` for "no such parameter / version", or raises
-``ValueStoreError`` for any other failure. ``answer_of`` turns a read into the
-model's ``Answer`` (``Found`` / ``Missing`` / ``Raises``) so that
-``envreplica.model.store.interpret`` alone decides what the answer means: the
-implementation has no envelope or version logic of its own.
+``ValueStoreError`` for any other failure. ``ask`` makes one read that
+``impl.decisions`` planned and returns the answer as that module's
+``StoreAnswer`` (``Answered`` / ``NotFound`` / ``ReadFailed``), so that
+``Decisions.judge_answer`` alone decides what the answer means: this module
+has no envelope or version logic of its own.
 
-``put_for_ref`` writes test fixtures, naming parameters with the model's
-``staged_parameter_name`` / ``legacy_parameter_name``.
+``put_for_ref`` writes test fixtures, naming parameters as the replica reads
+them (``impl.decisions.staged_parameter_name`` / ``legacy_parameter_name``).
 
-Leaves out on purpose: parsing or checking envelopes (the model's
-``interpret``), the ``plan`` step (tombstones, no store, unusable legacy
-names: the model's ``plan``), caching, KMS key choice (SSM's default key),
+Leaves out on purpose: parsing or checking envelopes, and deciding whether
+there is a read at all (tombstones, no store, unusable legacy names): both
+are ``impl.decisions``'. Also caching, KMS key choice (SSM's default key),
 pagination and batching (one ``GetParameter`` per read), and SSM's
 100-version history limit (fixtures never need more). Error messages name the
 operation and error code, never a value.
@@ -38,12 +39,12 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from envreplica.model.state import ReadRequest
-from envreplica.model.store import (
-    Answer,
-    Found,
-    Missing,
-    Raises,
+from envreplica.impl.decisions import (
+    Answered,
+    NotFound,
+    ReadFailed,
+    StoreAnswer,
+    StoreRead,
     legacy_parameter_name,
     staged_parameter_name,
 )
@@ -55,7 +56,7 @@ __all__ = [
     "EmbeddedStore",
     "SsmStore",
     "DEFAULT_SSM_CONFIG",
-    "answer_of",
+    "ask",
     "put_for_ref",
 ]
 
@@ -303,26 +304,26 @@ def _parameter(response: Mapping[str, Any], op: str) -> tuple[str, Optional[int]
 
 
 # ---------------------------------------------------------------------------
-# Glue to the model.
+# One planned read.
 # ---------------------------------------------------------------------------
 
 
-def answer_of(reader: ValueReader, request: ReadRequest) -> Answer:
-    """Read ``request`` from ``reader`` and express the outcome as the model's ``Answer``.
+def ask(reader: ValueReader, read: StoreRead) -> StoreAnswer:
+    """Make the read ``impl.decisions`` planned; the outcome as its ``StoreAnswer``.
 
-    ``ValueStoreError`` becomes ``Raises()`` (the seed's catch); other
-    exceptions are bugs in a reader and propagate.
+    ``ValueStoreError`` is ``ReadFailed()`` (the seed's catch); any other
+    exception is a bug in a reader and propagates.
     """
-    ref = request.ref
+    ref = read.ref
     try:
         if isinstance(ref, StagedRef):
-            raw = reader.read_staged(request.name)
-            return Missing() if raw is None else Found(raw)
+            raw = reader.read_staged(read.name)
+            return NotFound() if raw is None else Answered(raw)
         if isinstance(ref, LegacyRef):
-            got = reader.read_legacy(request.name, ref.ssm_version)
-            return Missing() if got is None else Found(got[0], got[1])
+            got = reader.read_legacy(read.name, ref.ssm_version)
+            return NotFound() if got is None else Answered(got[0], got[1])
     except ValueStoreError:
-        return Raises()
+        return ReadFailed()
     raise TypeError(f"not a ValueRef: {type(ref).__name__}")
 
 

@@ -6,7 +6,20 @@ restart, a value-store read answering, the store going away) as data, and
 ``Failed`` result whose next state is what the failing operation had
 committed.
 
-Leaves out on purpose: which actions are enabled (``model.generate``).
+Crashes: ``CrashAfter(action, k)`` runs a page, delivery or resumed read and
+kills the process right after that run's k-th write commit (counted as
+``model.replica`` marks them, i.e. as ``docs/adapter-extensions.md`` says):
+the state is what the committed prefix left, then ``restart``; the result is
+``Crashed(k)``. A run that ends or suspends (``Pending``) before its k-th
+commit returns exactly what the plain action returns. ``run_until_crash`` is
+the same with the count of commits made, so a driver can carry a
+``crashAfterCommit`` budget across ``Pending`` and ``Resume``. A crash at a
+value-store read (between an operation's transactions, with nothing of its
+own in flight) is ``Restart`` while the operation is ``Pending``.
+
+Leaves out on purpose: which actions are enabled (``model.generate``), and
+crashes inside ``begin``, ``complete`` and ``close_gate``: each is one
+transaction, so a crash around it is ``Restart`` before or after it.
 """
 
 from __future__ import annotations
@@ -22,6 +35,7 @@ from envreplica.spec.domain import (
     ApplyFrame,
     BeginFrame,
     CommitFrame,
+    Crashed,
     Failed,
     PageFrame,
     ReplicaError,
@@ -40,6 +54,7 @@ class ActionKind(str, enum.Enum):
     RESTART = "restart"
     RESUME = "resume"
     STORE_OFF = "store_off"
+    CRASH = "crash_after"
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +107,26 @@ class StoreOff:
     kind = ActionKind.STORE_OFF
 
 
-Action = Union[Begin, Page, Deliver, Commit, CloseGate, Restart, Resume, StoreOff]
+#: The actions a crash can cut: each may make several write commits.
+CRASHABLE = (Page, Deliver, Resume)
+
+
+@dataclass(frozen=True, slots=True)
+class CrashAfter:
+    """``action`` (a Page, Deliver or Resume) runs; the process dies right after its ``commit``-th write commit."""
+
+    action: Union[Page, Deliver, Resume]
+    commit: int  # 1 = the run's first write commit
+    kind = ActionKind.CRASH
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.action, CRASHABLE):
+            raise TypeError(f"only a page, delivery or resume can crash after a commit, not {self.action!r}")
+        if isinstance(self.commit, bool) or not isinstance(self.commit, int) or self.commit < 1:
+            raise ValueError(f"crash commit must be an int >= 1, not {self.commit!r}")
+
+
+Action = Union[Begin, Page, Deliver, Commit, CloseGate, Restart, Resume, StoreOff, CrashAfter]
 
 #: The gate trigger an action fires when it succeeds.
 TRIGGER_OF = {
@@ -105,6 +139,9 @@ TRIGGER_OF = {
 
 def step(cfg: ModelConfig, st: State, action: Action):
     """Run ``action``; returns ``(next state, result)``. Errors become ``Failed`` results."""
+    if isinstance(action, CrashAfter):
+        st, result, _ = run_until_crash(cfg, st, action.action, action.commit)
+        return st, result
     try:
         if isinstance(action, Page):
             return replica.apply_page(cfg, st, action.frame)
@@ -128,9 +165,46 @@ def step(cfg: ModelConfig, st: State, action: Action):
     raise TypeError(f"unknown action {action!r}")
 
 
+def run_until_crash(cfg: ModelConfig, st: State, action, commits_left: int):
+    """Run ``action`` (Page, Deliver or Resume) and crash right after its ``commits_left``-th write commit.
+
+    Returns ``(next state, result, commits made)``. On a crash: the state is
+    ``restart`` of what the committed prefix left, the result
+    ``Crashed(commits_left)`` (counted within this run: a driver that carried
+    a budget across ``Pending`` reports its own total), and commits made is
+    ``commits_left``. Otherwise (the run ended or suspended first): exactly
+    the plain action's state and result, and the commits it made.
+    """
+    if not isinstance(action, CRASHABLE):
+        raise TypeError(f"only a page, delivery or resume can crash after a commit, not {action!r}")
+    if isinstance(commits_left, bool) or not isinstance(commits_left, int) or commits_left < 1:
+        raise ValueError(f"commits_left must be an int >= 1, not {commits_left!r}")
+    with replica.counting_commits(limit=commits_left) as budget:
+        try:
+            nxt, result = step(cfg, st, action)
+        except replica.CrashPoint as crash:
+            restarted, _ = replica.restart(cfg, crash.state)
+            return restarted, Crashed(crash.commit), crash.commit
+    return nxt, result, budget.made
+
+
+def run_recording_commits(cfg: ModelConfig, st: State, action):
+    """Run ``action`` as ``step`` does; also return the state after each of its write commits, in order.
+
+    ``CrashAfter(action, k)`` from ``st`` leads to ``restart`` of the k-th of
+    them: one run gives the plain successor and every crash point's.
+    """
+    with replica.counting_commits(record=True) as budget:
+        nxt, result = step(cfg, st, action)
+    return nxt, result, tuple(budget.prefixes)
+
+
 def fired_trigger(action: Action, result) -> Optional[Trigger]:
     """The gate trigger ``action`` fired, given its result (refusals and errors fire none)."""
-    trigger = TRIGGER_OF.get(action.kind)
+    kind = action.kind
+    if kind is ActionKind.CRASH:  # a crash restarts; an uncut run fires what its action fires
+        return Trigger.RESTART if isinstance(result, Crashed) else fired_trigger(action.action, result)
+    trigger = TRIGGER_OF.get(kind)
     if trigger is None or not getattr(result, "ok", False):
         return None
     return trigger

@@ -20,6 +20,15 @@ read in flight may answer with each answer class (``model.store.answers``);
 up to ``Bounds.inflight`` operations may be suspended at once (0 turns
 interleavings off).
 
+Crash points: with ``Bounds.restarts`` and ``Bounds.crash_points``, every
+enabled page, delivery and resumed read is followed by ``CrashAfter(a, k)``
+for each k from 1 to its number of write commits minus one (a crash after
+the last one is ``a`` then ``Restart``, already explored), less those
+``CrashPoints.DISTINCT`` shows add nothing. One run of ``a`` with its
+commits recorded (``actions.run_recording_commits``) gives the count, the
+plain successor and every crash successor; a one-state memo hands them to
+``next_state``, so no operation runs twice.
+
 The interface: ``init(bounds)``, ``enabled(bounds, world)``,
 ``next_state(bounds, world, action)``. Properties live in ``spec.properties``.
 
@@ -32,19 +41,24 @@ from __future__ import annotations
 
 import enum
 import itertools
+import threading
 from dataclasses import dataclass, replace
 from typing import Iterator, Optional
 
+from envreplica.model import replica as replica_ops
 from envreplica.model.actions import (
+    CRASHABLE,
     Action,
     Begin,
     CloseGate,
     Commit,
+    CrashAfter,
     Deliver,
     Page,
     Restart,
     Resume,
     StoreOff,
+    run_recording_commits,
     step,
 )
 from envreplica.model.fmap import EMPTY, FMap
@@ -57,6 +71,7 @@ from envreplica.spec.domain import (
     BindOmit,
     BindWithhold,
     CommitFrame,
+    Crashed,
     Cursor,
     Head,
     LegacyRef,
@@ -72,6 +87,25 @@ class Mode(str, enum.Enum):
 
     CLOUD = "cloud"
     ADVERSARY = "adversary"
+
+
+class CrashPoints(str, enum.Enum):
+    """Which ``CrashAfter(a, k)`` (k from 1 to a's write commits minus one) the generator enumerates.
+
+    ``DISTINCT`` leaves out a crash point whose state (after the restart) is
+    ``Restart``'s from the same state, or an earlier k's of the same action:
+    the step it would add is an edge already explored with the same
+    (pre, post) states, on which every property of ``spec.properties`` gives
+    the same verdict (they read a crash step through ``Crashed`` and its
+    action's frame only, and a crash that changes nothing durable is
+    ``Restart``). That is most of them: a staged operation's writes are all
+    purged by the restart. ``ALL`` enumerates every one (a test checks the
+    two reach the same states and verdicts).
+    """
+
+    OFF = "off"  # none: a crash happens only between actions (Restart), or inside a read window
+    DISTINCT = "distinct"  # each whose crash state is new for this state and action (the default)
+    ALL = "all"  # every k
 
 
 class Move(str, enum.Enum):
@@ -111,6 +145,7 @@ class Bounds:
     inflight: int = 1  # operations that may start while others are suspended (0: interleavings off)
     store_off: bool = False  # the value store may go away
     restarts: bool = True  # the replica may crash and restart
+    crash_points: CrashPoints = CrashPoints.DISTINCT  # with restarts: crash after write commits (CrashPoints)
     alphabet_extra: bool = True  # adversary: add older/conflicting records to the alphabet
     alphabet_omit: bool = False  # adversary: add a record whose binding omits the key
     ack_page_bytes: int = 262144  # acknowledgement size bound
@@ -384,20 +419,123 @@ def init(bounds: Bounds) -> World:
     return World(INITIAL, Cloud() if bounds.mode is Mode.CLOUD else None)
 
 
-def enabled(bounds: Bounds, world: World) -> Iterator:
+class _Run:
+    """One recorded run of a page, delivery or resume from one state, and its crash successors."""
+
+    __slots__ = ("action", "next", "result", "prefixes", "crashed")
+
+    def __init__(self, cfg: ModelConfig, st: State, action) -> None:
+        self.action = action
+        self.next, self.result, self.prefixes = run_recording_commits(cfg, st, action)
+        self.crashed: dict[int, State] = {}  # k -> restart of the state after commit k
+
+    def crash(self, cfg: ModelConfig, k: int) -> State:
+        after = self.crashed.get(k)
+        if after is None:
+            after = self.crashed[k] = replica_ops.restart(cfg, self.prefixes[k - 1])[0]
+        return after
+
+
+class _Runs:
+    """A memo of one replica state's recorded runs (``_Run``), for ``enabled`` and ``next_state`` to share.
+
+    Holds the state and the actions themselves and compares them by identity
+    (hashing a frame costs more than the lookup saves): ``enabled`` and
+    ``next_state`` pass the same objects. A new state or config starts it
+    afresh. A cache only: every entry is what ``run_recording_commits``
+    returns for its action.
+    """
+
+    __slots__ = ("owner", "cfg", "runs", "restarted")
+
+    def __init__(self) -> None:
+        self.owner: Optional[State] = None
+        self.cfg: Optional[ModelConfig] = None
+        self.runs: dict = {}  # id(action) -> _Run
+        self.restarted: Optional[State] = None  # Restart's successor of the owner
+
+    def get(self, cfg: ModelConfig, st: State, action) -> _Run:
+        if self.owner is not st or (self.cfg is not cfg and self.cfg != cfg):
+            self.owner, self.cfg, self.runs, self.restarted = st, cfg, {}, None
+        run = self.runs.get(id(action))
+        if run is None or run.action is not action:
+            run = self.runs[id(action)] = _Run(cfg, st, action)
+        return run
+
+    def restart_of_owner(self) -> State:
+        if self.restarted is None:
+            self.restarted = replica_ops.restart(self.cfg, self.owner)[0]
+        return self.restarted
+
+
+class _PerThread(threading.local):
+    runs: _Runs
+
+    def __init__(self) -> None:
+        self.runs = _Runs()
+
+
+_LOCAL = _PerThread()  # one memo per thread: a checker in another thread never sees this one's runs
+
+
+def _crashes(bounds: Bounds) -> bool:
+    return bounds.restarts and bounds.crash_points is not CrashPoints.OFF
+
+
+def _with_crash_points(bounds: Bounds, world: World, cfg: ModelConfig, actions) -> Iterator:
+    """Each action, then (for a page, delivery or resume) its crash points (``CrashPoints``)."""
+    every = bounds.crash_points is CrashPoints.ALL
+    runs = _LOCAL.runs
+    for action in actions:
+        yield action
+        if not isinstance(action, CRASHABLE):
+            continue
+        run = runs.get(cfg, world.replica, action)
+        if every:
+            for k in range(1, len(run.prefixes)):
+                yield CrashAfter(action, k)
+            continue
+        st, seen = world.replica, None
+        for k in range(1, len(run.prefixes)):
+            if _durably_unchanged(st, run.prefixes[k - 1]):
+                continue  # restart purges everything it wrote: Restart's own successor
+            after = run.crash(cfg, k)
+            if seen is None:
+                seen = {runs.restart_of_owner()}
+            if after not in seen:
+                seen.add(after)
+                yield CrashAfter(action, k)
+
+
+def _durably_unchanged(st: State, prefix: State) -> bool:
+    """``prefix`` keeps every table a restart keeps exactly as ``st`` has it (by identity: a cheap, sound test)."""
+    return (
+        prefix.records is st.records
+        and prefix.values is st.values
+        and prefix.projects is st.projects
+        and prefix.receipts is st.receipts
+        and prefix.authority is st.authority
+        and prefix.store_on is st.store_on
+    )
+
+
+def enabled(bounds: Bounds, world: World, cfg: Optional[ModelConfig] = None) -> Iterator:
     """Every action the environment may take next.
 
     With ``Bounds.inflight == 0`` interleavings are off: while a read is in
     flight, only its answer may come next, so every operation is atomic.
+    With crash points on, each page, delivery and resume is followed by its
+    ``CrashAfter`` actions (``cfg``, default the bounds', runs them to count).
     """
     if bounds.inflight == 0 and world.replica.inflight:
-        yield from (a for a in _environment_actions(bounds, world.replica) if isinstance(a, Resume))
-        return
-    if bounds.mode is Mode.CLOUD:
-        yield from _cloud_actions(bounds, world)
+        actions = (a for a in _environment_actions(bounds, world.replica) if isinstance(a, Resume))
+    elif bounds.mode is Mode.CLOUD:
+        actions = itertools.chain(_cloud_actions(bounds, world), _environment_actions(bounds, world.replica))
     else:
-        yield from _adversary_actions(bounds, world)
-    yield from _environment_actions(bounds, world.replica)
+        actions = itertools.chain(_adversary_actions(bounds, world), _environment_actions(bounds, world.replica))
+    if _crashes(bounds):
+        actions = _with_crash_points(bounds, world, cfg or bounds.model_config(), actions)
+    yield from actions
 
 
 def next_state(bounds: Bounds, world: World, action, cfg: Optional[ModelConfig] = None):
@@ -405,7 +543,19 @@ def next_state(bounds: Bounds, world: World, action, cfg: Optional[ModelConfig] 
     if isinstance(action, CloudChange):
         return _cloud_next(bounds, world, action), None
     cfg = cfg or bounds.model_config()
-    replica_next, result = step(cfg, world.replica, action)
+    if not _crashes(bounds):
+        replica_next, result = step(cfg, world.replica, action)
+    elif isinstance(action, CRASHABLE):  # the recorded run enabled() made
+        run = _LOCAL.runs.get(cfg, world.replica, action)
+        replica_next, result = run.next, run.result
+    elif isinstance(action, CrashAfter):  # restart of the recorded prefix
+        run = _LOCAL.runs.get(cfg, world.replica, action.action)
+        if action.commit < len(run.prefixes):
+            replica_next, result = run.crash(cfg, action.commit), Crashed(action.commit)
+        else:
+            replica_next, result = step(cfg, world.replica, action)
+    else:
+        replica_next, result = step(cfg, world.replica, action)
     world2 = World(replica_next, world.cloud)
     if world.cloud is not None and isinstance(action, Begin) and getattr(result, "ok", False):
         world2 = _cloud_next(bounds, world2, action)

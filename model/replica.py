@@ -21,6 +21,21 @@ next read or to the end. Anything may run in between, exactly as in the seed.
 A read that the seed answers without awaiting I/O (a tombstone, no value
 store, an unusable legacy name) is not a window.
 
+Write commits (``_commit``): each seed ``db.transaction(...)`` that may write
+ends with a commit marker, at the seed's transaction boundary, counted as
+``docs/adapter-extensions.md`` (``crashAfterCommit``) counts them: a page's
+prepare transaction, then one after-transaction of ``materializeStage`` per
+key whose before-read found it awaiting a value; a delivery's prepare
+transaction, the after-transaction of its materialization when that ran, and
+its final transaction; a resumed read's after-transaction and what follows
+it. A refusal returned from a transaction commits and counts; an error
+(``CorruptReplica``) rolls its transaction back and does not. The marker is
+a no-op unless a commit budget is active (``counting_commits``): then it
+counts, records the state each commit leaves, and at the budgeted commit
+raises ``CrashPoint`` carrying that state (the process dies there; the
+caller restarts it: ``actions.run_until_crash``). Read-only transactions
+(the before-reads, a page's final read) carry no marker.
+
 Variant ``fixed`` differs from ``seed`` only where ``docs/findings.md`` says,
 each difference marked ``# FIX(Fn)``.
 
@@ -33,6 +48,7 @@ from __future__ import annotations
 
 import re
 
+from contextvars import ContextVar
 from dataclasses import replace
 from functools import lru_cache
 from typing import Optional, Union
@@ -151,6 +167,74 @@ def _committed(error: ReplicaError, state: State) -> ReplicaError:
     if error.committed is None:
         error.committed = state
     return error
+
+
+# ---------------------------------------------------------------------------
+# Write commits: where a crash can cut an operation
+# ---------------------------------------------------------------------------
+
+
+class CrashPoint(Exception):
+    """The process dies right after write commit ``commit`` of the running operation: ``state`` is durable.
+
+    Not a ``ReplicaError``: nothing in the model catches it; ``actions.run_until_crash`` does.
+    """
+
+    def __init__(self, state: State, commit: int) -> None:
+        super().__init__(f"crash after write commit {commit}")
+        self.state = state
+        self.commit = commit
+
+
+class CommitBudget:
+    """The write commits of one operation run: how many, the state each left, and where to crash.
+
+    A per-call counter (never part of ``State``): ``limit`` None only counts.
+    """
+
+    __slots__ = ("limit", "made", "prefixes")
+
+    def __init__(self, limit: Optional[int] = None, record: bool = False) -> None:
+        self.limit = limit  # crash at this commit (1 = the operation's first); None: never
+        self.made = 0  # write commits so far
+        self.prefixes: Optional[list[State]] = [] if record else None  # the state after each commit
+
+    def mark(self, st: State) -> None:
+        self.made += 1
+        if self.prefixes is not None:
+            self.prefixes.append(st)
+        if self.limit is not None and self.made >= self.limit:
+            raise CrashPoint(st, self.made)
+
+
+_BUDGET: ContextVar[Optional[CommitBudget]] = ContextVar("envreplica_commit_budget", default=None)
+
+
+class counting_commits:
+    """``with counting_commits(limit, record) as budget``: the operation run inside counts its write commits.
+
+    It crashes at commit ``limit`` (``CrashPoint``) and, with ``record``,
+    keeps the state after each commit (``budget.prefixes``).
+    """
+
+    __slots__ = ("budget", "token")
+
+    def __init__(self, limit: Optional[int] = None, record: bool = False) -> None:
+        self.budget = CommitBudget(limit, record)
+
+    def __enter__(self) -> CommitBudget:
+        self.token = _BUDGET.set(self.budget)
+        return self.budget
+
+    def __exit__(self, *exc) -> None:
+        _BUDGET.reset(self.token)
+
+
+def _commit(st: State) -> None:
+    """A seed write transaction has just committed, leaving ``st``. A no-op unless a budget is active."""
+    budget = _BUDGET.get()
+    if budget is not None:
+        budget.mark(st)
 
 
 # ---------------------------------------------------------------------------
@@ -380,16 +464,22 @@ def _start_read(
     if isinstance(planned, ReadRequest):
         return st, AwaitRead(view, attempt, project, key, state, org, planned)
     if view is View.STAGE:
-        return _stage_after(cfg, st, attempt, project, key, state, planned), None
-    return _live_after(cfg, st, project, key, state, planned), None
+        st = _stage_after(cfg, st, attempt, project, key, state, planned)
+    else:
+        st = _live_after(cfg, st, project, key, state, planned)
+    _commit(st)  # the after-transaction (whether or not it changed a row)
+    return st, None
 
 
 def _finish_read(cfg: ModelConfig, st: State, read: AwaitRead, answer: value_store.Answer) -> State:
     """The read's answer arrives: interpret it and run the after-transaction."""
     fetched = value_store.interpret(read.org_id, read.project_id, read.before, read.request, answer)
     if read.view is View.STAGE:
-        return _stage_after(cfg, st, read.attempt_id, read.project_id, read.key, read.before, fetched)
-    return _live_after(cfg, st, read.project_id, read.key, read.before, fetched)
+        st = _stage_after(cfg, st, read.attempt_id, read.project_id, read.key, read.before, fetched)
+    else:
+        st = _live_after(cfg, st, read.project_id, read.key, read.before, fetched)
+    _commit(st)  # the after-transaction (whether or not it changed a row)
+    return st
 
 
 def _suspend(st: State, op) -> tuple[State, Pending]:
@@ -531,6 +621,7 @@ def apply_page(cfg: ModelConfig, st: State, frame: PageFrame, reader_on: Optiona
     """
     reader_on = st.store_on if reader_on is None else reader_on
     st, prepared = _page_prepare(cfg, st, frame)
+    _commit(st)  # the prepare transaction (a refusal commits what it wrote)
     if isinstance(prepared, PageRefused):
         return st, prepared
     return _page_continue(cfg, st, frame, prepared, reader_on)
@@ -683,6 +774,7 @@ def apply_delivery(cfg: ModelConfig, st: State, frame: ApplyFrame, reader_on: Op
     """
     reader_on = st.store_on if reader_on is None else reader_on
     st, prepared = _delivery_prepare(cfg, st, frame)
+    _commit(st)  # the prepare transaction (a refusal commits what it wrote)
     if not isinstance(prepared, PreparedDelivery):
         return st, prepared
     try:
@@ -691,9 +783,16 @@ def apply_delivery(cfg: ModelConfig, st: State, frame: ApplyFrame, reader_on: Op
             st, read = _start_read(cfg, st, view, prepared.attempt_id, frame.project_id, frame.state.key, reader_on)
             if read is not None:
                 return _suspend(st, DeliveryInFlight(frame, prepared, read))
-        return _delivery_final(st, frame, prepared)
+        return _delivery_last(st, frame, prepared)
     except ReplicaError as error:
         raise _committed(error, st)
+
+
+def _delivery_last(st: State, frame: ApplyFrame, prepared: PreparedDelivery):
+    """Run the final transaction, and mark its commit (a transient refusal commits too)."""
+    st, result = _delivery_final(st, frame, prepared)
+    _commit(st)
+    return st, result
 
 
 def _delivery_final(st: State, frame: ApplyFrame, prepared: PreparedDelivery):
@@ -737,7 +836,7 @@ def resume(cfg: ModelConfig, st: State, slot: int, answer: value_store.Answer):
     if isinstance(op, PageInFlight):
         return _page_continue(cfg, st, op.frame, op.keys_left, op.reader_on)
     try:
-        return _delivery_final(st, op.frame, op.prepared)
+        return _delivery_last(st, op.frame, op.prepared)
     except ReplicaError as error:
         raise _committed(error, st)
 

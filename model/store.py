@@ -102,6 +102,15 @@ _STAGED_KEYS = ("v", "kind", "orgId", "projectId", "key", "stagingId", "value")
 _LEGACY_KEYS = ("v", "kind", "projectId", "key", "value")
 
 
+def _reject_constant(name: str) -> float:
+    raise ValueError(f"{name} is not JSON")
+
+
+def js_json_parse(raw: str) -> object:
+    """``JSON.parse``: every number is a double (a 5000-digit integer is Infinity), ``NaN`` throws."""
+    return json.loads(raw, parse_int=lambda text: float(text), parse_constant=_reject_constant)
+
+
 def _json_number_equals(value: object, expected: int) -> bool:
     """JavaScript ``===`` on a parsed JSON number: 2 and 2.0 are equal; true is not 2."""
     return not isinstance(value, bool) and isinstance(value, (int, float)) and value == expected
@@ -114,8 +123,13 @@ def interpret(org_id: str, project_id: str, state: BindingState, request: ReadRe
     if isinstance(answer, Missing):
         return Fetched(None, UnavailableReason.VALUE_MISSING)
     ref = request.ref
+    if isinstance(ref, LegacyRef):
+        # The seed compares the reported version before it parses the text.
+        version = ref.ssm_version if answer.version is None else answer.version
+        if version != ref.ssm_version:
+            return Fetched(None, UnavailableReason.VALUE_VERSION_MISMATCH)
     try:
-        parsed = json.loads(answer.raw)
+        parsed = js_json_parse(answer.raw)
     except (ValueError, RecursionError):
         return Fetched(None, UnavailableReason.VALUE_UNAVAILABLE)
     if isinstance(ref, StagedRef):
@@ -132,9 +146,6 @@ def interpret(org_id: str, project_id: str, state: BindingState, request: ReadRe
             return Fetched(None, UnavailableReason.VALUE_ENVELOPE_MISMATCH)
         return Fetched(parsed["value"], None)
     assert isinstance(ref, LegacyRef)
-    version = ref.ssm_version if answer.version is None else answer.version
-    if version != ref.ssm_version:
-        return Fetched(None, UnavailableReason.VALUE_VERSION_MISMATCH)
     # parseStoredProjectEnv throws on anything but an exact v1 envelope: the
     # seed's catch turns that into value_unavailable.
     if (

@@ -45,7 +45,7 @@ as JSON lines under ``WORKDIR/logs``. After all stop, the parent checks:
   attempt) and the cursor never goes back, within a process or across
   processes (an answer finished before another started never shows more);
 * integrity: ``verify()`` is empty and every ``spec`` invariant holds on
-  ``to_model_state()`` read back from the file;
+  ``impl_model_state(replica)`` (``conformance.readback``) read back from the file;
 * no raw error reached a caller: every answer is classified; a result, a
   refusal or a busy replica (``replica unavailable``, lock held past the busy
   timeout: counted, then retried) are expected; an ``internal error`` (a raw
@@ -81,6 +81,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Callable, Mapping, Optional, Union
 
+from envreplica.conformance.readback import impl_model_state
 from envreplica.reliability.scratch import scratch_directory
 from envreplica.reliability.stream import ORG, STREAM, Cloud, StreamShape
 
@@ -844,7 +845,7 @@ def _check_integrity(replica, when: str) -> list[str]:
     from envreplica.spec import properties as P
 
     problems = [f"{when}: verify(): {p}" for p in replica.verify()]
-    state = replica.to_model_state()
+    state = impl_model_state(replica)
     problems += [f"{when}: invariant {p.name} does not hold" for p in P.INVARIANTS if not p.check(state)]
     return problems
 
@@ -895,10 +896,10 @@ def _check_reopened(driver, cloud: Cloud, history: _CloudHistory, logs: _Logs) -
         problems.append(f"the applied sequence is {applied}, not {total}")
     problems += _check_delivery_answers(logs, final)
     problems += _check_readers(logs, history, final)
-    problems += _check_live(replica.to_model_state(), cloud, "after the run")
+    problems += _check_live(impl_model_state(replica), cloud, "after the run")
     problems += _check_integrity(replica, "after the run")
     problems += _final_reconciliation(driver, cloud, history)
-    problems += _check_live(replica.to_model_state(), cloud, "after the final reconciliation")
+    problems += _check_live(impl_model_state(replica), cloud, "after the final reconciliation")
     problems += _check_integrity(replica, "after the final reconciliation")
     return problems
 

@@ -27,7 +27,7 @@ output, before or after the kill (a line in the pipe was written by the
 process, so its operation had returned). After each kill the file is opened
 in-process (``SqliteReplica``) and must pass ``verify()`` (SQLite's
 ``integrity_check``, every row tag, set digest and seal), every invariant of
-``spec.properties.INVARIANTS`` on ``to_model_state()``, and hold a receipt
+``spec.properties.INVARIANTS`` on ``impl_model_state()``, and hold a receipt
 equal to every delivery acknowledged so far (sequence, ok, code, result,
 record version); its applied sequence never goes back, stays within what was
 sent, and is what the restarted adapter then reports. After the last kill a
@@ -80,6 +80,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional, Union
 
 from envreplica.conformance.drivers import TEST_MASTER_KEY
+from envreplica.conformance.readback import impl_model_state
 from envreplica.impl.replica import SqliteReplica
 from envreplica.impl.sealing import Sealer
 from envreplica.model.state import State
@@ -167,7 +168,7 @@ def read_back(path: Union[str, Path], where: str) -> ReadBack:
 
     Checks: it opens, ``verify()`` is ``[]`` (SQLite's ``integrity_check``,
     every tag, digest and seal), and every invariant of ``INVARIANTS`` holds
-    on ``to_model_state()``. The receipts are the state's (the same verified
+    on ``impl_model_state()``. The receipts are the state's (the same verified
     rows ``list_receipts`` reads). The replica is closed before returning.
     """
     try:
@@ -176,7 +177,7 @@ def read_back(path: Union[str, Path], where: str) -> ReadBack:
         raise AssertionError(f"{where}: the replica does not open: {type(error).__name__}: {error}") from error
     try:
         problems = replica.verify()
-        state = None if problems else replica.to_model_state()
+        state = None if problems else impl_model_state(replica)
     except Exception as error:
         raise AssertionError(f"{where}: reading the replica back failed: {type(error).__name__}: {error}") from error
     finally:

@@ -11,7 +11,7 @@ transaction of the run stays in the WAL and the main file never changes.
 After each request it records how many whole frames the WAL held; a
 delivery's last transaction (its receipt) is the last thing written before
 its answer, so a delivery is acknowledged at the frame count it was answered
-at. At each operation boundary it also records the state (``to_model_state``).
+at. At each operation boundary it also records the state (``impl_model_state``).
 
 Then, for every frame boundary k of the final WAL (0 to all frames), a copy
 of the main file with the WAL cut after its first k frames is opened in a
@@ -23,7 +23,7 @@ cut inside it. The RNG seeded with ``seed`` draws the damage. Each copy
 
 * open, and pass ``verify()`` (SQLite's ``integrity_check``, every tag, digest
   and seal): a committed prefix is a consistent replica;
-* hold every invariant of ``spec.properties.INVARIANTS`` on ``to_model_state()``;
+* hold every invariant of ``spec.properties.INVARIANTS`` on ``impl_model_state()``;
 * keep every delivery acknowledged when the WAL held at most k frames, with
   the receipt it was acknowledged with: nothing acknowledged under
   ``synchronous=FULL`` is lost when the log survives up to that point;
@@ -56,6 +56,7 @@ from pathlib import Path
 from typing import Optional, Union
 
 from envreplica.conformance.drivers import TEST_MASTER_KEY, SqliteDriver
+from envreplica.conformance.readback import impl_model_state
 from envreplica.impl.replica import SqliteReplica
 from envreplica.model.state import State, Variant
 from envreplica.reliability.crash import (
@@ -242,7 +243,7 @@ def _record(cloud: Cloud, directory: Path) -> _Recording:
         main_file = db.read_bytes()
         wal = _WalWatch(db)
         acks: list[tuple[int, Acknowledged]] = []
-        states = {wal.frames(): _comparable(driver.replica.to_model_state())}
+        states = {wal.frames(): _comparable(impl_model_state(driver.replica))}
         for request in _requests(cloud):
             response = driver.handle(request)
             _answered(request, response)
@@ -251,7 +252,7 @@ def _record(cloud: Cloud, directory: Path) -> _Recording:
             if ack is not None:
                 acks.append((frames, ack))
             if not request["op"].startswith("store."):
-                states[frames] = _comparable(driver.replica.to_model_state())
+                states[frames] = _comparable(impl_model_state(driver.replica))
         # Closing checkpoints the WAL into the main file: copy the WAL first.
         assert db.read_bytes() == main_file, "the main file changed during the run: a checkpoint ran"
         log = wal.path.read_bytes()

@@ -33,8 +33,11 @@ def gate_path(trace: dict) -> list[tuple[int, GateEdge]]:
     states = trace.get("states", [])
     taken = []
     for i in range(1, len(states)):
-        trigger = _TRIGGER_OF_ACTION.get(states[i].get("mbt::actionTaken"))
+        action = states[i].get("mbt::actionTaken")
+        trigger = _TRIGGER_OF_ACTION.get(action)
         result = states[i].get("#meta", {}).get("result") or {}
+        if action == "crash_after" and isinstance(result, dict) and "crashedAfterCommit" in result:
+            trigger = Trigger.RESTART  # the process died after a commit, then restarted: the gate closes
         if trigger is None or result.get("ok") is False or "error" in result or "type" in result:
             continue
         edge = GateEdge(trigger, Gate(states[i - 1]["gate"]), Gate(states[i]["gate"]))

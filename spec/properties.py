@@ -3,8 +3,15 @@
 Models: what must hold of every reachable replica state (``INVARIANTS``), of
 every step ``(state, action, result, next state)`` (``STEP_PROPERTIES``), and
 what must happen at least once in a run so that a pass is not vacuous
-(``SOMETIMES``). Each predicate's docstring states its property in words;
+(``SOMETIMES``: in a state, in a step, or in a step after another step on the
+same path). Each predicate's docstring states its property in words;
 ``describe`` turns it into the table the checker prints.
+
+Crashes (``CrashAfter``, result ``Crashed``) are steps like any other: every
+invariant holds in the state a crash leaves, and the step properties see the
+crash step itself. ``crash_never_pairs_old_value_with_new_head`` states the
+seed's own promise about crashes; ``live_head_moves_with_its_record_version``
+the seed's grouping of a delivery's first transaction.
 
 Leaves out on purpose: liveness (that a value is eventually installed, that
 the gate eventually opens): the checker explores bounded safety; the
@@ -26,6 +33,7 @@ from envreplica.spec.domain import (
     ApplyRefused,
     CommitOk,
     CommitRefused,
+    Crashed,
     MatKind,
     PageRefused,
     RefusalCode,
@@ -371,6 +379,79 @@ def restart_closes_gate(pre, action, result, post) -> bool:
     )
 
 
+def _delivered_frame(action) -> Optional[ApplyFrame]:
+    """The frame of a delivery, run whole or cut by a crash (``CrashAfter`` of a ``Deliver``)."""
+    return _delivery_frame(getattr(action, "action", action))
+
+
+def _head_key(state):
+    """What a stored value is bound to: the head, and the binding and policy the head was approved under."""
+    return state.head, state.binding, state.policy_epoch
+
+
+def crash_never_pairs_old_value_with_new_head(pre, action, result, post) -> bool:
+    """A crash can withhold a value but never pair one with another head or policy than it was fetched for.
+
+    After a crash (the committed prefix of a page, delivery or resumed read,
+    then ``restart``): nothing is in flight or staged and the gate is closed;
+    every live value belongs to an installed, non-tombstoned record whose
+    head is exactly the one the value was fetched for (revision, generation,
+    value reference); and a value the crash kept from before still belongs
+    to the record state (head, binding, policy epoch) it had before.
+
+    Why a step property and not only the invariants: ``installed_matches_head_live``
+    and ``unserved_records_carry_no_value`` hold in every state, a crash's
+    included, but cannot see that a value outlived a change of its record's
+    binding or policy at the same head; this compares the two sides of the
+    crash. The kept-epoch half ("and its policy epoch is kept") is the
+    invariant ``served_values_are_live_bound_kept``: checked in every state a
+    crash leads to, in particular every later open state in which a value a
+    crash left would be served. ``fixed`` keeps it; ``seed`` breaks it by F1,
+    with or without a crash.
+    """
+    if not isinstance(result, Crashed):
+        return True
+    a = post.authority
+    if (post.inflight or a.gate in (Gate.OPEN, Gate.STAGING) or a.attempt_id is not None
+            or post.stage_projects or post.stage_records or post.stage_values):
+        return False
+    for k, value in post.values.items():
+        row = post.records.get(k)
+        if row is None or row.mat.kind is not MatKind.INSTALLED:
+            return False
+        head = row.state.head
+        if (head.tombstone or value.revision != head.revision or value.generation != head.generation
+                or value.value_ref != head.value_ref):
+            return False
+        before = pre.records.get(k)
+        if pre.values.get(k) == value and (before is None or _head_key(before.state) != _head_key(row.state)):
+            return False
+    return True
+
+
+def live_head_moves_with_its_record_version(pre, action, result, post) -> bool:
+    """A live record's state changes only with its project's record version: by a commit, or a delivery setting it.
+
+    The seed writes a delivery's record and its project's record version in
+    one transaction; a crash between the two would leave a head that no
+    record version describes.
+    """
+    if isinstance(result, CommitOk) or pre.records is post.records:
+        return True
+    moved = {
+        k for k in set(pre.records) | set(post.records)
+        if getattr(pre.records.get(k), "state", None) != getattr(post.records.get(k), "state", None)
+    }
+    if not moved:
+        return True
+    frame = _delivered_frame(action)
+    return (
+        frame is not None
+        and moved == {(frame.project_id, frame.state.key)}
+        and post.projects.get(frame.project_id) == frame.record_version
+    )
+
+
 def gate_moves_only_by_declared_transitions(pre, action, result, post) -> bool:
     """The gate moves only along a declared transition of spec.gate fired by a successful operation."""
     from envreplica.model.actions import fired_trigger
@@ -421,14 +502,67 @@ def sometimes_commit_after_interleaving(pre, action, result, post) -> bool:
     return isinstance(result, CommitOk) and len(pre.inflight) > 0
 
 
+def _crashed_delivery(pre, action) -> Optional[ApplyFrame]:
+    """The delivery a crash step cut: a ``CrashAfter`` of its ``Deliver``, or of the ``Resume`` of its read."""
+    from envreplica.model.state import DeliveryInFlight
+
+    inner = getattr(action, "action", None)
+    frame = _delivery_frame(inner)
+    if frame is None and inner is not None and hasattr(inner, "slot") and inner.slot < len(pre.inflight):
+        op = pre.inflight[inner.slot]
+        frame = op.frame if isinstance(op, DeliveryInFlight) else None
+    return frame
+
+
+def sometimes_crash_half_applies_delivery(pre, action, result, post) -> bool:
+    """Sometimes a crash between a delivery's commits half-applies it: record and version written, no receipt or cursor."""
+    if not isinstance(result, Crashed):
+        return False
+    frame = _crashed_delivery(pre, action)
+    if frame is None:
+        return False
+    c = frame.delivery
+    row = post.records.get((frame.project_id, frame.state.key))
+    return (
+        row is not None
+        and row.state == frame.state
+        and post.projects.get(frame.project_id) == frame.record_version
+        and (c.stream_id, c.sequence) not in post.receipts
+        and post.authority.stream_id == c.stream_id
+        and post.authority.applied_sequence == c.sequence - 1
+    )
+
+
+def sometimes_resent_delivery_completes(crash, pre, action, result, post) -> bool:
+    """Sometimes the cloud re-sends a delivery a crash left half-applied and it completes, answered with that record.
+
+    ``crash`` is the earlier crash step on the same path (the checker passes
+    it: this is a ``sometimes-after`` property, after
+    ``sometimes_crash_half_applies_delivery``).
+    """
+    frame = _crashed_delivery(crash[0], crash[1])
+    again = _delivery_frame(action)
+    if frame is None or again is None or again.request() != frame.request():
+        return False
+    c = frame.delivery
+    return (
+        isinstance(result, ApplyOk)
+        and not result.replayed
+        and result.result.state == frame.state
+        and (c.stream_id, c.sequence) in post.receipts
+        and post.authority.applied_sequence == c.sequence
+    )
+
+
 @dataclass(frozen=True)
 class Property:
     """A named predicate and the sentence it checks."""
 
     name: str
     check: Callable
-    kind: str  # "invariant" | "step" | "sometimes-state" | "sometimes-step"
+    kind: str  # "invariant" | "step" | "sometimes-state" | "sometimes-step" | "sometimes-after"
     doc: str = ""  # the statement, when ``check`` is a wrapper without the docstring
+    after: Optional["Property"] = None  # sometimes-after: the step that must come first on the path
 
     @property
     def statement(self) -> str:
@@ -465,12 +599,17 @@ STEP_PROPERTIES = _props(
     reads_change_only_materialization,
     organisation_fixed_after_activation,
     live_record_version_never_decreases,
+    live_head_moves_with_its_record_version,
     commit_promotes_exactly_staged,
     commit_only_at_high_water,
     refusals_change_only_what_seed_writes,
     restart_closes_gate,
+    crash_never_pairs_old_value_with_new_head,
     gate_moves_only_by_declared_transitions,
 )
+
+_HALF_APPLIED = Property(sometimes_crash_half_applies_delivery.__name__, sometimes_crash_half_applies_delivery,
+                         "sometimes-step")
 
 SOMETIMES = _props(
     "sometimes-state",
@@ -478,7 +617,11 @@ SOMETIMES = _props(
     sometimes_value_served,
     sometimes_staged_value,
     sometimes_in_flight,
-) + _props("sometimes-step", sometimes_replay, sometimes_commit_after_interleaving)
+) + _props("sometimes-step", sometimes_replay, sometimes_commit_after_interleaving) + (
+    _HALF_APPLIED,
+    Property(sometimes_resent_delivery_completes.__name__, sometimes_resent_delivery_completes, "sometimes-after",
+             after=_HALF_APPLIED),
+)
 
 ALL = INVARIANTS + STEP_PROPERTIES + SOMETIMES
 

@@ -93,6 +93,23 @@ def snapshot(*projects: str) -> dict:
     return op("snapshot", projectIds=list(projects or ("p1",)))
 
 
+def ready(timeout_ms: int = 0) -> dict:
+    return op("ready", timeoutMs=timeout_ms)
+
+
+def diagnostics(*projects: str) -> dict:
+    return op("diagnostics", projectIds=list(projects or ("p1",)))
+
+
+def state() -> dict:
+    return op("state")
+
+
+def crash(request: dict, after: int) -> dict:
+    """``request`` (a page or delivery) asked to crash right after its ``after``-th write commit."""
+    return dict(request, crashAfterCommit=after)
+
+
 #: An activated replica with an open gate: p1 live at record version 0, no records.
 BOOT = [reset(), begin(), page(), commit()]
 

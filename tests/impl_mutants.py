@@ -1,14 +1,24 @@
 """Deliberately broken SQLite replicas: the mutants the conformance gate must catch.
 
-Each ``ImplMutant`` is one realistic bug in ``envreplica.impl.replica.SqliteReplica``
-(or, for the restart mutant, in ``SqliteDriver``). Most are *source mutants*:
-the method is recompiled from its own source with an exact text edit that
-must match exactly once, so a refactor of the implementation makes the mutant
+Each ``ImplMutant`` is one realistic bug in ``envreplica.impl.replica.SqliteReplica``,
+in the decisions it holds (``envreplica.impl.decisions.Decisions``), or, for
+the restart mutant, in ``SqliteDriver``. Most are *source mutants*: the
+method is recompiled from its own source with an exact text edit that must
+match exactly once, so a refactor of the implementation makes the mutant
 fail loudly (``MutationTargetMissing``) instead of silently turning back into
 the original code. One (``replay_reapplies``) is a small hand-written
-wrapper around the original method. The mutated methods
-are installed on a subclass, never on ``SqliteReplica`` itself, so the real
-implementation in the same process is untouched.
+wrapper around the original method. The mutated methods are installed on a
+subclass, never on ``SqliteReplica`` or ``Decisions`` themselves, so the
+real implementation in the same process is untouched: a decisions mutant is
+a ``Decisions`` subclass whose instance the mutant replica class holds as its
+``decisions`` (the attribute every ``SqliteReplica`` decides through).
+
+The section ``blind spot 1: decisions read independently`` holds mutants of
+the implementation's own reading of the seed's pure decisions
+(``impl.decisions``). Before issue 9 the implementation imported the
+model's decision functions, so such a bug was in both sides at once and the
+lockstep agreed with itself; now each is a bug of one side only, and the
+lockstep must see it.
 
 How a mutant is installed: ``SqliteDriver`` has no constructor parameter for
 the replica class; its construction point is ``SqliteDriver._open``.
@@ -32,7 +42,7 @@ Left out, on purpose:
   constant AD, ``EQUIVALENT_MUTANTS["seal_constant_ad"]``). Through the
   adapter it is equivalent to the original: the protocol never moves a sealed
   blob to another row, so a constant AD opens exactly where the real one
-  does, in the responses and in ``to_model_state`` alike. Only a test that
+  does, in the responses and in the state read back alike. Only a test that
   edits the file can see it (``tests/test_impl_replica.py`` does: a moved blob
   fails closed). In its place, ``seal_ad_swaps_revision_generation`` (the AD is
   built with revision and generation swapped on seal) is observable: a value
@@ -60,13 +70,17 @@ from typing import Any, Callable, Union
 
 from envreplica.conformance import drivers as drivers_module
 from envreplica.conformance.drivers import TEST_MASTER_KEY, SqliteDriver
+from envreplica.impl import decisions as decisions_module
 from envreplica.impl import replica as replica_module
+from envreplica.impl.decisions import Decisions, View
 from envreplica.impl.replica import SqliteReplica
-from envreplica.model.state import Variant
+from envreplica.model.store import staged_envelope
 from envreplica.spec.domain import ApplyOk
+from envreplica.spec.variants import Variant
 
 from adapter_requests import (
     BOOT,
+    SID,
     SID2,
     begin,
     commit,
@@ -122,14 +136,23 @@ def source_mutant(cls: type, name: str, module: ModuleType, *edits: tuple[str, s
     return namespace[name]
 
 
-def replica_edit(name: str, *edits: tuple[str, str]) -> Callable[[], tuple[str, Any]]:
-    """A deferred source mutant of ``SqliteReplica.name``: (method name, mutated method)."""
-    return lambda: (name, source_mutant(SqliteReplica, name, replica_module, *edits))
+#: Where an edit's method goes: a subclass of ``SqliteReplica``, of ``SqliteDriver``, or of ``Decisions``.
+ON_REPLICA, ON_DRIVER, ON_DECISIONS = "replica", "driver", "decisions"
 
 
-def driver_edit(name: str, *edits: tuple[str, str]) -> Callable[[], tuple[str, Any]]:
+def replica_edit(name: str, *edits: tuple[str, str]) -> Callable[[], tuple[str, str, Any]]:
+    """A deferred source mutant of ``SqliteReplica.name``: (where, method name, mutated method)."""
+    return lambda: (ON_REPLICA, name, source_mutant(SqliteReplica, name, replica_module, *edits))
+
+
+def driver_edit(name: str, *edits: tuple[str, str]) -> Callable[[], tuple[str, str, Any]]:
     """A deferred source mutant of ``SqliteDriver.name``."""
-    return lambda: (name, source_mutant(SqliteDriver, name, drivers_module, *edits))
+    return lambda: (ON_DRIVER, name, source_mutant(SqliteDriver, name, drivers_module, *edits))
+
+
+def decisions_edit(name: str, *edits: tuple[str, str]) -> Callable[[], tuple[str, str, Any]]:
+    """A deferred source mutant of ``Decisions.name`` (``impl.decisions``), compiled in that module."""
+    return lambda: (ON_DECISIONS, name, source_mutant(Decisions, name, decisions_module, *edits))
 
 
 class MutantSqliteDriver(SqliteDriver):
@@ -146,19 +169,21 @@ class MutantSqliteDriver(SqliteDriver):
 # ---------------------------------------------------------------------------
 
 
-def _replay_reapplies() -> tuple[str, Any]:
+def _replay_reapplies() -> tuple[str, str, Any]:
     """A replayed delivery writes its record to the live table again, then answers from its receipt."""
     original = SqliteReplica._delivery_prepare
+    slot = replica_module._Slot
 
     def _delivery_prepare(self, tx, frame, mac):
         out = original(self, tx, frame, mac)
         if isinstance(out, ApplyOk) and out.replayed:
             a = tx.authority()
             if a.attempt_id is None:  # MUTANT: re-apply the delta before answering the replay
-                self._retain_live_state(tx, frame.project_id, frame.state, a.policy_epochs)
+                self._retain(tx, slot(View.LIVE, None, frame.project_id, frame.state.key), frame.state,
+                             a.policy_epochs)
         return out
 
-    return "_delivery_prepare", _delivery_prepare
+    return ON_REPLICA, "_delivery_prepare", _delivery_prepare
 
 
 # ---------------------------------------------------------------------------
@@ -185,10 +210,9 @@ A_OMIT = rec("A", binding={"kind": "omit"})
 class ImplMutant:
     name: str
     bug: str  # the bug, in one line
-    edits: tuple[Callable[[], tuple[str, Any]], ...]  # each builds (method name, mutated method)
+    edits: tuple[Callable[[], tuple[str, str, Any]], ...]  # each builds (where, method name, mutated method)
     scenario: tuple[dict, ...]  # adapter requests on which mutant and model part
     observe: str = "responses"  # "responses": some response differs; "state": only the state read back
-    on: str = "replica"  # which class the edits subclass: "replica" (SqliteReplica) or "driver" (SqliteDriver)
     variant: Variant = Variant.FIXED
     note: str = ""
 
@@ -222,12 +246,23 @@ def _driver_class(mutant: ImplMutant) -> type:
 
 
 def _build_driver_class(mutant: ImplMutant) -> type:
-    methods = dict(build() for build in mutant.edits)
-    if mutant.on == "driver":
-        return type(f"Mutant_{mutant.name}", (MutantSqliteDriver,), methods)
-    replica_class = type(f"SqliteReplica_{mutant.name}", (SqliteReplica,), methods)
-    return type(f"Mutant_{mutant.name}", (MutantSqliteDriver,),
-                {"replica_class": replica_class})
+    """The driver class of ``mutant``: each edit's method on a subclass of the class it mutates.
+
+    Decisions edits make a ``Decisions`` subclass whose instance the replica
+    subclass holds as ``decisions``; the real ``DECISIONS`` is never touched.
+    """
+    methods: dict[str, dict[str, Any]] = {ON_REPLICA: {}, ON_DRIVER: {}, ON_DECISIONS: {}}
+    for build in mutant.edits:
+        where, name, method = build()
+        methods[where][name] = method
+    replica_methods = dict(methods[ON_REPLICA])
+    if methods[ON_DECISIONS]:
+        decisions_class = type(f"Decisions_{mutant.name}", (Decisions,), methods[ON_DECISIONS])
+        replica_methods["decisions"] = decisions_class()
+    driver_methods = dict(methods[ON_DRIVER])
+    if replica_methods:
+        driver_methods["replica_class"] = type(f"SqliteReplica_{mutant.name}", (SqliteReplica,), replica_methods)
+    return type(f"Mutant_{mutant.name}", (MutantSqliteDriver,), driver_methods)
 
 
 M = ImplMutant
@@ -243,8 +278,8 @@ MUTANTS: tuple[ImplMutant, ...] = (
         "delivery_gap_accepted",
         "the delivery cursor accepts any later sequence (`>` where `== applied + 1` is meant)",
         (replica_edit("_delivery_prepare", (
-            "if frame.delivery.sequence != current.sequence + 1:",
-            "if frame.delivery.sequence <= current.sequence:  # MUTANT")),
+            "if delivery.sequence != current.sequence + 1:",
+            "if delivery.sequence <= current.sequence:  # MUTANT")),
          replica_edit("_delivery_final", (
              "or frame.delivery.sequence != current.sequence + 1",
              "or frame.delivery.sequence <= current.sequence  # MUTANT"))),
@@ -262,8 +297,8 @@ MUTANTS: tuple[ImplMutant, ...] = (
         "snapshot_while_closed",
         "the snapshot checks only activation, so it serves while the gate is closed for an attempt",
         (replica_edit("_snapshot", (
-            "if not a.gate.activated or not a.gate.is_open or a.attempt_id is not None:",
-            "if not a.gate.activated:  # MUTANT")),),
+            "if not a.serving:",
+            "if not a.activated:  # MUTANT")),),
         tuple(BOOT + [begin("a2"), snapshot()]),
     ),
     M(
@@ -286,11 +321,9 @@ MUTANTS: tuple[ImplMutant, ...] = (
     M(
         "withheld_keeps_value",
         "a live record that becomes withheld keeps its old value row (cleared only when re-fetching)",
-        (replica_edit("_retain_live_state", (
-            "    tx.delete_live_value(project, key)\n    tx.put_live_record(project, incoming, desired)",
-            "    if desired.kind is MatKind.UNAVAILABLE:  # MUTANT\n"
-            "        tx.delete_live_value(project, key)\n"
-            "    tx.put_live_record(project, incoming, desired)")),),
+        (replica_edit("_retain", (
+            "if plan.drop_value:",
+            "if plan.drop_value and (slot.view is View.STAGE or plan.mat.kind is MatKind.UNAVAILABLE):  # MUTANT")),),
         tuple(BOOT + [put(), delivery(A), delivery(A_DEL, sequence=2, version=2), snapshot()]),
     ),
     M(
@@ -311,12 +344,12 @@ MUTANTS: tuple[ImplMutant, ...] = (
         "a live delivery bumps the record version in its last transaction, not with the record "
         "(a read in the value-store window sees a half-committed view)",
         (replica_edit("_delivery_prepare", (
-            "tx.set_project_version(project, actual)", "pass  # MUTANT: bumped in _delivery_final")),
+            "tx.set_project_version(project, frame.record_version)", "pass  # MUTANT: bumped in _delivery_final")),
          replica_edit("_delivery_final", (
              "    result = row.result()\n",
              "    result = row.result()\n"
-             "    if attempt is None:  # MUTANT\n"
-             "        tx.set_project_version(frame.project_id, actual_version)\n"))),
+             "    if prepared.attempt is None:  # MUTANT\n"
+             "        tx.set_project_version(frame.project_id, prepared.version)\n"))),
         tuple(BOOT + [put(), delivery(A, during=[snapshot()])]),
         note="stands in for 'commit split in two transactions', which the adapter cannot interrupt",
     ),
@@ -332,8 +365,9 @@ MUTANTS: tuple[ImplMutant, ...] = (
     M(
         "f2_fix_dropped",
         "FIX(F2) is skipped: a retained conflicting record keeps its installed value across a policy change",
-        (replica_edit("_retain_stage_state", (
-            "if self.config.variant is Variant.FIXED:  # FIX(F2)", "if False:  # MUTANT: FIX(F2) dropped")),),
+        (replica_edit("_retain", (
+            "rejudge = slot.view is View.STAGE and self.config.variant is Variant.FIXED  # FIX(F2)",
+            "rejudge = False  # MUTANT: FIX(F2) dropped")),),
         tuple([reset(), put(), begin(epochs=(1, 2)), page([A], version=1), commit(versions=[("p1", 1)]),
                begin(epochs=(2,)), page([A_OMIT], version=2), commit(versions=[("p1", 2)]), snapshot()]),
     ),
@@ -346,7 +380,7 @@ MUTANTS: tuple[ImplMutant, ...] = (
     M(
         "org_change_accepted",
         "a begin naming another organisation is accepted after activation",
-        (replica_edit("begin", ("if a.gate.activated and a.org_id != org_id:", "if False:  # MUTANT")),),
+        (replica_edit("begin", ("if a.activated and a.org_id != org_id:", "if False:  # MUTANT")),),
         tuple(BOOT + [begin("a2", org="o2")]),
     ),
     M(
@@ -354,14 +388,48 @@ MUTANTS: tuple[ImplMutant, ...] = (
         "the driver's restart reopens the file but does not close the gate (driver level)",
         (driver_edit("_op_restart", ("self._replica.close_gate()\n", "pass  # MUTANT: gate left open\n")),),
         tuple(BOOT + [op("restart"), op("status")]),
-        on="driver",
     ),
     M(
         "materialize_onto_changed_record",
         "the live after-transaction installs the fetched value even when the record changed during the read",
-        (replica_edit("_materialize_live", (
-            "if current is None or current.state != before:", "if current is None:  # MUTANT")),),
+        (replica_edit("_materialize", (
+            "if current is None or current.state != before:",
+            "if current is None or (staged and current.state != before):  # MUTANT: live not re-checked")),),
         tuple(BOOT + [put(), delivery(A, during=[delivery(A_ROT, version=2)]), snapshot()]),
+    ),
+    # -- blind spot 1: decisions read independently --
+    # Each is a bug in the implementation's own reading of one pure decision of the seed
+    # (impl.decisions). None breaks a safety property (nothing is served that should not be);
+    # each answers differently from the seed, and only the independent model can tell.
+    M(
+        "desired_binding_before_policy",
+        "desiredMaterialization checks the binding before the policy epoch: a record with an unknown epoch and "
+        "an omitting binding is withheld as binding_omits, not policy_epoch_unknown",
+        (decisions_edit("_withholding", (  # (the method's source is dedented: its rules sit 8 columns in)
+            "        (lambda s, kept: WithheldReason.POLICY_EPOCH_UNKNOWN.value\n"
+            "         if s.policy_epoch is None or s.policy_epoch not in kept else None),\n"
+            "        (lambda s, kept: WithheldReason.BINDING_OMITS.value if isinstance(s.binding, BindOmit) else None),\n",
+            "        (lambda s, kept: WithheldReason.BINDING_OMITS.value if isinstance(s.binding, BindOmit) else None),\n"
+            "        (lambda s, kept: WithheldReason.POLICY_EPOCH_UNKNOWN.value  # MUTANT: after the binding\n"
+            "         if s.policy_epoch is None or s.policy_epoch not in kept else None),\n")),),
+        tuple(BOOT + [delivery(rec("A", binding={"kind": "omit"}, epoch=2))]),
+    ),
+    M(
+        "relisting_by_one_is_a_conflict",
+        "stateOrder off by one on listingGeneration: the same head relisted one step later is a conflict, not "
+        "newer (a relisting delivery is answered with the retained record instead of applied)",
+        (decisions_edit("order", ("if d_listing > 0:  # the same head, relisted",
+                                  "if d_listing > 1:  # MUTANT: off by one")),),
+        tuple(BOOT + [delivery(A), delivery(A_LISTED, sequence=2, version=2)]),
+    ),
+    M(
+        "staged_envelope_org_unchecked",
+        "readMaterializedValue's staged envelope check drops orgId: a value another organisation's envelope "
+        "carries is installed instead of value_envelope_mismatch",
+        (decisions_edit("_staged_envelope", (
+            'expected = {"kind": "project-env", "orgId": org_id, "projectId": project_id,',
+            'expected = {"kind": "project-env", "projectId": project_id,  # MUTANT: orgId not compared')),),
+        tuple(BOOT + [put(raw=staged_envelope("o2", "p1", "A", SID, "secret-of-o2")), delivery(A), snapshot()]),
     ),
 )
 

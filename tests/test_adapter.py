@@ -5,6 +5,11 @@ requests through ``Driver.handle`` of the driver under test and of the model,
 asserts that the two answer with identical JSON, and asserts the specific
 refusal code, materialization reason or error the case is about. The SQLite
 parameters are skipped only while ``impl/replica.py`` does not exist.
+
+The ops of docs/adapter-extensions.md are held the way the lockstep holds
+them: a diagnosis by its ``reason``, a ``state`` document table by table
+with receipt MACs as names (``external.state_doc_difference``); everything
+else as identical JSON.
 """
 
 from __future__ import annotations
@@ -22,11 +27,14 @@ import pytest
 
 from envreplica.conformance.adapter import register, serve
 from envreplica.conformance.drivers import (
+    OPERATION_LOST_CRASH,
     OPERATION_LOST_RESTART,
+    STATE_NOT_OFFERED,
     TEST_MASTER_KEY,
     ModelDriver,
     SqliteDriver,
 )
+from envreplica.conformance.external import _MacNames, state_doc_difference
 from envreplica.model.store import legacy_envelope, staged_envelope
 
 from adapter_requests import (
@@ -35,16 +43,20 @@ from adapter_requests import (
     SID2,
     begin,
     commit,
+    crash,
     delivery,
+    diagnostics,
     fail,
     legacy,
     op,
     page,
     put,
+    ready,
     rec,
     reset,
     snapshot,
     staged,
+    state,
     with_ids,
 )
 
@@ -77,16 +89,38 @@ def play(kind: str, requests: list, tmp_path: Path) -> list[dict]:
             close()
 
 
+def _judged(request: Any, response: dict, states: list) -> dict:
+    """``response`` as it is held against the model's (docs/adapter-extensions.md): a diagnosis by its
+    ``reason`` (its message is free text); a ``state`` document apart, table by table (into ``states``)."""
+    response = json.loads(json.dumps(response))
+    op_name = request.get("op") if isinstance(request, dict) else None
+    if response.get("ok") is True and op_name == "diagnostics" and isinstance(response["result"], dict):
+        response["result"] = {"reason": response["result"]["reason"]}
+    if response.get("ok") is True and op_name == "state":
+        states.append(response["result"])
+        response["result"] = "<a state document>"
+    inner = request.get("duringFetch") if isinstance(request, dict) else None
+    if isinstance(inner, list) and isinstance(response.get("nested"), list):
+        response["nested"] = [_judged(r, n, states) for r, n in zip(inner, response["nested"])]
+    return response
+
+
 def run_case(kind: str, requests: list, tmp_path: Path) -> list[dict]:
-    """Responses of ``kind``; asserts they are the model's, response by response."""
+    """Responses of ``kind``; asserts they are the model's, response by response (diagnoses by reason,
+    ``state`` documents table by table with MACs as names)."""
     requests = with_ids(requests)
     got = play(kind, requests, tmp_path)
     assert [r["id"] for r in got] == [r["id"] if type(r["id"]) is int else None for r in requests]
     if kind != "model":
         want = play("model", requests, tmp_path)
+        got_states, want_states = [], []
         for request, g, w in zip(requests, got, want):
-            assert json.dumps(g, sort_keys=True) == json.dumps(w, sort_keys=True), (
+            g_judged, w_judged = _judged(request, g, got_states), _judged(request, w, want_states)
+            assert json.dumps(g_judged, sort_keys=True) == json.dumps(w_judged, sort_keys=True), (
                 f"{kind} and model differ on request {json.dumps(request)}")
+        names = _MacNames()
+        for g_doc, w_doc in zip(got_states, want_states):
+            assert state_doc_difference(w_doc, g_doc, names) is None
     return got
 
 
@@ -301,6 +335,21 @@ INVALID: dict[str, tuple[dict, str]] = {
     "store_fail_mode": (fail("sometimes"), "request.mode must be 'missing' or 'error'"),
     "reset_bad_config": (reset(ackPageBytes=-1), "request.config.ackPageBytes must be a Count"),
     "reset_bad_key": (reset(masterKeyHex="00"), "request.config.masterKeyHex must be 64 hexadecimal"),
+    # docs/adapter-extensions.md: the same rules for the extension ops and field.
+    "ready_timeout_too_long": (ready(60001), "request.timeoutMs must be a Count of milliseconds from 0 to 60000"),
+    "ready_timeout_bool": (ready(True), "request.timeoutMs must be a Count"),
+    "ready_timeout_float": (op("ready", timeoutMs=1.5), "request.timeoutMs must be a Count"),
+    "ready_without_timeout": (op("ready"), "request.timeoutMs is required"),
+    "ready_extra_key": (dict(ready(), projectIds=["p1"]), "request.projectIds is not allowed for op 'ready'"),
+    "diagnostics_without_ids": (op("diagnostics"), "request.projectIds is required"),
+    "diagnostics_bad_ids": (op("diagnostics", projectIds="p1"), "projectIds"),
+    "state_extra_key": (dict(state(), tables=["receipts"]), "request.tables is not allowed for op 'state'"),
+    "crash_with_during_fetch": (crash(page(during=[]), 1),
+                                "request.crashAfterCommit is not allowed together with duringFetch"),
+    "crash_zero": (crash(page(), 0), "request.crashAfterCommit must be a Count >= 1"),
+    "crash_bool": (crash(delivery(A), True), "request.crashAfterCommit must be a Count >= 1"),
+    "crash_on_commit": (crash(commit(), 1), "request.crashAfterCommit is not allowed for op 'commit'"),
+    "crash_on_begin": (crash(begin("a2"), 1), "request.crashAfterCommit is not allowed for op 'begin'"),
 }
 
 
@@ -544,3 +593,264 @@ def test_every_value_is_handled_alike_and_never_sticks_the_stream(variant, value
     assert served == {"A": expected, "B": "next"}
     if variant != "fixed" and "\ud800" in value:
         assert served["A"] != value and "\ufffd" in served["A"]  # F3: the seed does not serve what it fetched
+
+
+# ---------------------------------------------------------------------------
+# docs/adapter-extensions.md: ready, diagnostics, state, crashAfterCommit
+# ---------------------------------------------------------------------------
+
+
+def test_ready_is_the_ready_condition(kind, tmp_path):
+    """``ready``: activated, gate open, no attempt; the wait never changes the answer of a replica no one moves."""
+    requests = [reset(), ready(), begin(), ready(5), page(), commit(), ready(), ready(20), begin("a2"), ready(1),
+                op("close"), ready(0)]
+    responses = run_case(kind, requests, tmp_path)
+    answers = [result(r)["ready"] for q, r in zip(requests, responses) if q["op"] == "ready"]
+    assert answers == [False, False, True, True, False, False]
+    assert result(responses[1]) == {"ready": False}  # exactly {"ready": bool}
+
+
+def test_ready_inside_a_read_sees_the_gate_as_it_is_then(kind, tmp_path):
+    """Nested in a live delivery's read: the gate is open (ready); after a nested begin it is not."""
+    responses = run_case(kind, BOOT + [put(), delivery(A, during=[ready(0), begin("a2"), ready(3)])], tmp_path)
+    assert [n["result"] for n in responses[-1]["nested"]][::2] == [{"ready": True}, {"ready": False}]
+
+
+DIAGNOSES: dict[str, tuple[list, Any]] = {
+    "serves": (BOOT + [diagnostics()], None),
+    "not_activated": ([reset(), diagnostics()], "not_activated"),
+    "not_activated_before_gate": ([reset(), diagnostics("p1", "p2")], "not_activated"),
+    "gate_closed_staging": ([reset(), begin(), diagnostics()], "gate_closed"),
+    "gate_closed_idle": (BOOT + [op("close"), diagnostics()], "gate_closed"),
+    "gate_closed_after_restart": (BOOT + [op("restart"), diagnostics()], "gate_closed"),
+    "gate_closed_before_projects": (BOOT + [begin("a2"), diagnostics("p9")], "gate_closed"),
+    "projects_mismatch_extra": (BOOT + [diagnostics("p1", "p2")], "projects_mismatch"),
+    "projects_mismatch_repeat": (BOOT + [diagnostics("p1", "p1")], "projects_mismatch"),
+    "projects_mismatch_none": (BOOT + [op("diagnostics", projectIds=[])], "projects_mismatch"),
+}
+
+
+@pytest.mark.parametrize("case", list(DIAGNOSES))
+def test_diagnostics_reason(kind, case, tmp_path):
+    requests, reason = DIAGNOSES[case]
+    responses = run_case(kind, requests + [op("snapshot", projectIds=requests[-1]["projectIds"])], tmp_path)
+    diagnosis, served = result(responses[-2]), result(responses[-1])
+    if reason is None:
+        assert diagnosis is None and served is not None
+    else:
+        assert set(diagnosis) == {"reason", "message"} and diagnosis["reason"] == reason, diagnosis
+        assert isinstance(diagnosis["message"], str) and diagnosis["message"]
+        assert served is None  # a diagnosis exactly when the snapshot is null
+
+
+def test_diagnostics_never_shows_a_value(kind, tmp_path):
+    responses = run_case(kind, BOOT + [put(value=SECRET), delivery(A), diagnostics("p1", "p2"), begin("a2"),
+                                       diagnostics()], tmp_path)
+    for response in (responses[-3], responses[-1]):
+        assert SECRET not in json.dumps(response)
+
+
+def test_state_is_every_table_in_order(kind, tmp_path):
+    """The document's tables hold what the operations wrote; the SQLite one equals the model's (run_case)."""
+    b = rec("B", ref=staged(SID2))
+    responses = run_case(kind, BOOT + [put(value="v-a"), delivery(A), delivery(A, sequence=1),
+                                       delivery(A, project="p9", sequence=2), begin("a2"), put("B", staged(SID2)),
+                                       page([b, A], attempt="a2", version=2, complete=False) if False else
+                                       page([A, b], attempt="a2", version=2, complete=False), state()], tmp_path)
+    doc = result(responses[-1])
+    assert list(doc) == ["authority", "projects", "records", "values", "stageProjects", "stageRecords",
+                         "stageValues", "receipts"]
+    assert doc["authority"] == {"activated": True, "gateOpen": False, "attemptId": "a2", "streamId": "s1",
+                                "appliedSequence": 2, "orgId": "o1", "policyEpochs": [1]}
+    assert doc["projects"] == [{"projectId": "p1", "recordVersion": 1}]
+    assert [v["value"] for v in doc["values"]] == ["v-a"]
+    assert [(r["projectId"], r["key"], r["present"]) for r in doc["stageRecords"]] == [("p1", "A", True),
+                                                                                       ("p1", "B", True)]
+    assert doc["stageProjects"] == [{"attemptId": "a2", "projectId": "p1", "recordVersion": 2, "lastKey": "B",
+                                     "complete": False}]
+    receipts = doc["receipts"]
+    assert [(r["sequence"], r["ok"], r["code"]) for r in receipts] == [(1, True, None),
+                                                                      (2, False, "project_not_in_replica")]
+    assert receipts[0]["requestMac"] != receipts[1]["requestMac"]
+
+
+def test_state_is_offered_only_with_the_test_key(tmp_path):
+    """``state`` shows plaintext values: a driver sealing under another key answers it ``unsupported``."""
+    other = SqliteDriver("fixed", tmp_path / "real.db", master_key=bytes(range(1, 33)))
+    try:
+        response = other.handle({"id": 1, "op": "state"})
+        assert response == {"id": 1, "ok": False, "error": {"type": "unsupported", "message": STATE_NOT_OFFERED}}
+        assert "test key" in STATE_NOT_OFFERED and "nothing was done" in STATE_NOT_OFFERED
+        assert other.handle({"id": 2, "op": "state", "x": 1})["error"]["type"] == "invalid"  # a known op still
+    finally:
+        other.close()
+    explicit = SqliteDriver("fixed", tmp_path / "t.db", master_key=TEST_MASTER_KEY, offer_state=False)
+    try:
+        assert explicit.handle({"id": 1, "op": "state"})["error"]["type"] == "unsupported"
+    finally:
+        explicit.close()
+
+
+def test_model_state_macs_are_names(tmp_path):
+    """The model's requestMac is a name of the request: equal requests, equal names; never a keyed MAC."""
+    from envreplica.conformance.drivers import stand_in_mac
+
+    responses = run_case("model", BOOT + [delivery(A), begin("a2", stream="s1"), delivery(A_LISTED, sequence=2,
+                                                                                          attempt="a2"),
+                                          state()], tmp_path)
+    receipts = result(responses[-1])["receipts"]
+    assert all(r["requestMac"].startswith("sha256:") for r in receipts)
+    assert stand_in_mac({"a": 1}) == stand_in_mac({"a": 1}) != stand_in_mac({"a": 2})
+
+
+# -- crashAfterCommit ------------------------------------------------------------
+
+B_REC = rec("B", ref=staged(SID2))
+#: A page that makes three write commits: the prepare, then A's and B's after-transactions.
+PAGE_AB = [reset(), put(), put("B", staged(SID2)), begin()]
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_page_crashes_after_its_kth_commit(kind, k, tmp_path):
+    responses = run_case(kind, PAGE_AB + [crash(page([A, B_REC], version=1), k), op("status"), state()],
+                         tmp_path)
+    assert result(responses[-3]) == {"crashedAfterCommit": k}
+    status = result(responses[-2])
+    assert status["gateOpen"] is False and status["attemptId"] is None  # reopened, gate closed (as restart)
+    doc = result(responses[-1])
+    assert doc["stageRecords"] == [] and doc["stageProjects"] == []  # the attempt purged by the restart
+
+
+def test_page_that_ends_first_is_answered_normally(kind, tmp_path):
+    responses = run_case(kind, PAGE_AB + [crash(page([A, B_REC], version=1), 4), commit(versions=[("p1", 1)]),
+                                          snapshot()], tmp_path)
+    assert [r["materialization"] for r in result(responses[-3])["results"]] == [{"kind": "installed"}] * 2
+    assert [e["value"] for e in result(responses[-1])["projects"][0]["entries"]] == ["secret-A", "secret-A"]
+
+
+def test_refused_page_still_counts_its_prepare_commit(kind, tmp_path):
+    """A refusal commits its transaction (section 3): crashAfterCommit 1 crashes there."""
+    responses = run_case(kind, BOOT + [begin("a2"), crash(page([A], attempt="a2", version=0), 1), op("status")],
+                         tmp_path)
+    assert result(responses[-2]) == {"crashedAfterCommit": 1}
+
+
+def test_invalid_frame_makes_no_commit_and_no_crash(kind, tmp_path):
+    bad = crash(page([rec("B"), rec("A")], version=1), 1)
+    responses = run_case(kind, [reset(), begin(), bad, op("status")], tmp_path)
+    assert responses[-2]["error"]["type"] == "invalid" and result(responses[-1])["attemptId"] == "a1"
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_delivery_crashes_after_its_kth_commit_and_is_sent_again(kind, k, tmp_path):
+    """Crashed before its receipt (1, 2) the delivery is half-applied: after reconnecting, the cloud sends it
+    again and it is applied; crashed after its receipt (3) it is a replay."""
+    requests = BOOT + [put(), crash(delivery(A), k), op("receipts"), begin("a2"), page([A], attempt="a2", version=1),
+                       commit("a2", sequence=1 if k == 3 else 0, versions=[("p1", 1)]),
+                       delivery(A), snapshot(), state()]
+    responses = run_case(kind, requests, tmp_path)
+    assert result(responses[5]) == {"crashedAfterCommit": k}
+    assert len(result(responses[6])) == (1 if k == 3 else 0)
+    resent = result(responses[-3])
+    assert resent["ok"] is True and resent["replayed"] is (k == 3), resent
+    assert result(responses[-2])["projects"][0]["entries"][0]["value"] == "secret-A"
+
+
+def test_delivery_without_a_read_has_two_commits(kind, tmp_path):
+    tomb = rec("A", gen=0, tomb=True)
+    responses = run_case(kind, BOOT + [crash(delivery(tomb), 2), crash(delivery(tomb, sequence=2, version=2), 3)],
+                         tmp_path)
+    assert result(responses[-2]) == {"crashedAfterCommit": 2}
+    assert result(responses[-1])["ok"] is False  # the gate is closed now: refused, never crashed
+
+
+def test_crash_nested_in_a_read_loses_the_operation_in_flight(kind, tmp_path):
+    """A nested page that crashes takes the outer delivery with it (a crash is a restart of the process)."""
+    requests = [reset(), put(), begin(), page(), commit(),
+                delivery(A, during=[begin("a2"), crash(page([B_REC], attempt="a2", version=2), 1)]),
+                op("status"), op("receipts")]
+    responses = run_case(kind, requests, tmp_path)
+    lost = responses[-3]
+    assert lost["error"] == {"type": "unsupported", "message": OPERATION_LOST_CRASH}
+    assert [n["ok"] for n in lost["nested"]] == [True, True]
+    assert lost["nested"][1]["result"] == {"crashedAfterCommit": 1}
+    assert result(responses[-2])["gateOpen"] is False and result(responses[-1]) == []
+
+
+def test_store_off_survives_a_crash(kind, tmp_path):
+    responses = run_case(kind, BOOT + [op("store.off"), put(), crash(delivery(A), 1), begin("a2"),
+                                       page([A], attempt="a2", version=1)], tmp_path)
+    assert materialization(responses[-1]) == {"kind": "unavailable", "reason": "credential_store_unavailable"}
+
+
+# -- section 5, as tightened: restart nested two deep ------------------------------
+
+
+def test_nested_restart_loses_every_operation_in_flight(kind, tmp_path):
+    """A restart inside a read inside a read: both operations in flight are lost, each answered so."""
+    inner = page([B_REC], attempt="a2", version=2, during=[dict(op("restart"), id=2000)])
+    responses = run_case(kind, [reset(), put(), put("B", staged(SID2)), begin(), page(), commit(),
+                                delivery(A, during=[begin("a2"), inner]), op("status")], tmp_path)
+    outer = responses[-2]
+    assert outer["error"] == {"type": "unsupported", "message": OPERATION_LOST_RESTART}
+    assert outer["nested"][1]["error"] == {"type": "unsupported", "message": OPERATION_LOST_RESTART}
+    assert [n["ok"] for n in outer["nested"][1]["nested"]] == [True]
+    assert result(responses[-1])["gateOpen"] is False and result(responses[-1])["attemptId"] is None
+
+
+def test_diagnostics_corrupt_on_the_model_and_on_a_tampered_file(tmp_path):
+    """``corrupt``: the model's classification of a state whose snapshot read raises, and SQLite's of a file
+    edited behind its back (a row whose tag no longer holds). Neither message shows a value."""
+    import sqlite3
+    from dataclasses import replace
+
+    from envreplica.impl import writer
+    from envreplica.model.fmap import FMap
+
+    requests = with_ids(BOOT + [put(value=SECRET), delivery(A)])
+    model = ModelDriver("fixed")
+    for request in requests:
+        model.handle(request)
+    model.state = replace(model.state, values=FMap({}))  # installed, but its value row is gone
+    answer = model.handle({"id": 99, "op": "diagnostics", "projectIds": ["p1"]})
+    assert answer["result"]["reason"] == "corrupt" and SECRET not in json.dumps(answer)
+
+    impl = SqliteDriver("fixed", tmp_path / "t.db", master_key=TEST_MASTER_KEY)
+    try:
+        for request in requests:
+            assert impl.handle(request)["ok"] is True
+        conn = sqlite3.connect(tmp_path / "t.db", isolation_level=None)
+        writer.register_writer(conn)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("UPDATE records SET listing_generation = 5 WHERE key = 'A'")
+            conn.execute("COMMIT")
+        finally:
+            conn.close()
+        answer = impl.handle({"id": 99, "op": "diagnostics", "projectIds": ["p1"]})
+        assert answer["result"]["reason"] == "corrupt", answer
+        assert SECRET not in json.dumps(answer)
+        assert impl.handle({"id": 100, "op": "snapshot", "projectIds": ["p1"]})["result"] is None
+        assert impl.handle({"id": 101, "op": "state"})["error"]["type"] == "corrupt"  # state fails closed too
+    finally:
+        impl.close()
+
+
+def test_adapter_process_offers_the_extensions(tmp_path):
+    """Over stdio: ``ready``, ``diagnostics``, a crash and ``state``, from the SQLite adapter with the test key."""
+    requests = with_ids([reset(), put(), begin(), page(), commit(), ready(5), diagnostics("p1", "p2"),
+                         crash(delivery(A), 2), ready(0), state()], start=21)
+    argv = [sys.executable, "-m", "envreplica.conformance.adapter", "--impl", "sqlite", "--test-key",
+            "--db", str(tmp_path / "x.db")]
+    proc = subprocess.run(argv, input="".join(json.dumps(r) + "\n" for r in requests), capture_output=True,
+                          text=True, timeout=60, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    responses = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [r["id"] for r in responses] == list(range(21, 31)) and all(r["ok"] for r in responses), responses
+    assert responses[5]["result"] == {"ready": True}
+    assert responses[6]["result"]["reason"] == "projects_mismatch"
+    assert responses[7]["result"] == {"crashedAfterCommit": 2}
+    assert responses[8]["result"] == {"ready": False}  # reopened with its gate closed
+    doc = responses[9]["result"]
+    assert doc["authority"]["gateOpen"] is False and doc["receipts"] == []
+    assert [v["value"] for v in doc["values"]] == ["secret-A"]  # the after-transaction committed before the crash

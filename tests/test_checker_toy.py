@@ -246,3 +246,41 @@ def test_violation_at_init_has_length_zero():
     v = r.violations["not_init"]
     assert v.length == 0
     assert v.steps == [Step(None, None, INIT)]
+
+
+# ---------------------------------------------------------------------------
+# sometimes-after: a step that follows another on the same path
+# ---------------------------------------------------------------------------
+
+
+def _entered(pre, action, result, post) -> bool:
+    """A process enters the critical section."""
+    return action[0] == "enter"
+
+
+def _other_exits(earlier, pre, action, result, post) -> bool:
+    """After one process entered, the other leaves the critical section."""
+    return action[0] == "exit" and action[1] != earlier[1][1]
+
+
+ENTERED = Property("entered", _entered, "sometimes-step")
+OTHER_EXITS = Property("other_exits_after_enter", _other_exits, "sometimes-after", after=ENTERED)
+
+
+def test_sometimes_after_is_witnessed_on_one_path():
+    # check0, check1, enter0, enter1 (the race), exit1: the earlier step is enter0, then exit1.
+    r = check(toy(sometimes=(OTHER_EXITS,)))
+    assert r.witnessed == {"other_exits_after_enter": 5}
+
+
+def test_sometimes_after_needs_the_earlier_step_first():
+    """An exit alone is no witness: the exit must follow another process's enter on its path."""
+    lone_exit = Property("exit_after_check", lambda earlier, *step: step[1][0] == "exit",
+                         "sometimes-after", after=Property("never_steps", lambda *step: False, "sometimes-step"))
+    assert check(toy(sometimes=(lone_exit,))).witnessed == {}
+
+
+def test_sometimes_after_under_approximates():
+    """In the fixed toy the witness path (enter0, exit0, check1, enter1, exit1) passes through the initial
+    state again, which was expanded unmarked: marks only go forward, so it is not found."""
+    assert check(toy(fixed=True, sometimes=(OTHER_EXITS,))).witnessed == {}

@@ -4,7 +4,12 @@ The adapter under test is a real process: the project's own adapter
 (``python -m envreplica.conformance.adapter --impl sqlite``) must pass under
 every variant; a tiny wrapper script that flips one field of commit results
 must be caught (exit 1, the shrunk trace printed and written as JSON lines
-and ITF, a JUnit failure). Example counts are kept small (``--max-examples``):
+and ITF, a JUnit failure). The adapter's tables are held too: with
+``--test-key`` its ``state`` answers are compared table by table after each
+step (docs/adapter-extensions.md), a wrapper whose ``state`` shows other
+values, or one MAC for two requests, is caught naming the table, and an
+adapter without the test key (``state`` unsupported) or without the
+extensions at all is held to its responses, the report saying so. Example counts are kept small (``--max-examples``):
 these tests pin the plumbing; tests/test_lockstep.py runs the ``ci`` budget.
 """
 
@@ -78,6 +83,32 @@ BROKEN_ADAPTER = textwrap.dedent("""
     adapter.SqliteDriver = Broken
     sys.exit(adapter.main(sys.argv[1:]))
 """)
+
+
+#: Wraps the real adapter; its ``state`` answers show every stored value with one character more.
+WRONG_STATE_ADAPTER = textwrap.dedent("""
+    import sys
+
+    from envreplica.conformance import adapter
+    from envreplica.conformance.drivers import SqliteDriver
+
+
+    class WrongState(SqliteDriver):
+        def handle(self, request):
+            response = super().handle(request)
+            if isinstance(request, dict) and request.get("op") == "state" and response.get("ok"):
+                for row in response["result"]["values"]:
+                    row["value"] += "!"
+            return response
+
+
+    adapter.SqliteDriver = WrongState
+    sys.exit(adapter.main(sys.argv[1:]))
+""")
+
+#: Wraps the real adapter; every receipt's requestMac is the same name (two requests, one MAC).
+ONE_MAC_ADAPTER = WRONG_STATE_ADAPTER.replace('["values"]', '["receipts"]').replace(
+    'row["value"] += "!"', 'row["requestMac"] = "0" * 64')
 
 
 def write_jsonl(path: Path, requests: list) -> Path:
@@ -221,3 +252,206 @@ def test_check_runs_model_check_then_lockstep(tmp_path, capsys):
     assert "model check" in out and "SQLite vs model" in out and "lockstep coverage" in out
     code, out = run_cli(["check", "--bounds", "tiny", "--quiet", "--model-only", "--out", str(tmp_path)], capsys)
     assert code == 0 and "skipped (--model-only)" in out
+
+
+# ---------------------------------------------------------------------------
+# Tables: an external adapter's ``state``, held table by table (docs/adapter-extensions.md)
+# ---------------------------------------------------------------------------
+
+
+def _script_command(tmp_path: Path, name: str, text: str, *extra: str) -> str:
+    script = tmp_path / f"{name}.py"
+    script.write_text(text)
+    return " ".join([PY, shlex.quote(str(script)), "--impl", "sqlite", *extra,
+                     "--db", shlex.quote(str(tmp_path / f"{name}.db"))])
+
+
+def test_external_adapter_tables_are_compared_table_by_table(tmp_path, capsys):
+    """The real adapter (``--test-key``) answers ``state``: every step's tables are compared, and agree."""
+    from envreplica.conformance.lockstep import lockstep_settings, run_lockstep
+
+    command = adapter_command(tmp_path / "r.db")
+    report = run_lockstep(lambda: SubprocessDriver(command), settings=lockstep_settings("dev", max_examples=6))
+    assert report.ok, report.failure
+    assert report.tables.startswith("tables: compared table by table"), report.tables
+    compared = int(re.search(r"\((\d+) state reads\)", report.tables).group(1))
+    assert compared >= report.steps // 3  # every step that may move the replica (not reads and invalid ones)
+    # the CLI prints it; saved traces replay with their tables compared too
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    write_jsonl(traces / "boot.jsonl", GOOD_TRACE)
+    code, out = run_cli(["conformance", "--adapter", command, "--traces", str(traces), "--max-examples", "3",
+                         "--out", str(tmp_path / "out")], capsys)
+    assert code == 0, out
+    assert "compared table by table" in out
+
+
+def test_wrong_state_answer_is_caught_with_the_table(tmp_path, capsys):
+    """An adapter whose ``state`` shows other values than it serves parts at the first value it stores."""
+    from envreplica.conformance.drivers import ModelDriver
+    from envreplica.conformance.lockstep import replay_steps
+
+    command = _script_command(tmp_path, "wrong_state", WRONG_STATE_ADAPTER, "--test-key")
+    with SubprocessDriver(command) as impl:
+        steps, divergence = replay_steps(GOOD_TRACE, impl, ModelDriver("fixed"))
+    assert divergence is not None and divergence["index"] == 6  # the delivery installs A's value
+    reason = divergence["reason"]
+    assert reason.startswith("tables after the step differ from the model's: state table values: row (p1, A): "
+                             "value: differs (model 7 chars, implementation 8 chars)"), reason
+    assert "hunter2" not in reason  # values by length only
+    assert all(s["model"] == s["impl"] for s in steps)  # every response agreed: only the tables tell
+    # the generated run catches it too, and says where
+    code, out = run_cli(["conformance", "--adapter", command, "--max-examples", "40",
+                         "--out", str(tmp_path / "out")], capsys)
+    assert code == 1, out
+    assert "state table values" in out and "compared table by table" in out
+
+
+def test_receipt_macs_are_held_as_names(tmp_path):
+    """One MAC for two different requests is caught, though the model's MAC is only a name."""
+    from envreplica.conformance.drivers import ModelDriver
+    from envreplica.conformance.lockstep import replay_steps
+
+    second = json.loads(json.dumps(GOOD_TRACE[5]))
+    second.pop("duringFetch")
+    second["id"], second["frame"]["delivery"]["sequence"], second["frame"]["recordVersion"] = 9, 2, 2
+    second["frame"]["state"]["listingGeneration"] = 1
+    command = _script_command(tmp_path, "one_mac", ONE_MAC_ADAPTER, "--test-key")
+    with SubprocessDriver(command) as impl:
+        _, divergence = replay_steps(GOOD_TRACE + [second], impl, ModelDriver("fixed"))
+    assert divergence is not None and divergence["index"] == 9, divergence
+    assert "state table receipts: row (s1, 2): requestMac: two requests, one MAC" in divergence["reason"]
+    with SubprocessDriver(adapter_command(tmp_path / "good.db")) as impl:
+        _, divergence = replay_steps(GOOD_TRACE + [second], impl, ModelDriver("fixed"))
+    assert divergence is None, divergence
+
+
+def test_adapter_without_state_falls_back_to_responses(tmp_path, monkeypatch, capsys):
+    """Without the test key the adapter answers ``state`` unsupported: the run holds its responses only,
+    and says so."""
+    from envreplica.conformance.lockstep import lockstep_settings, run_lockstep
+
+    monkeypatch.setenv("ENVREPLICA_MASTER_KEY", bytes(range(7, 39)).hex())
+    command = f"{PY} -m envreplica.conformance.adapter --impl sqlite --db {shlex.quote(str(tmp_path / 'k.db'))}"
+    with SubprocessDriver(command) as driver:
+        answer = driver.handle({"id": 1, "op": "state"})
+    assert answer["ok"] is False and answer["error"]["type"] == "unsupported"
+    assert "test key" in answer["error"]["message"]
+    report = run_lockstep(lambda: SubprocessDriver(command), settings=lockstep_settings("dev", max_examples=4))
+    assert report.ok, report.failure
+    assert report.tables.startswith("tables: NOT compared: the adapter answered 'state' unsupported"), report.tables
+    assert "responses only" in report.tables
+    code, out = run_cli(["conformance", "--adapter", command, "--max-examples", "2",
+                         "--out", str(tmp_path / "out")], capsys)
+    assert code == 0, out
+    assert "NOT compared" in out
+
+
+def test_state_documents_are_compared_table_by_table_with_macs_as_names():
+    """``state_doc_difference`` and ``StateProbe`` without a process: each kind of difference, named."""
+    from envreplica.conformance.drivers import ModelDriver
+    from envreplica.conformance.external import StateProbe, _MacNames, state_doc_difference
+
+    model = ModelDriver("fixed")
+    for request in GOOD_TRACE:
+        model.handle(json.loads(json.dumps(request)))
+    want = model.state_doc()
+    assert want["receipts"][0]["requestMac"].startswith("sha256:")
+
+    def impl(mutate=None, mac="m1"):
+        doc = json.loads(json.dumps(want))
+        doc["receipts"][0]["requestMac"] = mac
+        if mutate:
+            mutate(doc)
+        return doc
+
+    names = _MacNames()
+    assert state_doc_difference(want, impl(), names) is None
+    assert state_doc_difference(want, impl(), names) is None  # the same request, the same MAC: fine
+    assert "one request, two MACs" in state_doc_difference(want, impl(mac="m2"), names)
+    assert state_doc_difference(want, impl(mac="m2"), names, scope="ab" * 32) is None  # another key, another MAC
+    other = json.loads(json.dumps(want))
+    other["receipts"][0]["requestMac"] = "sha256:another-request"
+    assert "two requests, one MAC" in state_doc_difference(other, impl(), names)
+
+    cases = {
+        "state table authority: gateOpen: model true, implementation false":
+            lambda d: d["authority"].update(gateOpen=False),
+        "state table projects: row (p1): recordVersion: model 1, implementation 2":
+            lambda d: d["projects"][0].update(recordVersion=2),
+        "state table records: row (p1, A) missing": lambda d: d["records"].clear(),
+        "state table stageProjects: row (a9, p1) is not in the model's table":
+            lambda d: d["stageProjects"].append({"attemptId": "a9", "projectId": "p1", "recordVersion": 0,
+                                                 "lastKey": None, "complete": True}),
+        "state table receipts: row (s1, 1): requestMac: the implementation has no such field":
+            lambda d: d["receipts"][0].pop("requestMac"),
+        "state: the tables differ: missing ['values']": lambda d: d.pop("values"),
+    }
+    for expected, mutate in cases.items():
+        got = state_doc_difference(want, impl(mutate), _MacNames())
+        assert got is not None and got.startswith(expected), (expected, got)
+        assert "hunter2" not in got
+
+    class Canned:  # answers ``state`` with a fixed document (or error)
+        def __init__(self, answer):
+            self.answer = answer
+
+        def handle(self, request):
+            assert request["op"] == "state" and request["id"] >= 1_000_000_000
+            return {"id": request["id"], **self.answer}
+
+    probe = StateProbe()
+    assert probe.check(model, Canned({"ok": True, "result": impl()})) is None
+    bad = impl(lambda d: d["values"].insert(0, dict(d["values"][0], key="B")))
+    assert "values[1] has primary key" in probe.check(model, Canned({"ok": True, "result": bad}))  # sorted rows
+    message = probe.check(model, Canned({"ok": False, "error": {"type": "unsupported", "message": "no"}}))
+    assert message is not None and "now calls it unsupported" in message  # offered, then withdrawn
+    fresh = StateProbe()
+    assert fresh.check(model, Canned({"ok": False, "error": {"type": "unsupported", "message": "no"}})) is None
+    assert fresh.supported is False and "NOT compared" in fresh.describe() and "responses only" in fresh.describe()
+    assert fresh.check(model, Canned({"ok": True, "result": {}})) is None  # no longer asked
+    assert "the error" in StateProbe().check(model, Canned({"ok": False, "error": {"type": "corrupt",
+                                                                                    "message": "x"}}))
+
+
+#: Wraps the real adapter as one written to section 5 alone: no docs/adapter-extensions.md at all.
+SECTION5_ONLY_ADAPTER = textwrap.dedent("""
+    import sys
+
+    from envreplica.conformance import adapter
+    from envreplica.conformance.drivers import SqliteDriver
+
+
+    class Section5Only(SqliteDriver):
+        def handle(self, request):
+            if isinstance(request, dict) and request.get("op") in ("ready", "diagnostics", "state"):
+                return {"id": request.get("id"), "ok": False,
+                        "error": {"type": "unsupported", "message": "unknown op"}}
+            if isinstance(request, dict) and "crashAfterCommit" in request:
+                return {"id": request.get("id"), "ok": False,
+                        "error": {"type": "invalid", "message": "request.crashAfterCommit is not allowed"}}
+            return super().handle(request)
+
+
+    adapter.SqliteDriver = Section5Only
+    sys.exit(adapter.main(sys.argv[1:]))
+""")
+
+
+def test_extensions_an_adapter_does_not_offer_are_not_generated(tmp_path, capsys):
+    """An adapter that knows section 5 only passes on its responses; the report lists what it does not offer."""
+    from envreplica.conformance.external import probe_extensions
+    from envreplica.conformance.lockstep import lockstep_settings, run_lockstep
+
+    with SubprocessDriver(adapter_command(tmp_path / "full.db")) as full:
+        assert probe_extensions(full) == {"ready": True, "diagnostics": True, "crashAfterCommit": True}
+    command = _script_command(tmp_path, "section5", SECTION5_ONLY_ADAPTER, "--test-key")
+    with SubprocessDriver(command) as bare:
+        assert probe_extensions(bare) == {"ready": False, "diagnostics": False, "crashAfterCommit": False}
+    report = run_lockstep(lambda: SubprocessDriver(command), settings=lockstep_settings("dev", max_examples=15))
+    assert report.ok, report.failure
+    assert report.extensions.startswith("extensions: the adapter does not offer ready, diagnostics, "
+                                        "crashAfterCommit"), report.extensions
+    assert "NOT compared" in report.tables
+    assert report.coverage.ops["ready"] == report.coverage.ops["diagnostics"] == 0
+    assert not report.coverage.crashes

@@ -49,10 +49,17 @@ from hypothesis import settings
 from envreplica.conformance.drivers import TEST_MASTER_KEY, ModelDriver, SqliteDriver
 from envreplica.conformance.lockstep import lockstep_settings, run_lockstep
 from envreplica.conformance.lockstep import run as lockstep_run
-from envreplica.impl.replica import with_macs
+from envreplica.conformance.readback import impl_model_state, mac_of, with_macs
 
 from adapter_requests import with_ids
+from crash_mutants import CRASH_MUTANTS
 from impl_mutants import EQUIVALENT_MUTANTS, MUTANTS, ImplMutant
+
+#: Every storage mutant the lockstep must catch: ``impl_mutants`` (decisions read independently
+#: among them) and ``crash_mutants`` (a transaction split in two: caught through ``crashAfterCommit``).
+#: Readiness and diagnostics mutants have their own module (``test_api_mutants``), the
+#: production-shaped-input ones theirs (``test_lockstep``), concurrency ones ``test_concurrent``.
+SUITE = MUTANTS + CRASH_MUTANTS
 
 
 #: The longest shrunk trace a catch may have.
@@ -76,7 +83,7 @@ def _roundtrip(value: Any) -> Any:
 
 def _state_of(driver: SqliteDriver):
     try:
-        return driver.replica.to_model_state()
+        return impl_model_state(driver.replica)
     except Exception as error:  # an unreadable file differs from every model state
         return f"<{type(error).__name__}: {error}>"
 
@@ -101,7 +108,7 @@ def play(driver: SqliteDriver, requests, variant) -> list[Step]:
         for request in with_ids(list(requests)):
             m = _roundtrip(model.handle(_roundtrip(request)))
             i = _roundtrip(driver.handle(_roundtrip(request)))
-            same_state = with_macs(model.state, driver.sealer) == _state_of(driver)
+            same_state = with_macs(model.state, mac_of(driver.sealer)) == _state_of(driver)
             steps.append(Step(request, m, i, same_state))
     finally:
         driver.close()
@@ -121,18 +128,18 @@ def _ids(mutants) -> list:
 
 
 def test_there_are_at_least_12_mutants():
-    assert len(MUTANTS) >= 12
-    assert len({m.name for m in MUTANTS}) == len(MUTANTS)
+    assert len(MUTANTS) >= 12 and len(CRASH_MUTANTS) >= 2
+    assert len({m.name for m in SUITE}) == len(SUITE)
 
 
-@pytest.mark.parametrize("mutant", _ids(MUTANTS))
+@pytest.mark.parametrize("mutant", _ids(SUITE))
 def test_scenario_is_clean_on_the_real_implementation(mutant: ImplMutant, tmp_path):
     """The control: the unmutated implementation agrees with the model on the whole scenario."""
     steps = play(SqliteDriver(mutant.variant, tmp_path / "real.db", master_key=TEST_MASTER_KEY), mutant.scenario, mutant.variant)
     assert all(s.same_response and s.same_state for s in steps), _describe(steps)
 
 
-@pytest.mark.parametrize("mutant", _ids(MUTANTS))
+@pytest.mark.parametrize("mutant", _ids(SUITE))
 def test_each_mutant_is_observable(mutant: ImplMutant, tmp_path):
     """The mutant parts from the model on its scenario, where ``observe`` says."""
     steps = play(mutant.driver(mutant.variant, tmp_path / "mutant.db"), mutant.scenario, mutant.variant)
@@ -148,7 +155,7 @@ def test_each_mutant_is_observable(mutant: ImplMutant, tmp_path):
 def test_equivalent_mutant_is_equivalent_through_the_adapter(name, tmp_path):
     """Why "AD dropped from sealing" is not in the list: no scenario tells it from the original."""
     mutant = EQUIVALENT_MUTANTS[name]
-    for n, other in enumerate(MUTANTS):
+    for n, other in enumerate(SUITE):
         steps = play(mutant.driver(other.variant, tmp_path / f"eq-{n}.db"), other.scenario, other.variant)
         assert all(s.same_response and s.same_state for s in steps), f"{other.name}\n{_describe(steps)}"
 
@@ -225,7 +232,7 @@ def budget(monkeypatch):
 
 def _lockstep_params() -> list:
     out = []
-    for m in MUTANTS:
+    for m in SUITE:
         marks = [pytest.mark.xfail(strict=True, reason=MISSED[m.name])] if m.name in MISSED else []
         out.append(pytest.param(m, id=m.name, marks=marks))
     return out

@@ -3,8 +3,10 @@
 Every scenario runs the same operations on the model (``model.actions.step``
 over a ``State``) and on a ``SqliteReplica`` reading an ``EmbeddedStore``,
 and after every operation asserts equal results and
-``with_macs(model_state, sealer) == replica.to_model_state()``, plus equal
-reads (status, snapshot, diagnostics, receipts, readiness). A value-store
+``with_macs(model_state, mac_of(sealer)) == impl_model_state(replica)``
+(``conformance.readback``: the replica's ``export_state`` document read into
+the model's shape), plus equal reads (status, snapshot, diagnostics and
+their reason class, receipts, readiness). A value-store
 read in flight on the model side is a ``Pending`` result resumed with the
 answer the same store gives; ``during_fetch`` on the implementation side runs
 the nested operations where the model runs them, between ``Pending`` and
@@ -12,8 +14,10 @@ the nested operations where the model runs them, between ``Pending`` and
 
 Then what the model cannot say: no plaintext on disk, a moved sealed blob
 fails closed, a reopened file holds exactly what was committed, a constraint
-violation is ``CorruptReplica``, readiness wakes its waiter, and two processes
-hammering one file leave it intact.
+violation is ``CorruptReplica``, readiness wakes its waiter, the crash hook
+``after_commit`` is called after exactly the write commits
+docs/adapter-extensions.md counts, and two processes hammering one file
+leave it intact.
 """
 
 from __future__ import annotations
@@ -29,14 +33,29 @@ from typing import Optional
 
 import pytest
 
+from envreplica.conformance.drivers import model_diagnosis
+from envreplica.conformance.readback import impl_model_state, mac_of, with_macs
 from envreplica.impl import writer
-from envreplica.impl.replica import SqliteReplica, request_mac, with_macs
+from envreplica.impl.config import ReplicaConfig
+from envreplica.impl.replica import SqliteReplica, request_mac
 from envreplica.impl.sealing import Sealer
-from envreplica.impl.valuestores import EmbeddedStore, ValueStoreError, answer_of, put_for_ref
+from envreplica.impl.valuestores import EmbeddedStore, ValueStoreError, put_for_ref
 from envreplica.model import generate as G
 from envreplica.model import presets
 from envreplica.model import replica as M
-from envreplica.model.actions import Begin, CloseGate, Commit, Deliver, Page, Restart, Resume, StoreOff, step
+from envreplica.model.actions import (
+    Begin,
+    CloseGate,
+    Commit,
+    CrashAfter,
+    Deliver,
+    Page,
+    Restart,
+    Resume,
+    StoreOff,
+    run_until_crash,
+    step,
+)
 from envreplica.model.state import INITIAL, ModelConfig, State, Variant
 from envreplica.model.store import Found, Missing, Raises, staged_envelope
 from envreplica.spec import properties as P
@@ -52,6 +71,7 @@ from envreplica.spec.domain import (
     CommitFrame,
     CommitOk,
     CorruptReplica,
+    Crashed,
     Cursor,
     Done,
     Failed,
@@ -62,6 +82,7 @@ from envreplica.spec.domain import (
     PageRefused,
     Pending,
     ProjectVersion,
+    DiagnosisReason,
     RefusalCode,
     ReplicaError,
     StagedRef,
@@ -111,6 +132,29 @@ def deliver_action(sequence, version, state, stream=S1, attempt=None, op="op-d",
     return Deliver(ApplyFrame(f"{op}{sequence}", project, version, state, Cursor(stream, sequence), attempt))
 
 
+def impl_config(cfg: ModelConfig) -> ReplicaConfig:
+    """The implementation's config for the model's (the same variant, bound and prefix)."""
+    return ReplicaConfig(cfg.variant, cfg.ack_page_bytes, cfg.prefix)
+
+
+def answer_of(store: EmbeddedStore, request):
+    """What ``store`` answers the model's read ``request``, as the model's ``Answer``."""
+    ref = request.ref
+    try:
+        if isinstance(ref, StagedRef):
+            raw = store.read_staged(request.name)
+            return Missing() if raw is None else Found(raw)
+        got = store.read_legacy(request.name, ref.ssm_version)
+        return Missing() if got is None else Found(got[0], got[1])
+    except ValueStoreError:
+        return Raises()
+
+
+def readback(replica: SqliteReplica) -> State:
+    """The replica's tables in the model's shape (``conformance.readback``)."""
+    return impl_model_state(replica)
+
+
 # ---------------------------------------------------------------------------
 # The twin: the model and the implementation side by side
 # ---------------------------------------------------------------------------
@@ -125,7 +169,8 @@ class Twin:
         self.store = EmbeddedStore()
         self.path = path
         self.store_on = store_on
-        self.impl = SqliteReplica(path, sealer=self.sealer, reader=self.store if store_on else None, config=self.cfg)
+        self.impl = SqliteReplica(path, sealer=self.sealer, reader=self.store if store_on else None,
+                                  config=impl_config(self.cfg))
         self.st: State = INITIAL if store_on else replace(INITIAL, store_on=False)
         self.projects: tuple[str, ...] = (P1,)
         self.check()
@@ -197,11 +242,13 @@ class Twin:
 
     def check(self) -> None:
         assert self.st.inflight == ()
-        assert with_macs(self.st, self.sealer) == self.impl.to_model_state()
+        assert with_macs(self.st, mac_of(self.sealer)) == readback(self.impl)
         ids = sorted(set(self.projects) | set(self.st.projects))
         for request in (list(self.projects), ids):
-            assert self.impl.read_snapshot(request) == M.read_snapshot(self.st, request)
-            assert self.impl.snapshot_diagnostics(request) == M.snapshot_diagnostics(self.st, request)
+            assert self.impl.read_snapshot(request) == M.read_snapshot(self.st, request, self.cfg)
+            assert self.impl.snapshot_diagnostics(request) == M.snapshot_diagnostics(self.st, request, self.cfg)
+            diagnosis, expected = self.impl.diagnose(request), model_diagnosis(self.st, request, self.cfg)
+            assert (diagnosis and diagnosis.reason) == (expected and expected.reason), (diagnosis, expected)
         if self.st.authority.gate.activated:
             assert self.impl.read_status() == M.read_status(self.st)
         assert self.impl.list_receipts() == M.list_receipts(self.st)
@@ -302,7 +349,7 @@ def test_snapshot_version_conflict_keeps_its_staged_write(twin):
     relisted = replace(REC, listing_generation=1)  # same live version, not the same record
     refused = twin.do(page_action(attempt=A2, version=1, records=(relisted,)))
     assert isinstance(refused, PageRefused) and refused.code is RefusalCode.SNAPSHOT_VERSION_CONFLICT
-    staged = twin.impl.to_model_state().stage_records[(A2, P1, KEY)]
+    staged = readback(twin.impl).stage_records[(A2, P1, KEY)]
     assert staged.state == relisted and staged.present  # the refusal committed the staged write
     # Other refusals change nothing.
     for action, code in (
@@ -311,9 +358,9 @@ def test_snapshot_version_conflict_keeps_its_staged_write(twin):
         (page_action(attempt=A1), RefusalCode.RECONCILIATION_ATTEMPT_MISMATCH),
         (page_action(attempt=A2, after="A"), RefusalCode.SNAPSHOT_PAGE_MISMATCH),
     ):
-        before = twin.impl.to_model_state()
+        before = readback(twin.impl)
         assert twin.do(action).code is code
-        assert twin.impl.to_model_state() == before
+        assert readback(twin.impl) == before
     assert twin.do(commit_action(attempt=A2)).code is RefusalCode.RECORD_VERSION_CHANGED
     assert twin.do(commit_action(attempt=A2, high=(S1, 3))).code is RefusalCode.DELIVERY_INCOMPLETE
 
@@ -337,12 +384,12 @@ def test_errors_match_the_model(twin):
     assert twin.do(begin_action(attempt=A2, org="org2")) == Failed(
         "corrupt", "replica organization cannot change after activation")
     # Frames are checked at the boundary (the seed's "invalid ..."): nothing changes.
-    before = twin.impl.to_model_state()
+    before = readback(twin.impl)
     with pytest.raises(InvalidFrame):
         twin.impl.begin(BeginFrame(S1, A2, (P1,)), (2, 1), ORG)
     with pytest.raises(InvalidFrame):
         twin.impl.apply_page(PageFrame("op", A1, P1, None, 1, (REC_B, REC), True))  # keys not ascending
-    assert twin.impl.to_model_state() == before
+    assert readback(twin.impl) == before
 
 
 def test_close_gate_and_begin_inside_the_read_window(twin):
@@ -390,7 +437,7 @@ def test_f1_seed_serves_under_an_unkept_epoch(tmp_path):
     twin = _twin(tmp_path, variant=Variant.SEED)
     _f1_cloud(twin)
     assert twin.served() == {KEY: SECRET}  # epoch 1 is no longer kept: the seed's bug
-    state = twin.impl.to_model_state()
+    state = readback(twin.impl)
     assert not P.served_values_are_live_bound_kept(state)
     twin.impl.close()
 
@@ -400,8 +447,8 @@ def test_f1_fixed_does_not_serve(tmp_path, variant):
     twin = _twin(tmp_path, variant=variant)
     _f1_cloud(twin)
     assert twin.served() == {KEY: None}
-    assert twin.impl.to_model_state().records[(P1, KEY)].mat == withheld(WithheldReason.POLICY_EPOCH_UNKNOWN)
-    assert all(p.check(twin.impl.to_model_state()) for p in P.INVARIANTS)
+    assert readback(twin.impl).records[(P1, KEY)].mat == withheld(WithheldReason.POLICY_EPOCH_UNKNOWN)
+    assert all(p.check(readback(twin.impl)) for p in P.INVARIANTS)
     twin.impl.close()
 
 
@@ -456,7 +503,8 @@ def _impl_step(impl: SqliteReplica, action, path: Path, cfg: ModelConfig, reader
         if isinstance(action, Restart):
             store_on = impl.reader is not None
             impl.close()
-            impl = SqliteReplica(path, sealer=Sealer(MASTER), reader=reader if store_on else None, config=cfg)
+            impl = SqliteReplica(path, sealer=Sealer(MASTER), reader=reader if store_on else None,
+                                 config=impl_config(cfg))
             impl.close_gate()
             return impl, Done()
         if isinstance(action, StoreOff):
@@ -493,6 +541,29 @@ WALKS, WALK_STEPS = 12, 16
 #: reads (and their windows) happen; closes and restarts rarely, so state builds up.
 WALK_WEIGHTS = {"Page": 4, "Deliver": 4, "Commit": 2, "CloudChange": 2, "Begin": 1,
                 "CloseGate": 0.3, "Restart": 0.3, "StoreOff": 0.1}
+
+
+def _walkable(action, *, nested: bool = False) -> bool:
+    """An action a walk picks: not a read's answer (the walk feeds those itself), no crash of one;
+    inside a read window also no restart and no crash (they would take the suspended operation)."""
+    if isinstance(action, Resume) or (isinstance(action, CrashAfter) and isinstance(action.action, Resume)):
+        return False
+    return not (nested and isinstance(action, (Restart, CrashAfter)))
+
+
+class _Crash(Exception):
+    """The test's crash: raised by ``after_commit`` at the commit a ``CrashAfter`` names."""
+
+
+def _crash_at(commit: int):
+    made = [0]
+
+    def after_commit() -> None:
+        made[0] += 1
+        if made[0] >= commit:
+            raise _Crash(commit)
+
+    return after_commit
 
 
 def _pick(rng: random.Random, actions: list, cfg: ModelConfig, st: State):
@@ -539,10 +610,10 @@ def test_random_walks_agree_with_the_model(tmp_path, name, variant):
         rng = random.Random(f"{name}-{variant.value}-{walk}")
         path = tmp_path / f"walk-{walk}.db"
         reader = ScriptedReader()
-        impl = SqliteReplica(path, sealer=sealer, reader=reader, config=cfg)
+        impl = SqliteReplica(path, sealer=sealer, reader=reader, config=impl_config(cfg))
         world = G.init(bounds)
         for _ in range(WALK_STEPS):
-            action = _pick(rng, [a for a in G.enabled(bounds, world) if not isinstance(a, Resume)], cfg, world.replica)
+            action = _pick(rng, [a for a in G.enabled(bounds, world) if _walkable(a)], cfg, world.replica)
             world, result = G.next_state(bounds, world, action, cfg)
             if isinstance(action, G.CloudChange):
                 continue
@@ -553,7 +624,7 @@ def test_random_walks_agree_with_the_model(tmp_path, name, variant):
                 resume = rng.choice([a for a in G.enabled(bounds, world) if isinstance(a, Resume) and a.slot == slot])
                 reader.script.append((world.replica.inflight[slot].read.request, resume.answer))
                 for _ in range(rng.randint(1, 3)):
-                    inner = _pick(rng, [a for a in G.enabled(bounds, world) if not isinstance(a, (Resume, Restart))],
+                    inner = _pick(rng, [a for a in G.enabled(bounds, world) if _walkable(a, nested=True)],
                                   cfg, world.replica)
                     world, inner_result = G.next_state(bounds, world, inner, cfg)
                     if not isinstance(inner, G.CloudChange):
@@ -568,20 +639,32 @@ def test_random_walks_agree_with_the_model(tmp_path, name, variant):
                 for inner, _ in nested:
                     got.append(_impl_step(impl, inner, path, cfg, reader)[1])
 
-            if isinstance(action, (Page, Deliver)):
+            crash = action.commit if isinstance(action, CrashAfter) else None
+            operation = action.action if isinstance(action, CrashAfter) else action
+            if isinstance(operation, (Page, Deliver)):
+                def disarm_then_during():
+                    impl.after_commit = None  # a run that reaches its read before the crash is a plain run
+                    during()
+
+                if crash is not None:
+                    impl.after_commit = _crash_at(crash)
                 try:
-                    call = impl.apply_page if isinstance(action, Page) else impl.apply_delivery
-                    impl_result = call(action.frame, during)
+                    call = impl.apply_page if isinstance(operation, Page) else impl.apply_delivery
+                    impl_result = call(operation.frame, disarm_then_during)
                 except ReplicaError as error:
                     impl_result = Failed(error.wire_type, error.message)
+                except _Crash:
+                    impl, impl_result = _impl_step(impl, Restart(), path, cfg, reader)[0], Crashed(crash)
+                finally:
+                    impl.after_commit = None
             else:
                 impl, impl_result = _impl_step(impl, action, path, cfg, reader)
             assert reader.script == [], "the model read a value the implementation did not"
             assert got == [r for _, r in nested], (action, nested, got)
             assert impl_result == result, (action, impl_result, result)
-            assert with_macs(world.replica, sealer) == impl.to_model_state(), action
+            assert with_macs(world.replica, mac_of(sealer)) == readback(impl), action
             ids = sorted(world.replica.projects)
-            assert impl.read_snapshot(ids) == M.read_snapshot(world.replica, ids)
+            assert impl.read_snapshot(ids) == M.read_snapshot(world.replica, ids, cfg)
         impl.close()
     if name.startswith("cloud"):
         assert windows > 0, "no read window was ever interleaved"
@@ -601,7 +684,7 @@ def test_no_plaintext_on_disk(twin):
     twin.put(REC_ROT, ROTATED)
     twin.do(deliver_action(1, 2, REC_ROT))
     twin.do(begin_action(attempt=A2))  # copies sealed values into staging too
-    assert twin.impl.to_model_state().stage_values[(A2, P1, KEY)].value == ROTATED
+    assert readback(twin.impl).stage_values[(A2, P1, KEY)].value == ROTATED
     files = _files(twin.path)
     assert Path(f"{twin.path}-wal") in files
     for f in files:
@@ -630,8 +713,10 @@ def test_moved_blob_fails_closed(twin):
     assert why is not None and "does not verify" in why and f"record_values row {P1}/{KEY}" in why
     assert SECRET not in why and SECRET_B not in why
     with pytest.raises(CorruptReplica) as error:
-        twin.impl.to_model_state()
+        twin.impl.export_state()
     assert SECRET_B not in str(error.value)
+    diagnosis = twin.impl.diagnose([P1])
+    assert diagnosis.reason is DiagnosisReason.CORRUPT and diagnosis.message == why
 
 
 def test_malformed_row_is_corrupt_naming_table_and_key(twin):
@@ -683,12 +768,12 @@ def test_reopened_replica_finds_exactly_what_was_committed(tmp_path):
     assert isinstance(result, Pending)
     twin.impl.close()
 
-    reopened = SqliteReplica(twin.path, sealer=Sealer(MASTER), reader=twin.store, config=twin.cfg)
-    assert reopened.to_model_state() == with_macs(pending_state.durable(), twin.sealer)
+    reopened = SqliteReplica(twin.path, sealer=Sealer(MASTER), reader=twin.store, config=impl_config(twin.cfg))
+    assert readback(reopened) == with_macs(pending_state.durable(), mac_of(twin.sealer))
     # The host closes the gate on every (re)connection: the model's restart.
     reopened.close_gate()
     restarted, _ = M.restart(twin.cfg, pending_state)
-    assert reopened.to_model_state() == with_macs(restarted, twin.sealer)
+    assert readback(reopened) == with_macs(restarted, mac_of(twin.sealer))
     reopened.close()
 
 
@@ -699,10 +784,267 @@ def test_constraint_violation_is_corrupt_and_rolls_back_its_transaction(twin):
     with raw:
         raw.execute("CREATE TRIGGER no_receipts BEFORE INSERT ON receipts BEGIN SELECT RAISE(ABORT, 'refused'); END")
     raw.close()
-    before = twin.impl.to_model_state()
+    before = readback(twin.impl)
     with pytest.raises(CorruptReplica, match="constraint"):
         twin.impl.apply_delivery(deliver_action(1, 1, REC_B, op="x").frame)  # consumed: record_version_conflict
-    assert twin.impl.to_model_state() == before
+    assert readback(twin.impl) == before
+
+
+# ---------------------------------------------------------------------------
+# The crash hook: after_commit, counted as docs/adapter-extensions.md says
+# ---------------------------------------------------------------------------
+
+REC_C = BindingState("C_KEY", Head(1, 1, False, StagedRef("9b2e4f1a-3c5d-4e6f-8a7b-0c1d2e3f4a5b")), None, 1, 0)
+REC_TOMB = BindingState("D_KEY", Head(1, 0, True, None), None, 1, 0)  # a first delete on a fence: no fetch
+
+
+def _count_commits(replica: SqliteReplica) -> list:
+    """Install an ``after_commit`` that records each call; the list it appends to."""
+    calls: list = []
+    replica.after_commit = lambda: calls.append(1)
+    return calls
+
+
+def test_after_commit_counts_a_page_prepare_and_each_materialization(twin):
+    twin.put(REC, SECRET)
+    twin.put(REC_B, SECRET_B)  # REC_C has no value stored: its read answers value_missing, still a commit
+    twin.do(begin_action())
+    calls = _count_commits(twin.impl)
+    records = tuple(sorted((REC, REC_B, REC_C, REC_TOMB), key=lambda r: r.key))
+    page = twin.impl.apply_page(page_action(records=records).frame)
+    assert isinstance(page, PageOk)
+    # prepare, then one after-transaction per key awaiting a value (three; the tombstone is withheld);
+    # the final read is read-only.
+    assert len(calls) == 1 + 3
+    calls.clear()
+    twin.impl.read_snapshot([P1]), twin.impl.read_status(), twin.impl.diagnose([P1])
+    assert calls == [], "reads are not write transactions"
+
+
+def test_after_commit_counts_delivery_transactions(twin):
+    twin.open_with()
+    calls = _count_commits(twin.impl)
+    twin.put(REC_ROT, ROTATED)
+    applied = twin.impl.apply_delivery(deliver_action(1, 2, REC_ROT).frame)  # live, with a fetch
+    assert isinstance(applied, ApplyOk) and applied.result.materialization == INSTALLED
+    assert len(calls) == 3  # prepare, materializeLive's after-transaction, final
+    calls.clear()
+    replay = twin.impl.apply_delivery(deliver_action(1, 2, REC_ROT).frame)
+    assert isinstance(replay, ApplyOk) and replay.replayed
+    assert len(calls) == 1  # the prepare transaction answers it (and writes nothing)
+    calls.clear()
+    gap = twin.impl.apply_delivery(deliver_action(5, 3, REC_DEL).frame)
+    assert gap.code is RefusalCode.DELIVERY_GAP and not gap.consumed
+    assert len(calls) == 1  # a transient refusal: prepare only, nothing written
+    calls.clear()
+    consumed = twin.impl.apply_delivery(deliver_action(2, 1, REC_DEL, project="p9").frame)
+    assert consumed.code is RefusalCode.PROJECT_NOT_IN_REPLICA and consumed.consumed
+    assert len(calls) == 1  # consumed in the prepare transaction
+    calls.clear()
+    deleted = twin.impl.apply_delivery(deliver_action(3, 3, REC_DEL).frame)  # no fetch: prepare, final
+    assert isinstance(deleted, ApplyOk) and len(calls) == 2
+
+
+@pytest.mark.parametrize("crash_at", [1, 2, 3, 4])
+def test_a_crash_after_a_page_commit_keeps_exactly_what_the_model_keeps(tmp_path, crash_at):
+    twin = _twin(tmp_path)
+    for rec, value in ((REC, SECRET), (REC_B, SECRET_B), (REC_C, "third-value-77")):
+        twin.put(rec, value)
+    twin.do(begin_action())
+    action = page_action(records=tuple(sorted((REC, REC_B, REC_C), key=lambda r: r.key)))
+
+    class Crash(Exception):
+        pass
+
+    made = []
+
+    def crash() -> None:
+        made.append(1)
+        if len(made) == crash_at:
+            raise Crash()
+
+    twin.impl.after_commit = crash
+    with pytest.raises(Crash):
+        twin.impl.apply_page(action.frame)
+    assert len(made) == crash_at  # nothing more ran: no later transaction committed
+    twin.impl.close()
+    reopened = SqliteReplica(twin.path, sealer=Sealer(MASTER), reader=twin.store, config=impl_config(twin.cfg))
+    reopened.close_gate()
+    # The model, its crash budget carried across each read as the adapter's crashAfterCommit is.
+    left = crash_at
+    model_state, result, made = run_until_crash(twin.cfg, twin.st, action, left)
+    while isinstance(result, Pending):
+        left -= made
+        answer = answer_of(twin.store, model_state.inflight[result.slot].read.request)
+        model_state, result, made = run_until_crash(twin.cfg, model_state, Resume(result.slot, answer), left)
+    assert isinstance(result, Crashed)
+    assert readback(reopened) == with_macs(model_state, mac_of(twin.sealer))
+    reopened.close()
+
+
+def test_a_raising_after_commit_ends_a_delivery_between_its_transactions(twin):
+    twin.open_with()
+    twin.put(REC_ROT, ROTATED)
+    frame = deliver_action(1, 2, REC_ROT).frame
+
+    def stop() -> None:
+        raise LookupError("stop here")  # any exception: it propagates, the operation writes nothing more
+
+    twin.impl.after_commit = stop
+    with pytest.raises(LookupError, match="stop here"):
+        twin.impl.apply_delivery(frame)
+    twin.impl.after_commit = None
+    state = readback(twin.impl)
+    assert state.records[(P1, KEY)].state == REC_ROT  # the prepare transaction committed ...
+    assert state.records[(P1, KEY)].mat == unavailable(UnavailableReason.MATERIALIZATION_PENDING)
+    assert len(state.receipts) == 0 and state.authority.applied_sequence == 0  # ... and nothing after it
+
+
+# ---------------------------------------------------------------------------
+# diagnose, export_state, configuration
+# ---------------------------------------------------------------------------
+
+
+def test_diagnose_reasons_in_order(twin):
+    assert twin.impl.diagnose([P1]).reason is DiagnosisReason.NOT_ACTIVATED
+    twin.put(REC, SECRET)
+    twin.do(begin_action())
+    assert twin.impl.diagnose([P1]).reason is DiagnosisReason.GATE_CLOSED
+    twin.do(page_action())
+    twin.do(commit_action())
+    assert twin.impl.diagnose([P1]) is None and twin.impl.snapshot_diagnostics([P1]) is None
+    for wrong in ([], ["p9"], [P1, P1], [P1, "p9"]):
+        diagnosis = twin.impl.diagnose(wrong)
+        assert diagnosis.reason is DiagnosisReason.PROJECTS_MISMATCH
+        assert twin.impl.snapshot_diagnostics(wrong) == diagnosis.message
+    raw = sqlite3.connect(twin.path)
+    writer.register_writer(raw)
+    with raw:
+        raw.execute("UPDATE records SET listing_generation = 7")
+    raw.close()
+    diagnosis = twin.impl.diagnose([P1])
+    assert diagnosis.reason is DiagnosisReason.CORRUPT and "records row" in diagnosis.message
+    assert SECRET not in diagnosis.message
+
+
+def test_export_state_is_the_documented_json_shape(twin):
+    import json
+
+    twin.open_with()
+    twin.do(deliver_action(1, 1, REC_B, project="p9"))  # a consumed refusal: a receipt without a result
+    twin.do(begin_action(attempt=A2))
+    doc = twin.impl.export_state()
+    assert json.loads(json.dumps(doc)) == doc  # plain JSON
+    assert list(doc) == ["authority", "projects", "records", "values", "stageProjects", "stageRecords",
+                         "stageValues", "receipts"]
+    assert doc["authority"] == {"activated": True, "gateOpen": False, "attemptId": A2, "streamId": S1,
+                                "appliedSequence": 1, "orgId": ORG, "policyEpochs": [1, 2]}
+    assert doc["values"] == [{"projectId": P1, "key": KEY, "revision": 1, "generation": 1,
+                              "valueRef": {"kind": "staged", "stagingId": UUID_1}, "value": SECRET}]
+    assert doc["stageRecords"][0]["present"] is False and doc["stageProjects"][0]["recordVersion"] is None
+    receipt = doc["receipts"][0]
+    assert receipt["requestMac"] == request_mac(twin.sealer, deliver_action(1, 1, REC_B, project="p9").frame)
+    assert (receipt["ok"], receipt["code"], receipt["result"]) == (False, "project_not_in_replica", None)
+
+
+def test_config_is_checked_and_required(tmp_path):
+    with pytest.raises(ValueError, match="ack_page_bytes must be a Count"):
+        ReplicaConfig(ack_page_bytes=-1)
+    with pytest.raises(ValueError, match="variant must be one of"):
+        ReplicaConfig(variant="nope")
+    assert ReplicaConfig(variant="seed").variant is Variant.SEED
+    with pytest.raises(TypeError, match="ReplicaConfig"):
+        SqliteReplica(tmp_path / "c.db", sealer=Sealer(MASTER), reader=None, config=ModelConfig())
+    assert not (tmp_path / "c.db").exists()
+
+
+# ---------------------------------------------------------------------------
+# conformance.readback: the state document, to and from the model's State
+# ---------------------------------------------------------------------------
+
+
+def _named(request) -> str:
+    """A stand-in MAC: the request's canonical JSON (equal exactly when the requests are)."""
+    from envreplica.spec import wire
+
+    return "mac:" + wire.canonical_json(request)
+
+
+def _model_states(walks: int = 6, steps: int = 40):
+    """Model states of seeded random walks of the checker's generators (in-flight ones included)."""
+    for name, variant in (("cloud", Variant.FIXED), ("cloud-legacy", Variant.SEED), ("adversary", Variant.FIXED),
+                          ("adversary-wide", Variant.FIX_F1)):
+        bounds = replace(WALK_BOUNDS[name], variant=variant, inflight=1, max_depth=None)
+        cfg = bounds.model_config()
+        for walk in range(walks):
+            rng = random.Random(f"readback-{name}-{walk}")
+            world = G.init(bounds)
+            for _ in range(steps):
+                actions = list(G.enabled(bounds, world))
+                if not actions:
+                    break
+                world, _ = G.next_state(bounds, world, rng.choice(actions), cfg)
+                yield world.replica
+
+
+def test_state_documents_round_trip_on_model_states():
+    import json
+
+    from envreplica.conformance.readback import doc_to_state, state_to_doc
+
+    seen = 0
+    for st in _model_states():
+        doc = state_to_doc(st, _named)
+        assert json.loads(json.dumps(doc)) == doc
+        back = doc_to_state(doc, store_on=st.store_on)
+        assert back == with_macs(replace(st, inflight=()), _named)  # the tables, receipts as MAC names
+        assert state_to_doc(back, lambda mac: mac) == doc  # and the document again, exactly
+        seen += 1
+    assert seen > 500
+
+
+def _good_doc(twin: Twin) -> dict:
+    """A state document with a row in every table that matters: live, staged, values and receipts."""
+    twin.open_with()
+    twin.do(deliver_action(1, 1, REC_B, project="p9"))  # a consumed refusal: a receipt
+    twin.do(begin_action(attempt=A2))  # staged copies of the live rows and values
+    return twin.impl.export_state()
+
+
+@pytest.mark.parametrize("spoil, fragment", [
+    (lambda d: d.pop("receipts"), "lacks receipts"),
+    (lambda d: d.update(extra=[]), "has keys it must not have"),
+    (lambda d: d["authority"].update(gateOpen=True, attemptId="a1", activated=True), "an open gate has no attempt"),
+    (lambda d: d["authority"].update(activated=False, gateOpen=True, attemptId=None), "never activated"),
+    (lambda d: d["authority"].update(appliedSequence=-1), "authority.appliedSequence must be a Count"),
+    (lambda d: d["authority"].update(policyEpochs=[2, 1]), "policyEpochs"),
+    (lambda d: d["records"].append(dict(d["records"][0])), "must be sorted"),
+    (lambda d: d["records"].reverse() if len(d["records"]) > 1 else d["records"].append(d["records"][0]),
+     "must be sorted"),
+    (lambda d: d["records"][0].update(key="OTHER"), "is not the row's key"),
+    (lambda d: d["records"][0]["state"]["head"].update(revision=True), "revision must be a Count"),
+    (lambda d: d["records"][0].update(materialization={"kind": "installed", "reason": "x"}), "materialization"),
+    (lambda d: d["values"][0].update(value=None), "value must be a string"),
+    (lambda d: d["stageRecords"][0].update(present=1), "present must be a boolean"),
+    (lambda d: d["receipts"][0].update(ok=not d["receipts"][0]["ok"]), "receipt"),
+    (lambda d: d["receipts"][0].update(requestMac=""), "requestMac"),
+    (lambda d: d["receipts"][0].update(code="nope"), "refusal code"),
+], ids=["missing-table", "extra-table", "open-with-attempt", "inactive-open", "negative-sequence", "epochs-order",
+        "duplicate-row", "unsorted-rows", "key-mismatch", "bool-count", "installed-with-reason", "value-null",
+        "present-int", "receipt-ok-flipped", "empty-mac", "unknown-code"])
+def test_malformed_state_documents_are_refused_clearly(twin, spoil, fragment):
+    import copy
+
+    from envreplica.conformance.readback import StateDocError, doc_to_state
+
+    doc = _good_doc(twin)
+    assert doc["records"] and doc["values"] and doc["stageRecords"] and doc["receipts"], "walks too short"
+    doc_to_state(doc, store_on=True)
+    bad = copy.deepcopy(doc)
+    spoil(bad)
+    with pytest.raises(StateDocError) as error:
+        doc_to_state(bad, store_on=True)
+    assert fragment in str(error.value) and "docs/adapter-extensions.md" in str(error.value), str(error.value)
 
 
 def test_receipt_mac_covers_the_semantic_request():
@@ -777,7 +1119,7 @@ def _stress_worker(path: str, kind: str, cycles: int) -> int:
             replica.close_gate()
             attempt = f"g{i}"
             replica.begin(BeginFrame(S1, attempt, (P1,)), (1, 2), ORG)
-            st = replica.to_model_state()
+            st = readback(replica)
             version = st.projects.get(P1, 0)
             records = tuple(row.state for (p, _), row in sorted(st.records.items()) if p == P1)
             page = replica.apply_page(PageFrame(f"op{i}", attempt, P1, None, version, records, True))
@@ -786,7 +1128,7 @@ def _stress_worker(path: str, kind: str, cycles: int) -> int:
                 result = replica.complete(CommitFrame(attempt, status.applied_through, (ProjectVersion(P1, version),)))
                 done += bool(result.ok)
         else:
-            st = replica.to_model_state()
+            st = readback(replica)
             a = st.authority
             version = (st.stage_projects.get((a.attempt_id, P1)) if a.attempt_id else None)
             version = version.record_version if version is not None else st.projects.get(P1, 0)
@@ -816,7 +1158,7 @@ def test_two_processes_do_not_corrupt_the_file(tmp_path):
     assert raw.execute("PRAGMA foreign_key_check").fetchall() == []
     raw.close()
     replica = SqliteReplica(path, sealer=Sealer(MASTER), reader=None)
-    state = replica.to_model_state()
+    state = readback(replica)
     broken = [p.name for p in P.INVARIANTS if not p.check(state)]
     assert broken == []
     assert [r.sequence for r in replica.list_receipts()] == list(range(1, state.authority.applied_sequence + 1))

@@ -125,7 +125,7 @@ def assert_fails_closed(driver, *fragments: str) -> str:
     for secret in SECRETS.values():
         assert secret not in why and all(secret not in p for p in problems)
     with pytest.raises(TamperDetected):
-        driver.replica.to_model_state()
+        driver.replica.export_state()
     return why
 
 

@@ -155,6 +155,30 @@ def test_checker_counterexample_round_trips(tmp_path):
     assert main(["replay", str(path)]) == 0
 
 
+def test_crash_points_round_trip(tmp_path):
+    """A crash step is its action's request plus ``crashAfterCommit``, and replays to the same state."""
+    from envreplica.model.actions import CrashAfter, StoreOff
+    from envreplica.spec.domain import BindingState, Crashed, Head, StagedRef
+
+    record = BindingState("A", Head(1, 1, False, StagedRef("00000000-0000-4000-8000-000000000001")), None, 1, 0)
+    page = Page(PageFrame("op", "a1", "p1", None, 1, (record,), True))
+    actions = [Begin(BeginFrame("s1", "a1", ("p1",)), (1, 2), "org"), StoreOff(), CrashAfter(page, 1)]
+    st = INITIAL
+    steps = [Step(None, None, st)]
+    for a in actions:
+        st, result = step(SEED, st, a)
+        steps.append(Step(a, result, st))
+    assert steps[-1].result == Crashed(1) and st.authority.gate is Gate.IDLE
+    assert itf.action_json(actions[-1]) == {**itf.action_json(page), "crashAfterCommit": 1}
+    assert itf.parse_action(itf.action_json(actions[-1])) == actions[-1]
+    path = itf.write(tmp_path / "crash.itf.json", steps, "crash", {"variant": Variant.SEED.value})
+    doc = itf.load(path)
+    assert doc["states"][-1]["mbt::actionTaken"] == "crash_after"
+    assert doc["states"][-1]["#meta"]["result"] == {"crashedAfterCommit": 1}
+    replayed = itf.replay(doc)
+    assert replayed.diverged_at is None and replayed.steps[-1][2] == st
+
+
 # ---------------------------------------------------------------------------
 # The diagram
 # ---------------------------------------------------------------------------

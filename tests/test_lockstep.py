@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import time
 from pathlib import Path
 
@@ -69,6 +70,10 @@ def test_ci_lockstep_against_sqlite(variant, scratch, tmp_path, capsys):
     assert report.examples >= PROFILE_EXAMPLES["ci"]
     missing = report.coverage.unreached(exempt=EXEMPT)
     assert not missing, f"the ci profile left reachable items unreached: {missing}"
+    from envreplica.conformance.lockstep.coverage import INPUT_ITEMS
+
+    with capsys.disabled():  # the production-shaped inputs (issue 9), each required like every row
+        print("  " + "; ".join(f"{item}: {report.coverage.inputs[item]:,}" for _, item in INPUT_ITEMS))
 
 
 def test_every_gate_transition_and_code_is_a_coverage_row():
@@ -221,3 +226,322 @@ def test_bare_machine_runs_as_a_testcase():
             LockstepMachine.run.close()
             LockstepMachine.run = None
     assert set(KINDS) >= {"begin", "page", "delivery", "commit", "close", "restart", "read", "store", "invalid"}
+
+
+def test_compare_holds_a_diagnosis_by_its_reason():
+    """``diagnostics`` (docs/adapter-extensions.md): the reason must agree, the message is free text;
+    every other result (``ready``, a crash) is compared exactly."""
+    diag = {"id": 1, "ok": True, "result": {"reason": "gate_closed", "message": "serving gate is closed"}}
+    assert compare_responses(diag, dict(diag, result={"reason": "gate_closed", "message": "closed, sorry"})) is None
+    assert ".result.reason" in compare_responses(diag, dict(diag, result={"reason": "projects_mismatch",
+                                                                           "message": "x"}))
+    assert compare_responses(diag, dict(diag, result=None)) is not None
+    assert compare_responses(diag, dict(diag, result={"reason": "gate_closed"})) is not None
+    assert compare_responses(diag, dict(diag, result={"reason": "gate_closed", "message": 7})) is not None
+    nested = {"id": 2, "ok": True, "result": {}, "nested": [diag]}
+    assert compare_responses(nested, dict(nested, nested=[dict(diag, result=dict(diag["result"],
+                                                                                  message="other"))])) is None
+    ready = {"id": 3, "ok": True, "result": {"ready": True}}
+    assert compare_responses(ready, dict(ready, result={"ready": False})) is not None
+    crashed = {"id": 4, "ok": True, "result": {"crashedAfterCommit": 2}}
+    assert compare_responses(crashed, dict(crashed, result={"crashedAfterCommit": 3})) is not None
+
+
+# ---------------------------------------------------------------------------
+# Production-shaped inputs (issue 9 point 4): long streams, task orders, the Key rule, values, the ack bound
+# ---------------------------------------------------------------------------
+
+_KEY_RULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+_SEGMENT_RULE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_ID_RULE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+
+
+def _bound_machine(directory: Path, variant: str = "fixed"):
+    """A ``LockstepMachine`` bound to a run of its own on SQLite (the caller closes ``machine.ctx``)."""
+    from envreplica.conformance.lockstep.context import _Run
+
+    return LockstepMachine.bind(_Run(sqlite_factory(directory, variant), Variant(variant), None, True))()
+
+
+def test_input_items_are_required_coverage_rows():
+    """Every production-shaped input item is a row that ``unreached()`` requires (none exempt), so
+    ``test_ci_lockstep_against_sqlite`` fails when the ci profile stops reaching one."""
+    from envreplica.conformance.lockstep.coverage import INPUT_ITEMS
+
+    rows = {(g, i) for g, i, _ in LockstepCoverage().rows()}
+    assert set(INPUT_ITEMS) <= rows
+    assert set(INPUT_ITEMS) <= set(LockstepCoverage().unreached(exempt=EXEMPT))
+    items = {i for _, i in INPUT_ITEMS}
+    assert {"an example consumed >= 10", "an example consumed >= 100", "an example consumed >= 1,000",
+            "replayed below a decimal boundary", "unsorted task order, served", "duplicate ids while serving: null",
+            "128 characters, installed", "legacy, 65 characters: value_reference_invalid",
+            "page exactly at the bound, accepted", "page 1 byte over the bound, refused"} <= items
+    served = {("served value", c) for c in ("empty", "NUL", "lone surrogate", "non-BMP", "over 64 KiB")}
+    assert served <= set(INPUT_ITEMS)
+
+
+def test_domains_span_the_key_and_segment_rules():
+    from envreplica.conformance.lockstep.coverage import classes_of
+    from envreplica.conformance.lockstep.domains import ALL_KEYS, HARD_VALUES, KEYS, LEGACY_KEYS, ODD_PROJECTS, PROJECTS
+    from envreplica.model.store import legacy_parameter_name
+
+    assert list(KEYS) == sorted(KEYS) and list(ALL_KEYS) == sorted(ALL_KEYS) and set(KEYS) < set(ALL_KEYS)
+    assert all(_KEY_RULE.match(k) for k in ALL_KEYS)
+    assert max(map(len, ALL_KEYS)) == 128 and any(k.startswith("_") for k in ALL_KEYS)
+    assert any(c.isdigit() for k in ALL_KEYS for c in k)
+    legacy = {len(k): legacy_parameter_name("/x", "p1", k) for k in LEGACY_KEYS}
+    assert legacy[64] is not None and legacy[65] is None  # the Segment rule's length bound
+    assert all(_SEGMENT_RULE.match(p) for p in PROJECTS + ODD_PROJECTS)
+    assert max(map(len, ODD_PROJECTS)) == 64 and sorted(ODD_PROJECTS) != list(ODD_PROJECTS)
+    held = {c for v in HARD_VALUES for c in classes_of(v)}
+    assert {"empty", "NUL", "lone surrogate", "non-BMP", "over 64 KiB"} <= held
+    lone = [v for v in HARD_VALUES if "lone surrogate" in classes_of(v)]
+    assert any("\ud800" in v for v in lone)  # a high one alone
+    assert any(v.startswith("\udc00") for v in lone)  # a low one alone
+    assert any("\ude00\ud83d" in v for v in lone)  # a reversed pair (low, then high)
+    assert max(len(v.encode("utf-8", "surrogatepass")) for v in HARD_VALUES) == 262144
+
+
+def test_page_ack_bytes_is_the_seeds_page_fits_rule():
+    """``coverage.page_ack_bytes`` counts what ``pageFits`` counts: a page fits a bound of exactly its size,
+    not one byte less (checked against the model's ``page_fits``)."""
+    from envreplica.conformance.lockstep.coverage import page_ack_bytes
+    from envreplica.conformance.lockstep.domains import ALL_KEYS as KEYS
+    from envreplica.conformance.lockstep.records import record
+    from envreplica.model.replica import page_fits
+    from envreplica.model.state import ModelConfig
+    from envreplica.spec import wire
+    from envreplica.spec.domain import Cursor
+
+    pages = [[], [record("A")], [record(KEYS[-2], 12, 3, True, listing=7)],
+             [record(k, binding={"kind": "withhold", "reason": "legal_hold"}) for k in KEYS]]
+    for records in pages:
+        frame = {"opId": "page-p10-00", "attemptId": "a1", "projectId": "p10", "after": None, "recordVersion": 12,
+                 "records": records, "complete": not records}
+        size = page_ack_bytes(frame, records, (1, 2), {"streamId": "s1", "sequence": 1000})
+        parsed = wire.parse_page(frame)
+        states = parsed.records
+        at = ModelConfig(ack_page_bytes=size)
+        under = ModelConfig(ack_page_bytes=size - 1)
+        assert page_fits(at, parsed, states, (1, 2), Cursor("s1", 1000))
+        assert not page_fits(under, parsed, states, (1, 2), Cursor("s1", 1000))
+
+
+def test_near_ack_bound_sizes_pages_at_and_around_the_bound(scratch):
+    """Under ``SMALL_ACK``, a page's opId (and, when needed, its record count) is sized so that its ack is
+    one byte under, exactly at, or one byte over the bound; the model answers accordingly."""
+    import random
+
+    from envreplica.conformance.lockstep.coverage import page_ack_bytes
+    from envreplica.conformance.lockstep.domains import SMALL_ACK
+    from envreplica.conformance.lockstep.draw import _Draw
+    from envreplica.conformance.lockstep.generate import _Gen
+
+    m = _bound_machine(scratch)
+    try:
+        m.send({"op": "reset", "config": {"ackPageBytes": SMALL_ACK}})
+        m.send({"op": "begin", "frame": {"attempt": {"streamId": "s1", "attemptId": "a1"}, "projectIds": ["p1"]},
+                "keptPolicyEpochs": [1, 2], "orgId": "o1"})
+        rng, seen = random.Random(7), set()
+        for _ in range(200):
+            v = m.view()
+            page = _Gen.page(_Draw(rng.randbytes(28)), v)
+            sized = _Gen.near_ack_bound(_Draw(rng.randbytes(4)), v, page, SMALL_ACK)
+            if sized is page:
+                continue
+            frame = sized["frame"]
+            assert _ID_RULE.match(frame["opId"])
+            off = page_ack_bytes(frame, frame["records"], v.epochs, {"streamId": "s1", "sequence": 0}) - SMALL_ACK
+            assert off in (-1, 0, 1)
+            seen.add(off)
+        assert seen == {-1, 0, 1}
+    finally:
+        m.ctx.close()
+
+
+def test_project_ids_name_projects_in_any_order_and_twice():
+    import random
+
+    from envreplica.conformance.lockstep.draw import _Draw
+    from envreplica.conformance.lockstep.generate import _Gen
+    from envreplica.conformance.lockstep.records import _View
+    from envreplica.model.state import INITIAL
+
+    class Live(_View):
+        def __init__(self):
+            super().__init__(INITIAL, [])
+            self.live_versions = {"p1": 1, "p2": 3, "P1": 0}
+
+    v = Live()
+    assert _Gen.project_ids(_Draw(bytes(8)), v) == ["P1", "p1", "p2"]  # all zeros: sorted, the shrink target
+    assert _Gen.task_order(_Draw(bytes(8)), ["b", "a"]) == ["b", "a"]
+    rng = random.Random(3)
+    drawn = [_Gen.project_ids(_Draw(rng.randbytes(8)), v) for _ in range(400)]
+    orders = {tuple(ids) for ids in drawn if sorted(ids) == ["P1", "p1", "p2"]}
+    assert len(orders) == 6  # every task order of three projects
+    assert any(len(set(ids)) < len(ids) for ids in drawn)  # one named twice
+    assert any("p3" in ids for ids in drawn) and [] in drawn
+
+
+def test_restyled_envelopes_mean_the_same():
+    from envreplica.conformance.lockstep.domains import HARD_VALUES
+    from envreplica.conformance.lockstep.draw import _Draw
+    from envreplica.conformance.lockstep.generate import _Gen
+    from envreplica.model.store import staged_envelope
+
+    for value in HARD_VALUES[:6]:
+        raw = staged_envelope("o1", "p1", "A", "0f8fad5b-d9cb-469f-a165-70867728950e", value)
+        styles = {_Gen.restyle(_Draw(bytes([b])), raw) for b in range(0, 256, 5)}
+        assert len(styles) >= 3  # ASCII text, JavaScript's (the same when the value is ASCII), indented, reordered
+        assert all(json.loads(s) == json.loads(raw) for s in styles)
+        for s in styles:
+            s.encode("utf-8")  # JavaScript's JSON.stringify escapes lone surrogates: the text is valid UTF-8
+        assert any(not s.isascii() for s in styles) == any(not c.isascii() and not 0xD800 <= ord(c) <= 0xDFFF
+                                                           for c in value)
+
+
+def test_fast_forward_consumes_past_1000_then_replays_agree(scratch, capsys):
+    """``do_ffwd`` sends a consistent cloud's deliveries past sequence 1,000 (each response compared, the
+    state checked at the end); the receipts then answer replays across the decimal boundaries, and the
+    steps replay on fresh drivers with the batch's checks deferred."""
+    from envreplica.conformance.lockstep.coverage import FAST_FORWARDED, SHORTER_REPLAY
+    from envreplica.conformance.lockstep.run import replay_steps
+    from envreplica.spec import wire
+
+    m = _bound_machine(scratch)
+    try:
+        m.send({"op": "reset"})
+        m.ffwd_scales = (1000,)
+        started = time.process_time()
+        m.do_ffwd(bytes([255]) * 32)  # last options: a target past 1,000
+        seconds = time.process_time() - started
+        st = m.model.state
+        applied, stream = st.authority.applied_sequence, st.authority.stream_id
+        assert 1000 <= applied <= 1001 and m.max_applied == applied
+        quiet = [s for s in m.steps if s.get("quiet")]
+        assert len(quiet) >= 998 and m.ctx.coverage.inputs[FAST_FORWARDED] == len(quiet)
+        assert not m._unchecked  # checked after the last one
+        with capsys.disabled():
+            print(f"\nfast-forward: {len(quiet)} deliveries in {seconds:.2f} s CPU, "
+                  f"{seconds / len(quiet) * 1000:.2f} ms each (clean reconciliation included)")
+        for n in (9, 10, 99, 100, 999, applied):
+            frame = dict(wire.encode(st.receipts[(stream, n)].request), opId=f"d-{n}")
+            answer = m.send({"op": "delivery", "frame": frame})
+            assert answer["result"]["replayed"] is True
+        assert m.ctx.coverage.inputs[SHORTER_REPLAY] == 5
+        receipts = m.send({"op": "receipts"})["result"]
+        assert [r["sequence"] for r in receipts] == list(range(1, applied + 1))
+        requests = [s["request"] for s in m.steps]
+        ids = {s["request"]["id"] for s in quiet}
+        fresh = SqliteDriver("fixed", scratch / "replay.db", master_key=TEST_MASTER_KEY)
+        started = time.perf_counter()
+        _, divergence = replay_steps(requests, fresh, ModelDriver("fixed"), defer=ids)
+        assert divergence is None, divergence
+        assert time.perf_counter() - started < 30
+    finally:
+        m.ctx.close()
+
+
+@pytest.mark.slow
+def test_a_bug_past_sequence_ten_is_caught_and_shrunk(scratch, tmp_path):
+    """Receipts listed in text order ("10" before "2") only show once ten sequences are consumed: the
+    ci profile's fast-forwards reach it; the shrunk trace keeps its fast-forwarded deliveries."""
+
+    class TextOrderReceipts(SqliteDriver):
+        def _op_receipts(self, fields, nested):
+            return sorted(self._replica.list_receipts(), key=lambda r: (r.stream_id, str(r.sequence)))
+
+    counter = itertools.count()
+    report = run_lockstep(lambda: TextOrderReceipts("fixed", scratch / f"t{next(counter)}.db",
+                                                    master_key=TEST_MASTER_KEY),
+                          settings=lockstep_settings("ci", max_examples=400), out_dir=tmp_path / "out")
+    assert not report.ok
+    requests = read_requests(report.trace_path)
+    assert requests[-1]["op"] == "receipts"
+    assert max(r["frame"]["delivery"]["sequence"] for r in requests if r["op"] == "delivery") >= 10
+
+
+def test_compare_holds_an_error_to_section_5s_shape():
+    err = {"id": 2, "ok": False, "error": {"type": "invalid", "message": "a"}}
+    assert compare_responses(err, {"id": 2, "ok": False, "error": {"type": "invalid", "message": "other"}}) is None
+    assert ".error:" in compare_responses(err, {"id": 2, "ok": False, "error": {"type": "invalid"}})
+    assert ".error:" in compare_responses(err, {"id": 2, "ok": False, "error": {"type": "invalid", "message": 1}})
+    assert ".error:" in compare_responses(err, {"id": 2, "ok": False,
+                                                "error": {"type": "invalid", "message": "a", "code": 7}})
+    assert ".id" in compare_responses(dict(err, id=None), err)  # no integer id: answered with id null
+
+
+# ---------------------------------------------------------------------------
+# Mutants only production-shaped inputs reveal (tests/input_mutants.py)
+# ---------------------------------------------------------------------------
+
+#: The longest shrunk trace a catch of an input mutant may have: a bug past sequence ten keeps ten
+#: fast-forwarded deliveries (each a step) besides the begin and commit that open the gate.
+MAX_INPUT_MUTANT_STEPS = 25
+
+
+def _input_mutants():
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from input_mutants import INPUT_MUTANTS
+
+    return INPUT_MUTANTS
+
+
+def _play(driver, requests, variant):
+    """(same responses, same state) after each request, model against ``driver`` (closed after)."""
+    from adapter_requests import with_ids
+
+    from envreplica.conformance.lockstep.compare import _check_state
+
+    model, out = ModelDriver(variant), []
+    try:
+        for request in with_ids(list(requests)):
+            m, i = model.handle(json.loads(json.dumps(request))), driver.handle(json.loads(json.dumps(request)))
+            out.append((compare_responses(m, i) is None, _check_state(model, driver, Variant(variant), True) is None))
+    finally:
+        driver.close()
+    return out
+
+
+@pytest.mark.parametrize("mutant", _input_mutants(), ids=lambda m: m.name)
+def test_input_mutant_scenario_parts_from_the_model(mutant, scratch):
+    """Each input mutant's scenario runs clean on the real implementation and parts on the mutant."""
+    real = _play(SqliteDriver(mutant.variant, scratch / "real.db", master_key=TEST_MASTER_KEY),
+                 mutant.scenario, mutant.variant)
+    assert all(r and s for r, s in real), real
+    broken = _play(mutant.driver(mutant.variant, scratch / "mutant.db"), mutant.scenario, mutant.variant)
+    assert not all(r for r, _ in broken), f"{mutant.name}: no response differs"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mutant", _input_mutants(), ids=lambda m: m.name)
+def test_ci_profile_catches_input_mutant(mutant, scratch, tmp_path):
+    """The ci profile catches each input mutant (``envreplica check``'s budgets for shrinking: a catch
+    after ten or more deliveries has a long example to cut down)."""
+    report = run_lockstep(mutant.factory(scratch), variant=mutant.variant, settings=lockstep_settings("ci"),
+                          out_dir=tmp_path / "trace")
+    assert not report.ok, f"{mutant.name} ({mutant.bug}) was not caught in {report.examples} examples"
+    assert report.shrunk_steps is not None and report.shrunk_steps <= MAX_INPUT_MUTANT_STEPS, report.failure
+
+
+def test_minimize_renumbers_requests_after_a_shortened_fast_forward():
+    """``run._shift_sequences``: after the last ``cut`` deliveries of a fast-forward are deleted, later
+    requests on that stream move down (one at a deleted sequence becomes the last kept one); a begin
+    on another stream ends it."""
+    from envreplica.conformance.lockstep.run import _quiet_runs, _shift_sequences
+
+    def d(n, stream="s1"):
+        return {"op": "delivery", "frame": {"opId": f"d-{n}", "delivery": {"streamId": stream, "sequence": n}}}
+
+    last_kept = d(10)
+    later = [d(100), d(101, "s2"), d(103), {"op": "commit", "frame": {"highWater": {"streamId": "s1", "sequence": 103}}},
+             {"op": "delivery", "frame": {"delivery": {"streamId": "s1", "sequence": 5}}, "duringFetch": [d(104)]},
+             {"op": "begin", "frame": {"attempt": {"streamId": "s2", "attemptId": "a2"}}}, d(104)]
+    out = _shift_sequences(later, last_kept, 92)  # 11..102 were deleted
+    seqs = [r["frame"].get("delivery", r["frame"].get("highWater", {})).get("sequence") for r in out]
+    assert seqs[:5] == [10, 101, 11, 11, 5] and out[0]["frame"]["opId"] == "d-10"
+    assert out[4]["duringFetch"][0]["frame"]["delivery"]["sequence"] == 12
+    assert out[6] is later[6]  # past the begin on another stream: as it was
+    assert _quiet_runs([{"id": 1}, {"id": 2}, {"id": 3}, {"id": 4}], {2, 3}) == [(1, 3)]

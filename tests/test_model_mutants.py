@@ -19,6 +19,13 @@ the model: it is kept as ``xfail(strict=True)`` with the gap as its reason, and 
 separate (passing) test shows with a small extra "witness" property that the
 bug *is* reachable at those bounds, so the miss is not just a bounds problem.
 
+Crash-class mutants (``CRASH_MUTANTS``) split one of the seed's write
+transactions in two (an extra ``_commit`` marker inside it) or reorder two of
+them. With no crash between the halves nothing differs: no step, state or
+result changes, so the checker without crash points (``CrashPoints.OFF``)
+passes them, and a test shows it. Only a crash after the first half
+(``CrashAfter``) reaches the state the split allows.
+
 Run with ``-s`` to see the table of mutants, catch times and lengths.
 """
 
@@ -35,7 +42,7 @@ import pytest
 
 from envreplica.checker.run import run
 from envreplica.model import replica, rules
-from envreplica.model.generate import Bounds, Move
+from envreplica.model.generate import Bounds, CrashPoints, Move
 from envreplica.model.presets import ADVERSARY, CLOUD, suite
 from envreplica.model.state import Variant
 from envreplica.spec.domain import ApplyOk
@@ -212,7 +219,7 @@ MUTANTS = (
     Mutant(
         "replay_answers_from_current_row", "a replay answers with today's record instead of the stored receipt",
         _replay_answers_from_current_row,
-        TINY_CLOUD, "replay_returns_same_answer", 8,
+        TINY_CLOUD, "replay_returns_same_answer", 7,
     ),
     Mutant(
         "delivery_accepts_gap", "apply_delivery drops both `sequence != current + 1` checks",
@@ -321,7 +328,53 @@ MUTANTS = (
     ),
 )
 
-BOUNDS_USED = {m.bounds.name: m.bounds for m in MUTANTS}
+#: Crash-class mutants: a split write transaction, invisible unless a crash falls between its halves.
+CRASH_MUTANTS = (
+    Mutant(
+        "receipt_commits_before_cursor",
+        "saveReceipt in two transactions: the receipt row commits, then the cursor moves in the next",
+        _source_mutant(
+            R, "_save_receipt",
+            ("    return replace(st, receipts=st.receipts.set(k, receipt), authority=a)\n",
+             "    st = replace(st, receipts=st.receipts.set(k, receipt))\n"
+             "    _commit(st)  # MUTANT: the receipt commits in a transaction of its own\n"
+             "    return replace(st, authority=a)\n"),
+        ),
+        # begin (no projects), commit, a delivery to p1 consumed as project_not_in_replica, cut
+        # between its receipt and its cursor: a receipt ahead of the cursor.
+        TINY_ADV, "receipts_cover_consumed", 3,
+    ),
+    Mutant(
+        "version_bump_own_transaction",
+        "a live delivery commits its record, then bumps the project's record version in a transaction of its own",
+        _source_mutant(
+            R, "_delivery_prepare",
+            ("        st, result, fetch, changed = _retain_live_state(st, frame.project_id, frame.state, epochs)\n",
+             "        st, result, fetch, changed = _retain_live_state(st, frame.project_id, frame.state, epochs)\n"
+             "        _commit(st)  # MUTANT: the record version moves in a later transaction\n"),
+        ),
+        # begin, page (empty, complete), commit, a first save delivered live and cut after its record.
+        TINY_ADV, "live_head_moves_with_its_record_version", 4,
+    ),
+    Mutant(
+        "old_value_outlives_new_head",
+        "a live delivery commits the new head first and deletes the old value in a later transaction",
+        _source_mutant(
+            R, "_retain_live_state",
+            ("    row = LiveRow(incoming, desired)\n"
+             "    st = replace(st, values=st.values.delete(k), records=st.records.set(k, row))\n",
+             "    row = LiveRow(incoming, desired)\n"
+             "    st = replace(st, records=st.records.set(k, row))\n"
+             "    _commit(st)  # MUTANT: the old value goes in a later transaction\n"
+             "    st = replace(st, values=st.values.delete(k))\n"),
+        ),
+        # the cloud creates A, delivers it live and installs its value, rotates it, and the rotation's
+        # delivery is cut after the new head: the old value now sits under the new head.
+        TINY_CLOUD, "crash_never_pairs_old_value_with_new_head", 8,
+    ),
+)
+
+BOUNDS_USED = {m.bounds.name: m.bounds for m in MUTANTS + CRASH_MUTANTS}
 
 #: rows of the summary table: (mutant, property, length, seconds, states)
 SUMMARY: list[tuple[str, str, str, float, int]] = []
@@ -354,7 +407,7 @@ def test_mutants_are_many_and_distinct():
     assert sum(1 for m in MUTANTS if m.gap is None) >= 8
 
 
-@pytest.mark.parametrize("mutant", [_param(m) for m in MUTANTS])
+@pytest.mark.parametrize("mutant", [_param(m) for m in MUTANTS + CRASH_MUTANTS])
 def test_mutant_is_caught(mutant: Mutant, monkeypatch):
     mutant.patch(monkeypatch)
     outcome = run(mutant.bounds).result
@@ -372,6 +425,14 @@ def test_mutant_is_caught(mutant: Mutant, monkeypatch):
     counterexample = violated[mutant.expect]
     assert counterexample.steps[0].action is None  # starts from the initial state
     assert 1 <= counterexample.length <= mutant.max_length, (mutant.name, counterexample.length)
+
+
+@pytest.mark.parametrize("mutant", [_param(m) for m in CRASH_MUTANTS])
+def test_crash_mutant_needs_crash_points(mutant: Mutant, monkeypatch):
+    """Without crash points (a crash only between actions or in a read window) the split is invisible."""
+    mutant.patch(monkeypatch)
+    outcome = run(replace(mutant.bounds, crash_points=CrashPoints.OFF)).result
+    assert outcome.violations == {}, {k: v.length for k, v in outcome.violations.items()}
 
 
 @pytest.mark.parametrize("bounds", list(BOUNDS_USED.values()), ids=list(BOUNDS_USED))

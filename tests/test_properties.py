@@ -20,10 +20,14 @@ from envreplica.model.actions import (
     Begin,
     CloseGate,
     Commit,
+    CrashAfter,
     Deliver,
     Page,
     Restart,
     Resume,
+    StoreOff,
+    run_recording_commits,
+    run_until_crash,
     step,
 )
 from envreplica.model.fmap import EMPTY, FMap
@@ -52,6 +56,7 @@ from envreplica.spec.domain import (
     BindOmit,
     CommitFrame,
     CommitOk,
+    Crashed,
     Cursor,
     Done,
     Failed,
@@ -429,7 +434,24 @@ def _step_cases() -> dict[str, tuple[tuple, tuple]]:
     assert isinstance(result, CommitOk)
     wrong = Commit(CommitFrame(ATTEMPT, Cursor(STREAM, 5), (ProjectVersion(PROJECT, 2),)))
     cases["commit_only_at_high_water"] = ((pre, wrong, result, post), good)
+
+    # head and version: a delete delivered live moves the record but leaves the record version behind.
+    good = _run(OPEN, Deliver(DELETE))
+    pre, action, result, post = good
+    assert isinstance(result, ApplyOk) and post.projects[PROJECT] == 2
+    cases["live_head_moves_with_its_record_version"] = (
+        (pre, action, result, replace(post, projects=pre.projects)), good)
+
+    # crash: cut after the delete's first transaction, yet the old value survives under the tombstone.
+    good = _run(OPEN, CrashAfter(Deliver(DELETE), 1))
+    pre, action, result, post = good
+    assert result == Crashed(1) and post.values == EMPTY
+    cases["crash_never_pairs_old_value_with_new_head"] = ((pre, action, result, replace(post, values=pre.values)), good)
     return cases
+
+
+#: A delete of the first save, delivered live as sequence 1 (record version 2): no value to fetch.
+DELETE = ApplyFrame("op-d2", PROJECT, 2, REC_DEL, Cursor(STREAM, 1))
 
 
 STEP_CASES = _step_cases()
@@ -457,7 +479,7 @@ def test_step_property_accepts_good_step(name):
 STEP_ALSO_BROKEN = {
     "conflicting_replay_changes_nothing": {"consumed_answer_is_receipted"},
     # adding a live row in a staged read's answer also adds a record: a state change
-    "resume_changes_only_its_operation": {"reads_change_only_materialization"},
+    "resume_changes_only_its_operation": {"reads_change_only_materialization", "live_head_moves_with_its_record_version"},
 }
 
 
@@ -496,6 +518,30 @@ EXTRA_STEP_VIOLATIONS = [
     ("restart_closes_gate",
      lambda: (lambda pre, a, r, post: (pre, a, r, replace(post, authority=replace(post.authority, gate=Gate.OPEN))))(
          *_run(OPEN, Restart()))),
+    # A crash that kept the old value while its record moved to another binding at the same head.
+    ("crash_never_pairs_old_value_with_new_head",
+     lambda: (OPEN, CrashAfter(Deliver(DELETE), 1), Crashed(1),
+              replace(OPEN, authority=authority(Gate.IDLE),
+                      records=FMap({LIVE_K: LiveRow(replace(REC, binding=BindOmit()), INSTALLED)})))),
+    # A crash that leaves the gate open.
+    ("crash_never_pairs_old_value_with_new_head",
+     lambda: (lambda pre, a, r, post: (pre, a, r, replace(post, authority=replace(post.authority, gate=Gate.OPEN))))(
+         *_run(OPEN, CrashAfter(Deliver(DELETE), 1)))),
+    # A crash that leaves a value whose record is not installed (a value installed before its record).
+    ("crash_never_pairs_old_value_with_new_head",
+     lambda: (OPEN, CrashAfter(Deliver(DELETE), 1), Crashed(1),
+              replace(OPEN, authority=authority(Gate.IDLE),
+                      records=FMap({LIVE_K: LiveRow(REC, unavailable(UnavailableReason.MATERIALIZATION_PENDING))})))),
+    # A resumed read that moves a live record's state.
+    ("live_head_moves_with_its_record_version",
+     lambda: (OPEN, Resume(0, Found("x")), Done(),
+              replace(OPEN, records=FMap({LIVE_K: LiveRow(REC_ROT, unavailable(UnavailableReason.VALUE_MISSING))}),
+                      values=EMPTY))),
+    # A delivery that moves another key than its own.
+    ("live_head_moves_with_its_record_version",
+     lambda: (lambda pre, a, r, post: (pre, a, r, replace(post, records=post.records.set(
+         (PROJECT, "OTHER"), LiveRow(replace(REC_DEL, key="OTHER"), withheld(WithheldReason.TOMBSTONE))))))(
+         *_run(OPEN, Deliver(DELETE)))),
     # A failed begin (another organisation) that still closed the gate.
     ("gate_moves_only_by_declared_transitions",
      lambda: (lambda pre, a, r, post: (pre, a, r, replace(post, authority=replace(post.authority, gate=Gate.STAGING,
@@ -651,3 +697,135 @@ def test_rewriting_an_earlier_receipt_is_caught():
     rewritten = replace(old, ok=False, code=RefusalCode.PROJECT_NOT_IN_REPLICA, result=None, record_version=None)
     tampered = replace(post, receipts=post.receipts.set((STREAM, 1), rewritten))
     assert step_violated(pre, action, result, tampered) or violated(tampered)
+
+
+# ---------------------------------------------------------------------------
+# Crash points: write commits counted as docs/adapter-extensions.md says
+# ---------------------------------------------------------------------------
+
+
+def _commits(st: State, action) -> int:
+    return len(run_recording_commits(CFG, st, action)[2])
+
+
+def _begun(epochs=EPOCHS) -> State:
+    st, _ = step(CFG, INITIAL, Begin(BeginFrame(STREAM, ATTEMPT, (PROJECT,)), epochs, ORG))
+    return st
+
+
+REC_B = BindingState("B_KEY", Head(1, 1, False, REF_2), None, 1, 0)
+REC_B_DEL = BindingState("B_KEY", Head(1, 0, True, None), None, 1, 0)
+
+
+def test_page_commits_prepare_then_one_after_transaction_per_awaiting_key():
+    st = _begun()
+    # A refusal commits (the prepare transaction returned normally).
+    assert _commits(st, Page(PageFrame("op", ATTEMPT, PROJECT, "A", 1, (REC,), True))) == 1
+    # One key awaiting a value: the prepare, then the read is in flight (the rest comes with its resume).
+    post, result, prefixes = run_recording_commits(CFG, st, PAGE)
+    assert result == Pending(0) and len(prefixes) == 1
+    assert _commits(post, Resume(0, _envelope(REF_1, "secret"))) == 1  # its after-transaction; the final read is not
+    # No value store: each awaiting key's after-transaction runs at once (credential_store_unavailable).
+    off, _ = step(CFG, st, StoreOff())
+    two = Page(PageFrame("op", ATTEMPT, PROJECT, None, 1, (REC, REC_B), True))
+    assert _commits(off, two) == 3
+    # A tombstone never awaits a value: no after-transaction.
+    assert _commits(off, Page(PageFrame("op", ATTEMPT, PROJECT, None, 1, (REC, REC_B_DEL), True))) == 2
+
+
+def test_delivery_commits_prepare_after_transaction_and_final():
+    assert _commits(OPEN, Deliver(DELETE)) == 2  # prepare, final: nothing to fetch
+    post, result, prefixes = run_recording_commits(CFG, OPEN, Deliver(ROTATE))
+    assert result == Pending(0) and len(prefixes) == 1
+    assert _commits(post, Resume(0, _envelope(REF_2, "rotated"))) == 2  # after-transaction, final
+    off, _ = step(CFG, OPEN, StoreOff())
+    assert _commits(off, Deliver(ROTATE)) == 3  # prepare, after-transaction at once, final
+    # A replay, a conflicting replay and a consumed refusal each end in the prepare transaction.
+    assert _commits(OPEN_ROTATED, Deliver(ROTATE)) == 1
+    assert _commits(OPEN_ROTATED, Deliver(ROTATE_TWIN)) == 1
+    assert _commits(OPEN, Deliver(ApplyFrame("op", "p9", 1, REC, Cursor(STREAM, 1)))) == 1
+    # An error rolls its transaction back: no commit.
+    assert _commits(INITIAL, Deliver(DELETE)) == 0
+
+
+def test_crash_after_the_first_commit_half_applies_a_delivery():
+    post, result = step(CFG, OPEN, CrashAfter(Deliver(DELETE), 1))
+    assert result == Crashed(1)
+    assert post.records[LIVE_K].state == REC_DEL and post.projects[PROJECT] == 2  # the first transaction
+    assert post.receipts == EMPTY and post.authority.applied_sequence == 0  # not the last
+    assert post.authority.gate is Gate.IDLE and post.inflight == ()  # then restart
+    _, _, prefixes = run_recording_commits(CFG, OPEN, Deliver(DELETE))
+    assert post == step(CFG, prefixes[0], Restart())[0]
+    assert P.sometimes_crash_half_applies_delivery(OPEN, CrashAfter(Deliver(DELETE), 1), result, post)
+
+
+def test_crash_at_or_after_the_last_commit():
+    whole, whole_result = step(CFG, OPEN, Deliver(DELETE))
+    # At the last commit: the whole operation, then restart.
+    post, result = step(CFG, OPEN, CrashAfter(Deliver(DELETE), 2))
+    assert result == Crashed(2) and post == step(CFG, whole, Restart())[0]
+    # Beyond it (or beyond a suspension): exactly the plain action.
+    assert step(CFG, OPEN, CrashAfter(Deliver(DELETE), 3)) == (whole, whole_result)
+    assert step(CFG, OPEN, CrashAfter(Deliver(ROTATE), 2)) == step(CFG, OPEN, Deliver(ROTATE))
+
+
+def test_run_until_crash_carries_a_budget_across_pending():
+    st = _begun()
+    post, result, made = run_until_crash(CFG, st, PAGE, 2)
+    assert result == Pending(0) and made == 1 and post == step(CFG, st, PAGE)[0]
+    crashed, result, made = run_until_crash(CFG, post, Resume(0, _envelope(REF_1, "secret")), 2 - 1)
+    assert result == Crashed(1) and made == 1
+    assert crashed.authority.gate is Gate.IDLE and crashed.stage_records == EMPTY and crashed.inflight == ()
+    done, result, made = run_until_crash(CFG, OPEN, Deliver(DELETE), 5)
+    assert (done, result, made) == (*step(CFG, OPEN, Deliver(DELETE)), 2)
+
+
+def test_crash_after_rejects_what_cannot_crash():
+    with pytest.raises(TypeError):
+        CrashAfter(Restart(), 1)
+    with pytest.raises(ValueError):
+        CrashAfter(Deliver(DELETE), 0)
+    with pytest.raises(TypeError):
+        run_until_crash(CFG, OPEN, Commit(CommitFrame(ATTEMPT, Cursor(STREAM, 0), ())), 1)
+
+
+def test_resent_delivery_completes_the_half_applied_one():
+    crash_step = _run(OPEN, CrashAfter(Deliver(DELETE), 1))
+    run = Run(crash_step[3])
+    run.do(Begin(BeginFrame(STREAM, "a2", (PROJECT,)), EPOCHS, ORG))
+    assert isinstance(run.do(Page(PageFrame("op", "a2", PROJECT, None, 2, (REC_DEL,), True))), PageOk)
+    again = Deliver(replace(DELETE, op_id="op-again", reconciliation_attempt_id="a2"))
+    pre = run.st
+    result = run.do(again)
+    assert isinstance(result, ApplyOk) and not result.replayed and result.result.state == REC_DEL
+    assert P.sometimes_resent_delivery_completes(crash_step, pre, again, result, run.st)
+    # Another delivery at that sequence is no re-send of the crashed one.
+    assert not P.sometimes_resent_delivery_completes(crash_step, pre, Deliver(ROTATE), result, run.st)
+
+
+def test_enabled_crash_points_run_as_step_does():
+    """The generator's one-run memo gives exactly what ``step`` gives, for every action and crash point."""
+    from envreplica.model import generate as G
+    from envreplica.model.presets import TINY
+
+    bounds = replace(TINY[0], crash_points=G.CrashPoints.ALL)
+    cfg = bounds.model_config()
+    frontier = [G.init(bounds)]
+    crash_points = 0
+    for _ in range(7):
+        reached = []
+        for w in frontier:
+            for a in G.enabled(bounds, w, cfg):
+                got, result = G.next_state(bounds, w, a, cfg)
+                reached.append(got)
+                if isinstance(a, G.CloudChange):
+                    continue
+                assert (got.replica, result) == step(cfg, w.replica, a), a
+                if isinstance(a, CrashAfter):
+                    crash_points += 1
+                    assert 1 <= a.commit < _commits(w.replica, a.action) and result == Crashed(a.commit)
+        frontier = list(dict.fromkeys(reached))[:80]
+    assert crash_points > 0
+    last = frontier[-1]
+    for off in (replace(bounds, crash_points=G.CrashPoints.OFF), replace(bounds, restarts=False)):
+        assert not any(isinstance(a, CrashAfter) for a in G.enabled(off, last, cfg))

@@ -1,14 +1,18 @@
-"""The value stores of ``envreplica.impl.valuestores``, judged by the model.
+"""The value stores of ``envreplica.impl.valuestores``, judged by the implementation's own decisions.
 
 The same battery runs against ``EmbeddedStore`` and ``SsmStore`` (moto in
 server mode over real HTTP on 127.0.0.1; never moto's in-process patching).
-Every answer is turned into the model's ``Answer`` by ``answer_of`` and
-judged by ``envreplica.model.store.interpret``: each section-4 reason a store
-can produce is produced through a real store.
+Every read is planned by ``impl.decisions.Decisions.plan_read``, made by
+``ask`` and judged by ``Decisions.judge_answer``: each section-4 reason a
+store can produce is produced through a real store. The model's reading of
+the same answers (``model.store``) is held against it at the end, and the
+places where the implementation follows the seed's JavaScript where the
+model does not are pinned there.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -21,28 +25,27 @@ import requests
 from botocore.config import Config
 from botocore.stub import Stubber
 
+from envreplica.impl.decisions import (
+    DECISIONS,
+    Answered,
+    Fetched,
+    NotFound,
+    ReadFailed,
+    StoreRead,
+    legacy_parameter_name,
+    staged_parameter_name,
+)
 from envreplica.impl.valuestores import (
     DEFAULT_SSM_CONFIG,
     EmbeddedStore,
     SsmStore,
     ValueReader,
     ValueStoreError,
-    answer_of,
+    ask,
     put_for_ref,
 )
-from envreplica.model.state import ReadRequest
-from envreplica.model.store import (
-    Fetched,
-    Found,
-    Missing,
-    Raises,
-    interpret,
-    legacy_envelope,
-    legacy_parameter_name,
-    plan,
-    staged_envelope,
-    staged_parameter_name,
-)
+from envreplica.model import store as model_store
+from envreplica.model.store import legacy_envelope, staged_envelope
 from envreplica.spec.domain import BindingState, Head, LegacyRef, StagedRef, UnavailableReason
 
 PREFIX = "/envreplica-test"
@@ -151,16 +154,16 @@ def _state(ref, key: str = KEY) -> BindingState:
     )
 
 
-def _request(ref, key: str = KEY) -> ReadRequest:
-    """The read the model plans for ``ref`` (so names come from the model, not the test)."""
-    req = plan(PREFIX, PROJECT, _state(ref, key), True)
-    assert isinstance(req, ReadRequest)
+def _request(ref, key: str = KEY) -> StoreRead:
+    """The read the implementation plans for ``ref`` (so names come from it, not the test)."""
+    req = DECISIONS.plan_read(PREFIX, PROJECT, _state(ref, key), True)
+    assert isinstance(req, StoreRead)
     return req
 
 
 def _judge(reader: ValueReader, ref, key: str = KEY) -> Fetched:
     req = _request(ref, key)
-    return interpret(ORG, PROJECT, _state(ref, key), req, answer_of(reader, req))
+    return DECISIONS.judge_answer(ORG, PROJECT, _state(ref, key), req, ask(reader, req))
 
 
 STAGED = StagedRef(STAGING_ID)
@@ -225,18 +228,18 @@ def test_raising_reader_raises_value_store_error(backend):
     assert SECRET not in str(exc.value)
 
 
-# -- answers, judged by the model ---------------------------------------------
+# -- answers, judged by the implementation's decisions ------------------------
 
 
-def test_answer_of_shapes(backend):
+def test_ask_shapes(backend):
     backend.put(STAGED, "raw-staged")
     backend.put(LEGACY, "raw-legacy")
-    assert answer_of(backend.store, _request(STAGED)) == Found("raw-staged")
-    assert answer_of(backend.store, _request(LEGACY)) == Found("raw-legacy", 3)
-    assert answer_of(backend.store, _request(StagedRef(OTHER_STAGING_ID))) == Missing()
-    assert answer_of(backend.store, _request(LegacyRef(7))) == Missing()
+    assert ask(backend.store, _request(STAGED)) == Answered("raw-staged")
+    assert ask(backend.store, _request(LEGACY)) == Answered("raw-legacy", 3)
+    assert ask(backend.store, _request(StagedRef(OTHER_STAGING_ID))) == NotFound()
+    assert ask(backend.store, _request(LegacyRef(7))) == NotFound()
     req = _request(STAGED)
-    assert answer_of(backend.raising(req.name), req) == Raises()
+    assert ask(backend.raising(req.name), req) == ReadFailed()
 
 
 def test_staged_installed(backend):
@@ -323,9 +326,9 @@ def test_raising_store_is_value_unavailable(backend, ref):
 
 
 def test_key_without_legacy_name(backend):
-    """``_TOKEN`` has no legacy parameter name: the model answers before any read."""
+    """``_TOKEN`` has no legacy parameter name: the replica answers before any read."""
     state = _state(LEGACY, "_TOKEN")
-    assert plan(PREFIX, PROJECT, state, True) == Fetched(None, R.VALUE_REFERENCE_INVALID)
+    assert DECISIONS.plan_read(PREFIX, PROJECT, state, True) == Fetched(None, R.VALUE_REFERENCE_INVALID)
     with pytest.raises(ValueError):
         backend.put(LEGACY, legacy_envelope(PROJECT, "_TOKEN", SECRET), key="_TOKEN")
     # A staged reference for the same key has a name, and works.
@@ -339,6 +342,92 @@ def test_unicode_value_round_trips(backend):
     backend.put(LEGACY, legacy_envelope(PROJECT, KEY, value))
     assert _judge(backend.store, STAGED) == Fetched(value, None)
     assert _judge(backend.store, LEGACY) == Fetched(value, None)
+
+
+# ---------------------------------------------------------------------------
+# The envelope as the seed's JavaScript reads it, and the model's reading.
+# ---------------------------------------------------------------------------
+
+
+def _answer(ref, raw: str, version: Optional[int] = None) -> Fetched:
+    req = _request(ref)
+    return DECISIONS.judge_answer(ORG, PROJECT, _state(ref), req, Answered(raw, version))
+
+
+def _staged_doc(**changes) -> str:
+    doc = {"v": 2, "kind": "project-env", "orgId": ORG, "projectId": PROJECT, "key": KEY,
+           "stagingId": STAGING_ID, "value": SECRET}
+    doc.update(changes)
+    return json.dumps(doc)
+
+
+def test_plan_answers_without_a_read():
+    tomb = BindingState(KEY, Head(2, 2, True, None), None, 1, 1)
+    assert DECISIONS.plan_read(PREFIX, PROJECT, tomb, True) == Fetched(None, R.TOMBSTONE)
+    assert DECISIONS.plan_read(PREFIX, PROJECT, _state(STAGED), False) == Fetched(
+        None, R.CREDENTIAL_STORE_UNAVAILABLE)
+    assert DECISIONS.plan_read(PREFIX, PROJECT, tomb, False) == Fetched(None, R.TOMBSTONE)  # tombstone first
+    assert _request(STAGED) == StoreRead(STAGED, staged_parameter_name(PREFIX, PROJECT, KEY, STAGING_ID))
+    with pytest.raises(ValueError):
+        staged_parameter_name(PREFIX, PROJECT, KEY, "not-a-uuid")
+
+
+@pytest.mark.parametrize("raw, reason", [
+    (_staged_doc(v=2.0), None),  # JavaScript: 2.0 === 2
+    (_staged_doc(v=True), R.VALUE_ENVELOPE_MISMATCH),  # true !== 2
+    (_staged_doc(v="2"), R.VALUE_ENVELOPE_MISMATCH),
+    (_staged_doc(value=7), R.VALUE_ENVELOPE_MISMATCH),
+    (_staged_doc(extra=1), R.VALUE_ENVELOPE_MISMATCH),
+    ("[]", R.VALUE_ENVELOPE_MISMATCH),
+    ("null", R.VALUE_ENVELOPE_MISMATCH),
+], ids=["v-2.0", "v-true", "v-string", "value-number", "extra-key", "array", "null"])
+def test_staged_envelope_checks(raw, reason):
+    expected = Fetched(SECRET, None) if reason is None else Fetched(None, reason)
+    assert _answer(STAGED, raw) == expected
+    assert _answer(STAGED, raw) == _model_answer(STAGED, raw)  # the model reads these the same way
+
+
+def test_legacy_version_is_checked_before_the_text_is_parsed():
+    """The seed compares ``found.version`` before ``parseStoredProjectEnv`` runs."""
+    assert _answer(LEGACY, "{not json", version=4) == Fetched(None, R.VALUE_VERSION_MISMATCH)
+    assert _answer(LEGACY, "{not json", version=3) == Fetched(None, R.VALUE_UNAVAILABLE)
+
+
+@pytest.mark.parametrize("raw", [_staged_doc(extra=float("nan")), _staged_doc(extra=float("inf")),
+                                 _staged_doc(v=float("-inf"))], ids=["NaN", "Infinity", "-Infinity"])
+def test_nan_and_infinity_are_not_json(raw):
+    """``JSON.parse`` throws on them, so the seed's catch answers ``value_unavailable``."""
+    assert "NaN" in raw or "Infinity" in raw
+    assert _answer(STAGED, raw) == Fetched(None, R.VALUE_UNAVAILABLE)
+
+
+def test_huge_integers_parse_as_javascript_numbers():
+    """``JSON.parse`` reads every number as a double: 5000 digits is Infinity, not an error."""
+    assert _answer(STAGED, _staged_doc()[:-1] + ', "n": ' + "9" * 5000 + "}") == Fetched(
+        None, R.VALUE_ENVELOPE_MISMATCH)
+
+
+def _model_answer(ref, raw: str, version: Optional[int] = None):
+    state = _state(ref)
+    req = model_store.plan(PREFIX, PROJECT, state, True)
+    got = model_store.interpret(ORG, PROJECT, state, req, model_store.Found(raw, version))
+    return Fetched(got.value, got.reason)
+
+
+def test_the_model_reads_the_envelopes_as_the_seed_does():
+    """Found by writing the implementation from the seed: the version is compared before the text is parsed,
+    and JSON is read as JavaScript reads it (NaN throws; a 5000-digit integer is Infinity)."""
+    cases = [(LEGACY, "{not json", 4), (STAGED, _staged_doc(extra=float("nan")), None),
+             (STAGED, _staged_doc()[:-1] + ', "n": ' + "9" * 5000 + "}", None)]
+    assert [_model_answer(*c) for c in cases] == [_answer(*c) for c in cases]
+
+
+def test_parameter_names_are_the_models():
+    """Both encodings name parameters alike (wire-protocol.md section 4): a store written for one reads for the other."""
+    for key in (KEY, "_TOKEN", "A" * 100):
+        assert staged_parameter_name(PREFIX, PROJECT, key, STAGING_ID) == model_store.staged_parameter_name(
+            PREFIX, PROJECT, key, STAGING_ID)
+        assert legacy_parameter_name(PREFIX, PROJECT, key) == model_store.legacy_parameter_name(PREFIX, PROJECT, key)
 
 
 # ---------------------------------------------------------------------------

@@ -35,6 +35,11 @@ the value store holds). Rule kinds (``KINDS``, weighted by ``RULE_WEIGHTS``):
   older and conflicting records, strangers); ``close``, ``restart``;
   ``read`` (status, snapshot, receipts); ``store`` (put/fail/off); ``invalid``
   (requests and frames the wire rejects).
+* ``ready`` and ``diagnostics`` (docs/adapter-extensions.md) are reads;
+  about 5 % of pages and deliveries carry ``crashAfterCommit`` (k = 1..3),
+  after which the implementation, reopened from disk, must equal the
+  model's crash successor; a delivery that crashed before its receipt is
+  sent again by the cloud (coverage group ``crash``).
 * ``duringFetch``: a page or delivery that will read a value often carries
   nested requests run inside its read on both sides: random ones (begin,
   commit, close, restart, deliveries, snapshots, ...) and the races that
@@ -73,10 +78,14 @@ step.
 
 Left out on purpose:
 
-* the state of an external implementation: a ``SubprocessDriver`` shows only
-  its responses (the adapter protocol has no state read-back), so it is
-  held to the model's answers, not its tables;
-* error messages (only the error ``type`` is compared: wording is free);
+* the tables of an external implementation that does not offer the
+  ``state`` op (docs/adapter-extensions.md): one that does is asked for them
+  out of band after each step and held table by table against the model's
+  (``external.StateProbe``; receipt MACs as names); one that answers it
+  ``unsupported`` is held to its responses only, and the report says so
+  (``LockstepReport.tables``);
+* error messages (only the error ``type`` is compared: wording is free), and
+  a diagnosis's ``message`` (``diagnostics`` is compared by ``reason``);
 * interleavings other than the value-store read windows the adapter exposes
   (``duringFetch``): no second writer process, no crash inside a
   transaction (``restart`` falls between requests; inside a read it is

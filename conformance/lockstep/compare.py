@@ -55,11 +55,32 @@ def _first_difference(a: Any, b: Any, path: str) -> str:
     return f"{path}: model {_short(a)}, implementation {_short(b)}"
 
 
+_DIAGNOSIS_KEYS = frozenset({"reason", "message"})
+
+
+def _is_diagnosis(result: Any) -> bool:
+    """A ``diagnostics`` result that is not null: the only result shaped ``{"reason", "message"}``."""
+    return isinstance(result, dict) and set(result) == _DIAGNOSIS_KEYS
+
+
+def _diagnosis_difference(model: dict, impl: Any, path: str) -> Optional[str]:
+    """A diagnosis is held by its ``reason`` only: its ``message`` is free text for people."""
+    if not isinstance(impl, dict) or set(impl) != _DIAGNOSIS_KEYS or not isinstance(impl.get("message"), str):
+        return (f"{path}: model diagnosis {_short(model)}, implementation {_short(impl)} "
+                f"(a diagnosis is exactly {{\"reason\", \"message\": str}})")
+    if _canon(model["reason"]) != _canon(impl["reason"]):
+        return (f"{path}.reason: model {_short(model['reason'])} ({_short(model['message'], 100)}), "
+                f"implementation {_short(impl['reason'])} ({_short(impl['message'], 100)})")
+    return None
+
+
 def compare_responses(model: Any, impl: Any, path: str = "response") -> Optional[str]:
     """None when ``impl`` answers as ``model`` does; else where and how they differ.
 
     Equal means: the same keys; ``id`` and ``ok`` equal; ``result`` equal as
-    JSON (``true`` is not ``1``); for errors the same ``type`` (messages may
+    JSON (``true`` is not ``1``), except a ``diagnostics`` diagnosis, held by
+    its ``reason`` only (its ``message`` is free text); for errors the same
+    ``type`` and section 5's shape ``{"type", "message": str}`` (messages may
     differ); ``nested`` responses equal one by one.
     """
     if not isinstance(impl, dict):
@@ -75,13 +96,20 @@ def compare_responses(model: Any, impl: Any, path: str = "response") -> Optional
                       else f"; model error {_short(model.get('error'))}" if model.get("ok") is False else "")
             return f"{path}.{key}: model {_short(model[key])}, implementation {_short(impl[key])}{detail}"
     if model["ok"] is True:
-        if _canon(model["result"]) != _canon(impl["result"]):
+        if _is_diagnosis(model["result"]):
+            diff = _diagnosis_difference(model["result"], impl["result"], f"{path}.result")
+            if diff:
+                return diff
+        elif _canon(model["result"]) != _canon(impl["result"]):
             return _first_difference(model["result"], impl["result"], f"{path}.result")
     else:
         m_err, i_err = model.get("error"), impl.get("error")
         if not isinstance(i_err, dict) or i_err.get("type") != m_err.get("type"):
             return (f"{path}.error.type: model {_short(m_err.get('type'))} ({_short(m_err.get('message'), 100)}), "
                     f"implementation {_short(i_err)}")
+        if set(i_err) != {"type", "message"} or not isinstance(i_err["message"], str):
+            return (f"{path}.error: section 5's error is exactly {{\"type\", \"message\": str}}; "
+                    f"the implementation answered {_short(i_err)}")
     if "nested" in model:
         m_nested, i_nested = model["nested"], impl["nested"]
         if not isinstance(i_nested, list) or len(i_nested) != len(m_nested):
@@ -97,16 +125,31 @@ def _roundtrip(request: Any) -> Any:
     return json.loads(json.dumps(request))
 
 
+def _check_tables(model: Any, impl: Any, probe: Any) -> Optional[str]:
+    """An external implementation's tables (its ``state`` answer) against the model's, table by table.
+
+    ``probe`` is the run's ``external.StateProbe`` (None: not an external
+    implementation, or state checks off). A dead or garbled adapter is a
+    divergence, not a harness crash.
+    """
+    if probe is None:
+        return None
+    try:
+        return probe.check(model, impl)
+    except Exception as error:
+        return f"state request failed: {type(error).__name__}: {error}"
+
+
 # ---------------------------------------------------------------------------
 # State read back from the implementation
 # ---------------------------------------------------------------------------
 
 
 def _readback(impl: Any):
-    """(state, sealer) when ``impl`` exposes its replica's model-state readback, else None."""
+    """(replica, sealer) when ``impl`` exposes a replica that reads its tables back (``export_state``), else None."""
     replica = getattr(impl, "replica", None)
     sealer = getattr(impl, "sealer", None)
-    if replica is None or sealer is None or not callable(getattr(replica, "to_model_state", None)):
+    if replica is None or sealer is None or not callable(getattr(replica, "export_state", None)):
         return None
     return replica, sealer
 
@@ -157,14 +200,14 @@ def _check_state(model: Any, impl: Any, variant: Variant, state_check: bool) -> 
     if rb is None:
         return None
     replica, sealer = rb
+    from envreplica.conformance.readback import impl_model_state, mac_of, with_macs
+
     try:
-        impl_state = replica.to_model_state()
+        impl_state = impl_model_state(replica)
     except Exception as error:  # a corrupt file is a divergence, not a harness crash
         return f"state readback failed: {type(error).__name__}: {error}"
     if isinstance(st_model, State):
-        from envreplica.impl.replica import with_macs
-
-        expected = with_macs(st_model, sealer)
+        expected = with_macs(st_model, mac_of(sealer))
         if expected != impl_state:
             return f"state after the step differs from the model's: {state_difference(expected, impl_state)}"
     for prop in P.INVARIANTS:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from envreplica.conformance.drivers import Driver
+from envreplica.conformance.external import GENERATED_EXTENSIONS, StateProbe, probe_extensions
 from envreplica.conformance.lockstep.coverage import LockstepCoverage
 from envreplica.model.state import Variant
 
@@ -59,11 +60,53 @@ class _Run:
         self._driver: Optional[Driver] = None
         self.started = time.perf_counter()
         self.first_failure: Optional[tuple[int, float, int]] = None  # (examples, seconds, steps) when first seen
+        #: An external implementation's tables, read with the ``state`` op (``external.StateProbe``).
+        self.state_probe = StateProbe()
+        self.external = False  # a driver of this run reads its tables over the protocol
+        #: docs/adapter-extensions.md requests the implementation offers (an external one is asked once).
+        self.offers: dict[str, bool] = {name: True for name in GENERATED_EXTENSIONS}
+        self._probed = False
+
+    def probe(self, impl: Driver) -> Optional[StateProbe]:
+        """The run's ``StateProbe`` when ``impl`` is read over the protocol (an external adapter), else None."""
+        if not self.state_check or not getattr(impl, "state_by_request", False):
+            return None
+        self.external = True
+        return self.state_probe
+
+    def tables(self) -> str:
+        """How this run held the implementation's tables, for the report."""
+        if not self.state_check:
+            return "tables: not compared (state check off): responses only"
+        if self.external:
+            return self.state_probe.describe()
+        return "tables: read back in process from the implementation's replica after each step"
 
     def driver(self) -> Driver:
         if self._driver is None:
-            self._driver = self.impl_factory()
+            driver = self.impl_factory()
+            if getattr(driver, "state_by_request", False):
+                self.external = self.state_check
+                if not self._probed:  # out of band, before its first example (which starts with a reset)
+                    try:
+                        self.offers = probe_extensions(driver)
+                        self._probed = True
+                    except Exception:  # a dead adapter: its first step reports it (with its standard error)
+                        pass
+            self._driver = driver
         return self._driver
+
+    def offered(self, name: str) -> bool:
+        """Whether the implementation offers the extension ``name`` (``ready``, ``diagnostics``, ``crashAfterCommit``)."""
+        return self.offers.get(name, True)
+
+    def extensions(self) -> str:
+        """Which extensions the run generated, for the report."""
+        missing = [name for name, yes in self.offers.items() if not yes]
+        if not missing:
+            return ""
+        return (f"extensions: the adapter does not offer {', '.join(missing)} (docs/adapter-extensions.md); "
+                f"not generated, so not held")
 
     def discard(self) -> None:
         """Drop the implementation driver (it died); the next example builds a new one."""

@@ -8,6 +8,18 @@ with the implementation's, opened from its seal: a pass that never held a
 lone surrogate says nothing about F3). The gate
 transitions are reported by the machine's tracing model driver
 (``machine._TracingModel``); this module only counts them.
+
+Production-shaped inputs (issue 9, ``INPUT_ITEMS``, counted in ``inputs``
+by ``input_items`` per top-level request and ``sequence_items`` per
+example): streams past sequence 10, 100 and 1,000 and replays below those
+boundaries; snapshots asked in a task's (unsorted) order and served, with an
+id twice while serving (null), with a project id other than p1/p2; keys of
+128 characters installed, legacy keys at the Segment rule's length bound
+(64: installed; 65: ``value_reference_invalid``); pages whose
+acknowledgement (``page_ack_bytes``, the seed's ``pageFits`` count) is
+exactly the bound (accepted) and one byte over (refused); each value class
+installed and served by a snapshot. Every item is a row, so every one is
+required, like the rest.
 """
 
 from __future__ import annotations
@@ -15,6 +27,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Optional
 
 from envreplica.checker.coverage import (
@@ -42,6 +55,15 @@ def _mat_item(mat: Any) -> Optional[str]:
 
 _ERROR_TYPES = ("invalid", "corrupt", "unsupported")
 
+#: Ops the lockstep never sends as a step: ``state`` is the harness's own out-of-band read of an
+#: external implementation's tables (``external.StateProbe``), not a request under test.
+OUT_OF_BAND_OPS = frozenset({"state"})
+
+#: ``crashAfterCommit`` (docs/adapter-extensions.md): a page / delivery that died right after its
+#: 1st, 2nd or 3rd write commit, and a delivery that crashed before its receipt, sent again.
+RESENT_ITEM = "half-applied delivery re-sent"
+CRASH_ITEMS = tuple(f"{op} after commit {k}" for op in ("page", "delivery") for k in (1, 2, 3)) + (RESENT_ITEM,)
+
 #: Classes of stored values (a value may be in several), each a string the wire allows.
 VALUE_CLASSES = {
     "ascii": lambda v: v.isascii() and v != "",
@@ -64,6 +86,8 @@ class LockstepCoverage(CoverageCounts):
     errors: Counter = field(default_factory=Counter)
     edges: Counter = field(default_factory=Counter)
     values: Counter = field(default_factory=Counter)
+    crashes: Counter = field(default_factory=Counter)
+    inputs: Counter = field(default_factory=Counter)  # production-shaped inputs: ``INPUT_ITEMS``
 
     def observe(self, request: Any, response: Any) -> None:
         """Count one request and the model's response (nested ones included)."""
@@ -83,6 +107,9 @@ class LockstepCoverage(CoverageCounts):
                 self.observe(sub_request, sub_response)
 
     def _observe_result(self, op: Optional[str], result: Any) -> None:
+        if op in ("page", "delivery") and isinstance(result, dict) and "crashedAfterCommit" in result:
+            self.crashes[f"{op} after commit {result['crashedAfterCommit']}"] += 1
+            return
         if op in ("page", "delivery", "commit") and isinstance(result, dict):
             if result.get("ok") is False:
                 self.refusals[result.get("code")] += 1
@@ -110,18 +137,133 @@ class LockstepCoverage(CoverageCounts):
 
     def rows(self) -> list[tuple[str, str, int]]:
         """(group, item, count) for every item a run should reach."""
-        out = [("op", op, self.ops.get(op, 0)) for op in OPS]
+        out = [("op", op, self.ops.get(op, 0)) for op in OPS if op not in OUT_OF_BAND_OPS]
         out += [("refusal", c.value, self.refusals.get(c.value, 0)) for c in RefusalCode]
         out += [("materialization", item, self.reasons.get(item, 0)) for item in MATERIALIZATION_ITEMS]
         out += [("error", kind, self.errors.get(kind, 0)) for kind in _ERROR_TYPES]
         out += [("gate", e.label(), self.edges.get(e, 0)) for e in TRANSITIONS]
         out += [("stored value", name, self.values.get(name, 0)) for name in VALUE_CLASSES]
+        out += [("crash", item, self.crashes.get(item, 0)) for item in CRASH_ITEMS]
+        out += [(group, item, self.inputs.get(item, 0)) for group, item in INPUT_ITEMS]
         return out
+
+# ---------------------------------------------------------------------------
+# Production-shaped inputs (issue 9): long streams, task orders, the Key rule, values, the ack bound
+# ---------------------------------------------------------------------------
+
+#: Examples whose stream consumed a sequence at or past each power of ten (``sequence_items``).
+SEQUENCE_BOUNDS = (10, 100, 1000)
+FAST_FORWARDED = "fast-forwarded deliveries"
+SHORTER_REPLAY = "replayed below a decimal boundary"
+INPUT_ITEMS = (
+    *(("sequence", f"an example consumed >= {n:,}") for n in SEQUENCE_BOUNDS),
+    ("sequence", FAST_FORWARDED),  # machine.do_ffwd: deliveries sent in a fast-forward (not counted as ops)
+    ("sequence", SHORTER_REPLAY),  # a delivery at a consumed sequence of fewer digits than the cursor, replayed
+    ("snapshot", "unsorted task order, served"),
+    ("snapshot", "duplicate ids while serving: null"),
+    ("snapshot", "project id other than p1/p2, served"),
+    ("key", "128 characters, installed"),
+    ("key", "legacy, 64 characters, installed"),
+    ("key", "legacy, 65 characters: value_reference_invalid"),
+    ("ack bound", "page exactly at the bound, accepted"),
+    ("ack bound", "page 1 byte over the bound, refused"),
+    *(("served value", name) for name in VALUE_CLASSES),  # a snapshot served an installed value of the class
+)
+_MAX_REASON = "x" * 64
+
+
+def page_ack_bytes(frame: dict, states, epochs, applied: dict) -> int:
+    """The bytes the seed's ``pageFits`` counts for a page frame (JSON): its acknowledgement with
+    ``states``, each result with the longest reason, ``Buffer.byteLength(JSON.stringify(ack))``."""
+    from envreplica.spec import wire
+
+    results = [{"state": s, "materialization": {"kind": "withheld" if s["head"]["tombstone"] else "unavailable",
+                                                "reason": _MAX_REASON}} for s in states]
+    ack = {"kind": "env.replica.ack", "opId": frame["opId"], "ok": True, "phase": "page",
+           "attemptId": frame["attemptId"], "projectId": frame["projectId"], "after": frame["after"],
+           "recordVersion": frame["recordVersion"], "results": results, "complete": frame["complete"],
+           "policyEpochs": list(epochs), "appliedThrough": applied}
+    return wire.json_bytes_len(ack)
+
+
+def sequence_items(max_applied: int) -> Counter:
+    """The sequence items one example reached (its highest consumed sequence)."""
+    return Counter(f"an example consumed >= {n:,}" for n in SEQUENCE_BOUNDS if max_applied >= n)
+
+
+def _key_items(item: Any) -> list[str]:
+    try:
+        key, ref, kind = item["state"]["key"], item["state"]["head"]["valueRef"], item["materialization"]["kind"]
+        reason = item["materialization"].get("reason")
+    except (KeyError, TypeError):
+        return []
+    legacy = isinstance(ref, dict) and ref.get("kind") == "legacy"
+    if kind == "installed" and len(key) == 128:
+        return ["128 characters, installed"]
+    if legacy and kind == "installed" and len(key) == 64:
+        return ["legacy, 64 characters, installed"]
+    if legacy and reason == "value_reference_invalid" and len(key) == 65:
+        return ["legacy, 65 characters: value_reference_invalid"]
+    return []
+
+
+def input_items(request: Any, response: Any, state, ack_page_bytes: int) -> Counter:
+    """The production-shaped input items one top-level request reached (``INPUT_ITEMS``).
+
+    ``state`` is the model's state after the request, ``ack_page_bytes`` its bound.
+    """
+    from envreplica.model.replica import read_snapshot
+
+    out: Counter = Counter()
+    if not isinstance(request, dict) or not isinstance(response, dict) or response.get("ok") is not True:
+        return out
+    op, result = request.get("op"), response.get("result")
+    try:
+        if op == "snapshot":
+            ids = request["projectIds"]
+            if result is None:
+                if len(set(ids)) < len(ids) and read_snapshot(state, list(dict.fromkeys(ids))) is not None:
+                    out["duplicate ids while serving: null"] += 1
+                return out
+            if len(ids) > 1 and ids != sorted(ids):
+                out["unsorted task order, served"] += 1
+            if any(p not in ("p1", "p2") for p in ids):
+                out["project id other than p1/p2, served"] += 1
+            for project in result["projects"]:
+                for entry in project["entries"]:
+                    out.update(_key_items(entry))
+                    if entry["value"] is not None:
+                        out.update(classes_of(entry["value"]))
+        elif op in ("page", "delivery") and isinstance(result, dict):
+            items = result.get("results") if op == "page" else [result.get("result")]
+            for item in items or ():
+                out.update(_key_items(item))
+            if op == "page":
+                frame = request["frame"]
+                size = page_ack_bytes(frame, frame["records"], result["policyEpochs"], result["appliedThrough"])
+                if size == ack_page_bytes and result["ok"] is True:
+                    out["page exactly at the bound, accepted"] += 1
+                elif size == ack_page_bytes + 1 and result.get("code") == "ack_page_too_large":
+                    out["page 1 byte over the bound, refused"] += 1
+            elif result.get("replayed") is True:
+                sequence, applied = request["frame"]["delivery"]["sequence"], result["appliedThrough"]["sequence"]
+                if len(str(sequence)) < len(str(applied)):
+                    out[SHORTER_REPLAY] += 1
+    except (KeyError, TypeError, AttributeError, ValueError):
+        pass  # an odd request or result: nothing to count
+    return out
+
+
+@lru_cache(maxsize=4096)
+def classes_of(value: str) -> tuple[str, ...]:
+    """The ``VALUE_CLASSES`` of one value (cached: the same long values are classified at every step)."""
+    return tuple(name for name, test in VALUE_CLASSES.items() if test(value))
+
 
 def value_classes(state) -> Counter:
     """The classes of the values ``state`` holds (live and staged), each counted once per value."""
     return Counter(name for stored in (*state.values.values(), *state.stage_values.values())
-                   for name, test in VALUE_CLASSES.items() if test(stored.value))
+                   for name in classes_of(stored.value))
 
 
 #: Every lockstep run of this process adds here.

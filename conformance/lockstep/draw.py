@@ -22,8 +22,11 @@ from hypothesis import strategies as st
 #: Rules that store values get ``VALUE_BYTES`` more at the end, read only by ``weighted(tail=i)``: the
 #: value of each record, drawn apart from the request's own choices (which would otherwise correlate with it).
 VALUE_BYTES = 8
-BLOCK_BYTES = {"start": 24, "cloud": 32 + VALUE_BYTES, "begin": 8, "page": 28, "delivery": 32, "commit": 6,
-               "read": 2, "store": 10 + VALUE_BYTES, "invalid": 32}
+#: ``ffwd``: a clean reconciliation's first choices, then the fast-forward's; the rest of both come from
+#: a generator seeded with the block's last ``FFWD_SEED_BYTES`` (``machine.do_ffwd``).
+FFWD_SEED_BYTES = 8
+BLOCK_BYTES = {"start": 24, "cloud": 32 + VALUE_BYTES, "begin": 12, "page": 28, "delivery": 32, "commit": 6,
+               "read": 8, "store": 11 + VALUE_BYTES, "invalid": 32, "ffwd": 24 + FFWD_SEED_BYTES}
 _BLOCKS = {kind: st.binary(min_size=n, max_size=n) for kind, n in BLOCK_BYTES.items()}
 
 

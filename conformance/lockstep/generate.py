@@ -9,25 +9,42 @@ in ``machine``.
 from __future__ import annotations
 
 import json
-from typing import Iterable, Optional, Sequence
+import random
+import re
+from typing import Callable, Collection, Iterable, Optional, Sequence
 
 from envreplica.conformance.lockstep.domains import (
     ATTEMPTS,
+    ALL_KEYS,
     EPOCH_SETS,
+    HARD_VALUES,
     KEYS,
+    LONG_KEYS,
+    ODD_PROJECTS,
     ORG,
     OTHER_ORG,
     PROJECTS,
     REASONS,
     STRANGER,
     STREAMS,
+    VALUES,
     draw_value,
 )
+from envreplica.conformance.lockstep.coverage import page_ack_bytes
 from envreplica.conformance.lockstep.draw import _Draw
 from envreplica.conformance.lockstep.records import _moved, _View, record, ref_for, staging_id
-from envreplica.model.store import legacy_envelope, staged_envelope
+from envreplica.model.store import legacy_envelope, legacy_parameter_name, staged_envelope
 from envreplica.spec import wire
 from envreplica.spec.domain import MatKind
+
+#: The values a clean reconciliation stocks, in turn from a random start: every class of value each
+#: reconciliation or two, so that each is installed and served often. The 72 KB value once a turn and the
+#: 256 KiB one never (``draw_value`` draws it): every later step that holds one reads back, opens and
+#: compares it (~1.5 ms and ~3 ms a step).
+RECONCILED_VALUES = (VALUES[0], *HARD_VALUES[:-1], VALUES[1], *HARD_VALUES[:-2])
+
+#: A lone surrogate in a Python string (json.loads joins escaped pairs; only lone ones stay).
+_LONE = re.compile("[\ud800-\udfff]")
 
 
 class _Gen:
@@ -84,7 +101,7 @@ class _Gen:
         existing = sorted(set(existing))
         if existing and d.index(10) < 6:
             return d.one(existing)
-        return d.one(KEYS)
+        return d.one(d.weighted([(9, KEYS), (1, LONG_KEYS)]))  # now and then a key at the rules' bounds
 
     # -- begin --------------------------------------------------------------
 
@@ -95,7 +112,8 @@ class _Gen:
         stream = v.stream or STREAMS[0]
         other = [s for s in STREAMS if s != stream] or [stream]
         stream = d.weighted([(8, stream), (2, d.one(other))])
-        projects = d.weighted([(4, ["p1", "p2"]), (4, ["p1"]), (2, ["p2"]), (1, []), (1, ["p2", "p1"])])
+        projects = d.weighted([(4, ["p1", "p2"]), (4, ["p1"]), (2, ["p2"]), (1, []), (1, ["p2", "p1"]), (2, None)])
+        projects = _Gen.odd_projects(d) if projects is None else projects
         epochs = list(d.weighted([(3, v.epochs if v.activated else (1, 2))] + [(2, e) for e in EPOCH_SETS]))
         org = d.weighted([(10, v.org or ORG), (1, OTHER_ORG)])
         return {"op": "begin", "frame": {"attempt": {"streamId": stream, "attemptId": attempt},
@@ -272,20 +290,29 @@ class _Gen:
                 out["reportedVersion"] = ref["ssmVersion"] + 1
         if what == "garbage":
             raw = d.one(["{not json", json.dumps({"v": 3, "kind": "project-env"}), "[]"])
-        out["raw"] = raw
+        out["raw"] = raw if what == "garbage" else _Gen.restyle(d, raw)
         return out
 
     # -- reads, close, restart ---------------------------------------------------
 
     @staticmethod
     def read(d: _Draw, v: _View) -> dict:
-        what = d.weighted([(4, "snapshot"), (3, "status"), (2, "receipts")])
+        what = d.weighted([(4, "snapshot"), (3, "status"), (2, "receipts"), (3, "extension")])
+        if what == "extension":
+            return _Gen.ready_or_diagnostics(d, v)
         if what != "snapshot":
             return {"op": what}
-        projects = sorted(v.live_versions)
-        projects = d.weighted([(8, projects), (1, projects[:1]), (1, projects + [STRANGER]),
-                               (1, list(reversed(projects)))])
-        return {"op": "snapshot", "projectIds": projects}
+        return {"op": "snapshot", "projectIds": _Gen.project_ids(d, v)}
+
+    @staticmethod
+    def ready_or_diagnostics(d: _Draw, v: _View) -> dict:
+        """``ready`` with a short wait, or ``diagnostics`` of the ids a snapshot would ask for
+        (docs/adapter-extensions.md), as ``project_ids`` draws them: sorted, in a task's order, one
+        twice, one missing, a stranger."""
+        wait = d.weighted([(3, 0), (1, 1), (1, 20), (8, None)])
+        if wait is not None:
+            return {"op": "ready", "timeoutMs": wait}
+        return {"op": "diagnostics", "projectIds": _Gen.project_ids(d, v)}
 
     # -- invalid requests -----------------------------------------------------
 
@@ -345,6 +372,209 @@ class _Gen:
             return {"op": "reset", "config": {"ackPageBytes": -1}}
         return {"op": "status", "id": "seven"}
 
+    # -- production-shaped inputs (issue 9) ---------------------------------------------
+
+    @staticmethod
+    def task_order(d: _Draw, ids: Sequence[str]) -> list[str]:
+        """``ids`` in the order a task names them: each next one drawn from the rest (all zeros: as given)."""
+        rest, out = list(ids), []
+        while rest:
+            out.append(rest.pop(d.index(len(rest))))
+        return out
+
+    @staticmethod
+    def odd_projects(d: _Draw) -> list[str]:
+        """A begin's projects with one of ``ODD_PROJECTS`` (ids across the Segment rule) among ``p1`` / ``p2``,
+        in a task's order: snapshots of them then have an order other than sorted to keep."""
+        odd = d.one(ODD_PROJECTS)
+        return _Gen.task_order(d, d.weighted([(3, ["p1", "p2"]), (2, ["p1"]), (1, [])]) + [odd])
+
+    @staticmethod
+    def project_ids(d: _Draw, v: _View) -> list[str]:
+        """The ids a task loader reads with (``snapshot``; ``diagnostics`` takes the same): mostly the
+        replica's projects, sorted or in a task's order (the lead project first: its entries come first and
+        win duplicate keys); sometimes one named twice (fails closed, per the seed), one missing, a stranger."""
+        live = sorted(v.live_versions)
+        how = d.weighted([(6, "sorted"), (5, "task"), (2, "twice"), (1, "first"), (1, "stranger"), (1, "none")])
+        if how == "sorted":
+            return live
+        if how == "first":
+            return live[:1]
+        if how == "none":
+            return []
+        ids = _Gen.task_order(d, live)
+        if how != "task":
+            extra = STRANGER if how == "stranger" else d.one(ids or list(PROJECTS))
+            ids.insert(d.index(len(ids) + 1), extra)
+        return ids
+
+    @staticmethod
+    def restyle(d: _Draw, raw: str) -> str:
+        """An envelope's text as another writer would store it: mostly Python's compact ASCII escapes (as
+        built); sometimes JavaScript's ``JSON.stringify`` (non-ASCII as UTF-8 text, each lone surrogate
+        escaped), indented, or with its keys in another order. The replica parses it: all mean the same."""
+        how = d.weighted([(12, "ascii"), (4, "js"), (1, "indented"), (1, "reordered")])
+        if how == "ascii":
+            return raw
+        parsed = json.loads(raw)
+        if how == "indented":
+            return json.dumps(parsed, indent=2)
+        if how == "reordered":
+            return json.dumps(dict(reversed(list(parsed.items()))), separators=(",", ":"))
+        text = json.dumps(parsed, ensure_ascii=False, separators=(",", ":"))
+        return _LONE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+    @staticmethod
+    def near_ack_bound(d: _Draw, v: _View, request: dict, bound: int) -> dict:
+        """Often, a page of the open attempt whose acknowledgement is exactly ``bound`` bytes, or one byte
+        over or under: its ``opId`` (1 to 128 characters, echoed in the ack) is sized for it, counted with
+        the seed's ``pageFits`` rule (``coverage.page_ack_bytes``), and when no length fits with all its
+        records, its first ones only (then not ``complete``: the cloud sends the rest in later pages).
+        Unchanged when nothing fits."""
+        frame = request["frame"]
+        if v.stream is None or v.attempt is None or frame.get("attemptId") != v.attempt or not d.flag(70):
+            return request
+        delta = d.weighted([(4, 0), (3, 1), (2, -1)])
+        applied = {"streamId": v.stream, "sequence": v.applied}
+        records = frame["records"]
+        for take in range(len(records), -1, -1):
+            trimmed = dict(frame, opId="", records=records[:take],
+                           complete=frame["complete"] if take == len(records) else False)
+            length = bound + delta - page_ack_bytes(trimmed, trimmed["records"], v.epochs, applied)
+            if 1 <= length <= 128:
+                trimmed["opId"] = (f"page-{frame['projectId']}-" + "0" * 128)[:length]
+                return dict(request, frame=trimmed)
+        return request
+
+    @classmethod
+    def clean_reconciliation(cls, d: _Draw, rng: random.Random, v: _View) -> list[dict]:
+        """A whole reconciliation as a healthy cloud sends it, so that a fast-forward starts from a replica
+        that serves installed values: a fresh attempt on the current stream and policy (its projects in a
+        task's order, an odd id now and then); per project, a correct envelope for every value it will read
+        (the classes of value in turn, ``RECONCILED_VALUES``, in every writer's style, ``restyle``), then
+        one complete page of its records (each held one advanced, some first saves); then the commit, and
+        the task loader reads the snapshot in the task's order. Choices past the project set come from
+        ``rng`` (a reconciliation makes far more of them than a block holds)."""
+        stream, org = v.stream or STREAMS[0], v.org or ORG
+        epochs = list(v.epochs) if v.activated else [1, 2]
+        attempt = d.one([a for a in ATTEMPTS if a != v.attempt])
+        projects = d.weighted([(6, ["p1", "p2"]), (2, ["p1"]), (5, None)])
+        projects = cls.odd_projects(d) if projects is None else cls.task_order(d, projects)
+        out = [{"op": "begin", "frame": {"attempt": {"streamId": stream, "attemptId": attempt},
+                                         "projectIds": projects},
+                "keptPolicyEpochs": epochs, "orgId": org}]
+        versions, turn = {}, rng.randrange(len(RECONCILED_VALUES))
+        for project in projects:
+            dd = _Draw(rng.randbytes(96))
+            live = v.live(project)
+            records = [cls.advance(dd, key, live.get(key), epochs) for key in ALL_KEYS
+                       if key in live or dd.index(100) < 30]
+            for r in records:
+                ref = r["head"]["valueRef"]
+                if ref is None or r["binding"] is not None or r["policyEpoch"] not in epochs:
+                    continue
+                key, value = r["key"], RECONCILED_VALUES[turn % len(RECONCILED_VALUES)]
+                turn += 1
+                if ref["kind"] == "staged":
+                    raw = staged_envelope(org, project, key, ref["stagingId"], value)
+                elif legacy_parameter_name("/", project, key) is not None:  # the key is a Segment
+                    raw = legacy_envelope(project, key, value)
+                else:
+                    continue  # no legacy name: value_reference_invalid, nothing to read
+                out.append({"op": "store.put", "projectId": project, "key": key, "ref": ref,
+                            "raw": cls.restyle(dd, raw)})
+            versions[project] = v.live_versions.get(project, 0) + 1
+            out.append({"op": "page", "frame": {"opId": f"page-{project}", "attemptId": attempt, "projectId": project,
+                                                "after": None, "recordVersion": versions[project],
+                                                "records": records, "complete": True}})
+        out.append({"op": "commit", "frame": {
+            "attemptId": attempt, "highWater": {"streamId": stream, "sequence": v.applied},
+            "versions": [{"projectId": p, "recordVersion": n} for p, n in sorted(versions.items())]}})
+        out.append({"op": "snapshot", "projectIds": list(projects)})  # the task loader, in its task's order
+        return out
+
+    #: Where a fast-forward takes the cursor: from two below a power of ten to one past it. A delivery
+    #: costs ~0.4 ms CPU in all (model 0.05 ms, SQLite 0.3 ms, the harness), but every later step's
+    #: state check reads back and compares every receipt (~80 us each), so an example past 1,000 costs
+    #: ~1.3 s, one past 100 ~0.2 s: ``FFWD_BUDGET`` caps them per run. 1,000 is not last: Hypothesis
+    #: draws many 255 bytes, which the last option would take.
+    FFWD_TARGETS = ((12, 10), (2, 1000), (3, 100))
+    #: Examples per run that may go past 100 and past 1,000 (``machine.LockstepMachine.ffwd_scales``).
+    FFWD_BUDGET = {100: 12, 1000: 3}
+    #: The deliveries of a fast-forward, each consumed and receipted, none changing a record, a record
+    #: version or a value (so that cutting a fast-forward short, as the minimizer does, changes nothing
+    #: else): ``stranger``, a project the replica does not hold (refused ``project_not_in_replica``; live
+    #: only); ``same``, a record as held (installed or a tombstone: nothing to read again) at the current
+    #: version (applied: answered with what is retained); ``conflict``, a key the project lacks at the
+    #: current version (refused ``record_version_conflict``).
+    FFWD_KINDS = ("stranger", "same", "conflict")
+
+    @staticmethod
+    def fast_forward(d: _Draw, scales: Collection[int] = (10, 100, 1000)
+                     ) -> tuple[Callable[[int], int], tuple[int, ...]]:
+        """How many deliveries a fast-forward sends (towards one of ``scales``: a function of the cursor
+        it starts from), and the weights of ``FFWD_KINDS`` among them. Drawn first in the rule's block,
+        so that shrinking lowers the target early."""
+        scale = d.weighted([(w, n) for w, n in _Gen.FFWD_TARGETS if n in scales])
+        target, extra = scale - 2 + d.index(4), 1 + d.index(3)
+        mix = tuple(1 + d.index(4) for _ in _Gen.FFWD_KINDS)
+        return (lambda applied: target - applied if target > applied else extra), mix
+
+    @staticmethod
+    def after_fast_forward(d: _Draw, v: _View) -> Optional[dict]:
+        """Often, right after a fast-forward: the receipts read (listed in sequence order, not text
+        order), or the retransmission of a consumed sequence at a decimal boundary (9, 10, 99, 100, 999,
+        1,000: answered from its receipt, compared as a number)."""
+        what = d.weighted([(2, None), (1, "receipts"), (2, "replay")])
+        consumed = v.consumed()
+        if what == "receipts" or (what == "replay" and not consumed):
+            return {"op": "receipts"}
+        if what is None:
+            return None
+        edges = [n for n in (9, 10, 99, 100, 999, 1000) if (v.stream, n) in v.state.receipts]
+        sequence = d.one(edges or consumed)
+        frame = dict(wire.encode(v.state.receipts[(v.stream, sequence)].request), opId=f"d-{sequence}")
+        if v.attempt is not None:
+            frame["reconciliationAttemptId"] = v.attempt
+        return {"op": "delivery", "frame": frame}
+
+    @staticmethod
+    def ffwd_delivery(rng: random.Random, v: _View, mix: Sequence[int]) -> Optional[dict]:
+        """The next delivery of a fast-forward (``FFWD_KINDS``, drawn with ``rng``): live while the gate is
+        open, else into a complete project of the open attempt. None when there is nowhere to deliver."""
+        if v.stream is None or (v.attempt is None and not v.gate_open):
+            return None
+        if v.attempt is None:
+            version = {p: n for p, n in v.live_versions.items() if n >= 1}
+            rows = {(p, k): row for (p, k), row in v.state.records.items()}
+        else:
+            version = {p: sp.record_version for p, sp in v.stage.items()
+                       if sp.complete and sp.record_version is not None and sp.record_version >= 1}
+            rows = {(p, k): row for (a, p, k), row in v.state.stage_records.items() if a == v.attempt}
+        settled = sorted((p, k) for (p, k), row in rows.items()
+                         if p in version and (row.mat.kind is MatKind.INSTALLED or row.state.head.tombstone))
+        free = [(p, k) for p in sorted(version) for k in ALL_KEYS if (p, k) not in rows]
+        options = {"stranger": v.attempt is None, "same": bool(settled), "conflict": bool(free)}
+        kinds = [(w, k) for w, k in zip(mix, _Gen.FFWD_KINDS) if options[k]]
+        if not kinds:
+            return None
+        kind = rng.choices([k for _, k in kinds], weights=[w for w, _ in kinds])[0]
+        if kind == "stranger":
+            project, record_version, state = STRANGER, 1, record(rng.choice(ALL_KEYS))
+        elif kind == "same":
+            project, key = rng.choice(settled)
+            record_version, state = version[project], wire.encode(rows[(project, key)].state)
+        else:
+            project, key = rng.choice(free)
+            record_version, state = version[project], record(key, 1, 0, True)
+        sequence = v.applied + 1
+        frame = {"kind": wire.APPLY_KIND, "opId": f"d-{sequence}", "projectId": project,
+                 "recordVersion": record_version, "state": state,
+                 "delivery": {"streamId": v.stream, "sequence": sequence}}
+        if v.attempt is not None:
+            frame["reconciliationAttemptId"] = v.attempt
+        return {"op": "delivery", "frame": frame}
+
     # -- the consistent cloud -------------------------------------------------------
 
     @staticmethod
@@ -379,7 +609,8 @@ class _Gen:
         stream = v.stream or STREAMS[0]
         if v.activated and d.flag(10):
             stream = d.one([s for s in STREAMS if s != stream])
-        projects = d.weighted([(5, ["p1", "p2"]), (4, ["p1"]), (1, ["p2"]), (1, [])])
+        projects = d.weighted([(5, ["p1", "p2"]), (4, ["p1"]), (1, ["p2"]), (1, []), (2, None)])
+        projects = cls.odd_projects(d) if projects is None else projects
         current = tuple(v.epochs) if v.activated else (1, 2)
         # Mostly the same policy; sometimes it narrows (the oldest kept epoch retired), or anything.
         # Narrowing is likelier while an installed value depends on the epoch it retires: that
@@ -454,9 +685,11 @@ class _Gen:
     @classmethod
     def cloud(cls, d: _Draw, v: _View) -> dict:
         """What a consistent cloud sends next: begin, the next page, the commit, the next delivery."""
-        if v.activated and d.flag(12):
-            # A task loader reads what is served (None unless open with no attempt).
-            return {"op": "snapshot", "projectIds": sorted(v.live_versions)}
+        serving = v.gate_open and v.attempt is None and len(v.state.values) > 0
+        if v.activated and d.flag(35 if serving else 12):
+            # A task loader reads what is served (None unless open with no attempt), in its task's order;
+            # likelier while values are installed, so that each class of value is served and compared.
+            return {"op": "snapshot", "projectIds": cls.project_ids(d, v)}
         if not v.activated:
             return cls.fresh_begin(d, v)
         if v.applied and d.flag(6):

@@ -11,16 +11,25 @@ in ``run``.
 from __future__ import annotations
 
 import json
+import random
 import time
+import zlib
 from typing import Any, ClassVar, Optional
 
 import hypothesis
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 
-from envreplica.conformance.drivers import OPS, ModelDriver
-from envreplica.conformance.lockstep.compare import _check_state, compare_responses
+from envreplica.conformance.drivers import CRASH_FIELD, OPS, ModelDriver
+from envreplica.conformance.lockstep.compare import _check_state, _check_tables, compare_responses
 from envreplica.conformance.lockstep.context import _Run
-from envreplica.conformance.lockstep.coverage import COVERAGE, value_classes
+from envreplica.conformance.lockstep.coverage import (
+    COVERAGE,
+    FAST_FORWARDED,
+    RESENT_ITEM,
+    input_items,
+    sequence_items,
+    value_classes,
+)
 from envreplica.conformance.lockstep.domains import (
     KINDS,
     NESTED_ID_BASE,
@@ -30,7 +39,7 @@ from envreplica.conformance.lockstep.domains import (
     SMALL_ACK,
     draw_value,
 )
-from envreplica.conformance.lockstep.draw import BLOCK_BYTES, _BLOCKS, _Draw
+from envreplica.conformance.lockstep.draw import BLOCK_BYTES, FFWD_SEED_BYTES, _BLOCKS, _Draw
 from envreplica.conformance.lockstep.generate import _Gen
 from envreplica.conformance.lockstep.records import _fetchable, _View
 from envreplica.conformance.lockstep.traces import write_trace
@@ -62,8 +71,48 @@ class _TracingModel(ModelDriver):
         return response
 
 
+#: Percent of pages and deliveries sent with ``crashAfterCommit`` (then without ``duringFetch``), for
+#: one that will make two write commits; half that for one, one and a half times for three or more.
+CRASH_PERCENT = 10
+
+
+def _expected_commits(v: _View, request: dict) -> int:
+    """About how many write commits a page / delivery will make (docs/adapter-extensions.md):
+    the prepare, one per record to fetch, and a delivery's final transaction."""
+    frame = request["frame"]
+    if request["op"] == "page":
+        return 1 + sum(1 for r in frame.get("records") or () if _fetchable(r, v.epochs))
+    return 3 if _fetchable(frame.get("state"), v.epochs) else 2
+
+
+def _with_crash(crash: tuple[int, int], v: _View, request: dict) -> dict:
+    """Maybe ask a page or delivery to crash after its k-th write commit (k from 1 to 3).
+
+    ``crash`` is two choices drawn before the request was built (so it shrinks
+    to no crash). Each k the operation will reach is four times likelier than
+    one past its last commit (then it is answered normally).
+    """
+    roll, pick = crash
+    if request.get("op") not in ("page", "delivery") or "duringFetch" in request:
+        return request
+    commits = _expected_commits(v, request)
+    if roll < 100 - CRASH_PERCENT * min(commits, 3) // 2:  # likelier where later commits can be cut
+        return request
+    # Every k the operation reaches, and the first it does not (answered normally), alike. Drawn bytes
+    # crowd at 0 and 255: the choice hashes the byte with the request, so that 255 is not always the
+    # same k; a 0 byte (where shrinking goes) stays k = 1.
+    choices = list(range(1, min(commits, 3) + 1)) + ([commits + 1] if commits < 3 else [])
+    salt = json.dumps(request, sort_keys=True).encode()
+    k = choices[zlib.crc32(salt + bytes([pick])) % len(choices)] if pick else 1
+    return dict(request, **{CRASH_FIELD: k})
+
+
+def _crash_draw(d: _Draw) -> tuple[int, int]:
+    return d.index(100), d.index(256)
+
+
 #: Ops that never change the replica (reads); an invalid request changes nothing either.
-READ_OPS = frozenset({"status", "snapshot", "receipts"})
+READ_OPS = frozenset({"status", "snapshot", "receipts", "ready", "diagnostics", "state"})
 
 
 def op_reads_only(request: Any) -> bool:
@@ -109,10 +158,12 @@ class LockstepMachine(RuleBasedStateMachine):
         self.sent: list[tuple] = []
         self.max_staged = 0
         self.max_applied = 0
+        self.ffwd_scales = self._ffwd_scales()
         self.seen_edges: set = set()
         self.plan: list[dict] = []  # the cloud's next requests (values first, then the frame)
         self._checked_state: Optional[State] = None  # the model state last compared with the implementation's
         self._unchecked = False  # a step since then was not checked (the model did not move)
+        self.half_applied: Optional[dict] = None  # a delivery frame that crashed before its receipt
 
     # -- plumbing -------------------------------------------------------------
 
@@ -144,12 +195,66 @@ class LockstepMachine(RuleBasedStateMachine):
         for n in request.get("duringFetch") or ():
             self._remember(n)
 
+    def _note_crash(self, request: dict, response: dict) -> None:
+        """A delivery that crashed before its receipt: the cloud will send it again (``do_cloud``)."""
+        result = response.get("result") if response.get("ok") is True else None
+        if request.get("op") != "delivery" or not isinstance(result, dict) or "crashedAfterCommit" not in result:
+            return
+        frame = request["frame"]
+        cursor = (frame["delivery"]["streamId"], frame["delivery"]["sequence"])
+        if cursor not in self.model.state.receipts:
+            self.half_applied = json.loads(json.dumps(frame))
+
+    def _resend_half_applied(self, d: _Draw, v: _View) -> Optional[dict]:
+        """The delivery that crashed before its receipt, sent again once the replica serves or stages."""
+        if self.half_applied is None or not (v.gate_open or v.attempt is not None) or not d.flag(50):
+            return None
+        frame, self.half_applied = self.half_applied, None
+        frame.pop("reconciliationAttemptId", None)
+        if v.attempt is not None:
+            frame["reconciliationAttemptId"] = v.attempt
+        self.ctx.coverage.crashes[RESENT_ITEM] += 1
+        COVERAGE.crashes[RESENT_ITEM] += 1
+        return {"op": "delivery", "frame": frame}
+
+    def _check_tables(self) -> Optional[str]:
+        """An external implementation's tables against the model's (out of band: not a step)."""
+        reason = _check_tables(self.model, self.impl, self.ctx.probe(self.impl))
+        if reason is not None and getattr(self.impl, "alive", True) is False:
+            self.impl_dead = True
+        return reason
+
+    def _ffwd_scales(self) -> tuple[int, ...]:
+        """How far this example's fast-forwards may go: past 100 and past 1,000 only while this run has
+        fewer such examples than ``_Gen.FFWD_BUDGET`` (each costs ~0.2 s and ~1.3 s), so the ci budget
+        reaches them, early, at a bounded cost. Once an example failed, as that example had it: the
+        shrinker's replays then generate what it did."""
+        if self.ctx.failure is not None and "ffwd_scales" in self.ctx.failure:
+            return self.ctx.failure["ffwd_scales"]
+        reached = self.ctx.coverage.inputs
+        return (10,) + tuple(n for n, most in _Gen.FFWD_BUDGET.items()
+                             if reached[f"an example consumed >= {n:,}"] < most)
+
+    def _check_now(self) -> None:
+        """The state checks, now: the read-back against the model's state, the invariants, the tables."""
+        reason = _check_state(self.model, self.impl, self.ctx.variant, self.ctx.state_check)
+        if reason is None:
+            reason = self._check_tables()
+        if reason is not None:
+            self._fail(reason)
+        self._checked_state, self._unchecked = self.model.state, False
+
     def _fail(self, reason: str) -> None:
         self.failure = reason
         raise LockstepDivergence(reason)
 
-    def send(self, request: dict) -> dict:
-        """One step on both sides; asserts they agree and the state checks pass."""
+    def send(self, request: dict, quiet: bool = False) -> dict:
+        """One step on both sides; asserts they agree and the state checks pass.
+
+        ``quiet`` (a fast-forwarded delivery, ``do_ffwd``): the responses are compared, the state is
+        checked after the fast-forward's last delivery (``_check_now``), and only ``FAST_FORWARDED``
+        counts it in the coverage. Its step is marked ``quiet`` (replays defer its state check too).
+        """
         request = self._number(request)
         self._remember(request)
         wire_request = json.dumps(request)  # each side decodes its own copy, as an adapter would
@@ -159,14 +264,24 @@ class LockstepMachine(RuleBasedStateMachine):
         except Exception as error:
             self.impl_dead = True  # a driver that raised is not trusted again: the next example starts a fresh one
             impl_response = {"driver-error": f"{type(error).__name__}: {error}"}
-        self.steps.append({"request": request, "model": model_response, "impl": impl_response})
+        self.steps.append({"request": request, "model": model_response, "impl": impl_response,
+                           **({"quiet": True} if quiet else {})})
         self.ctx.steps += 1
+        probe = self.ctx.probe(self.impl)
+        if probe is not None:
+            probe.observe(request, model_response)
         cov = self.ctx.coverage
-        cov.observe(request, model_response)
-        COVERAGE.observe(request, model_response)
-        held = value_classes(self.model.state)  # classified once, counted in both
-        cov.values.update(held)
-        COVERAGE.values.update(held)
+        if quiet:
+            found = {FAST_FORWARDED: 1}
+        else:
+            cov.observe(request, model_response)
+            COVERAGE.observe(request, model_response)
+            held = value_classes(self.model.state)  # classified once, counted in both
+            cov.values.update(held)
+            COVERAGE.values.update(held)
+            found = input_items(request, model_response, self.model.state, self.model.cfg.ack_page_bytes)
+        cov.inputs.update(found)
+        COVERAGE.inputs.update(found)
         for edge in self.edges:
             cov.observe_edge(edge)
             COVERAGE.observe_edge(edge)
@@ -175,16 +290,15 @@ class LockstepMachine(RuleBasedStateMachine):
         reason = compare_responses(model_response, impl_response)
         if reason is not None:
             self._fail(reason)
+        self._note_crash(request, model_response)
         st_ = self.model.state
-        if st_ is self._checked_state and op_reads_only(request):
+        if quiet or (st_ is self._checked_state and op_reads_only(request)):
             # The model did not move (a read, an invalid request): the implementation must not
             # have either; that is checked with the next step that moves, or at teardown.
+            # A fast-forward checks once, after its last delivery.
             self._unchecked = True
         else:
-            reason = _check_state(self.model, self.impl, self.ctx.variant, self.ctx.state_check)
-            if reason is not None:
-                self._fail(reason)
-            self._checked_state, self._unchecked = st_, False
+            self._check_now()
         self.max_staged = max(self.max_staged, len(st_.stage_records))
         self.max_applied = max(self.max_applied, st_.authority.applied_sequence)
         return model_response
@@ -195,10 +309,11 @@ class LockstepMachine(RuleBasedStateMachine):
     def start(self, data) -> None:
         """Swarm: choose this example's rule kinds; then reset both sides."""
         d = _Draw(data)
-        enabled = frozenset(k for k in KINDS if d.index(5) != 4)
+        # Each kind four times in five; ``ffwd`` twice (its examples cost ~2.5 times the others).
+        enabled = frozenset(k for k in KINDS if d.index(5) < (2 if k == "ffwd" else 4))
         self.enabled = enabled or frozenset({"read"})
         self.interleave = d.index(6) != 5
-        config = d.weighted([(16, None), (2, {"ackPageBytes": SMALL_ACK}), (1, {"prefix": "/other"}),
+        config = d.weighted([(16, None), (3, {"ackPageBytes": SMALL_ACK}), (1, {"prefix": "/other"}),
                              (1, {"masterKeyHex": OTHER_KEY_HEX})])
         self.send({"op": "reset"} if config is None else {"op": "reset", "config": config})
         if d.flag(60):
@@ -218,6 +333,13 @@ class LockstepMachine(RuleBasedStateMachine):
             anticipate[frame["projectId"]] = frame["recordVersion"]
         request["duringFetch"] = _Gen.nested(d, v, request, anticipate)
         return request
+
+    def _near_ack_bound(self, d: _Draw, v: _View, request: dict) -> dict:
+        """Under a small ``ackPageBytes``, a page sized to its bound (``_Gen.near_ack_bound``)."""
+        bound = self.model.cfg.ack_page_bytes
+        if request["op"] != "page" or bound > SMALL_ACK:
+            return request
+        return _Gen.near_ack_bound(d, v, request, bound)
 
     def _missing_values(self, d: _Draw, v: _View, request: dict) -> list[dict]:
         """Store answers for each fetchable record of a frame the store has no answer for.
@@ -260,11 +382,20 @@ class LockstepMachine(RuleBasedStateMachine):
                 raw = legacy_envelope(project, key + "Z" if answer == "wrong" else key, value)
             if answer == "garbage":
                 raw = d.one(["{not json", json.dumps({"v": 3, "kind": "project-env"})])
-            put = {"op": "store.put", "projectId": project, "key": key, "ref": ref, "raw": raw}
+            put = {"op": "store.put", "projectId": project, "key": key, "ref": ref,
+                   "raw": raw if answer == "garbage" else _Gen.restyle(d, raw)}
             if answer == "version":
                 put["reportedVersion"] = ref["ssmVersion"] + 1
             puts.append(put)
         return puts
+
+    def _with_crash_or_nested(self, crash: tuple[int, int], d: _Draw, v: _View, request: dict) -> dict:
+        """``crashAfterCommit`` (when the implementation offers it), or else maybe ``duringFetch``."""
+        if self.ctx.offered(CRASH_FIELD):
+            request = _with_crash(crash, v, request)
+            if CRASH_FIELD in request:
+                return request
+        return self._with_nested(d, v, request)
 
     def do_cloud(self, data) -> None:
         d = _Draw(data)
@@ -272,11 +403,16 @@ class LockstepMachine(RuleBasedStateMachine):
             self.send(self.plan.pop(0))
             return
         v = self.view()
-        request = _Gen.cloud(d, v)
+        resend = self._resend_half_applied(d, v)
+        if resend is not None:
+            self.send(resend)
+            return
+        crash = _crash_draw(d)
+        request = self._near_ack_bound(d, v, _Gen.cloud(d, v))
         self.plan = []
         if request["op"] in ("page", "delivery"):
             puts = self._missing_values(d, v, request)
-            request = self._with_nested(d, v, request)
+            request = self._with_crash_or_nested(crash, d, v, request)
             if puts and not d.flag(20):
                 self.plan = puts[1:] + [request]
                 request = puts[0]
@@ -287,11 +423,13 @@ class LockstepMachine(RuleBasedStateMachine):
 
     def do_page(self, data) -> None:
         d, v = _Draw(data), self.view()
-        self.send(self._with_nested(d, v, _Gen.page(d, v)))
+        crash = _crash_draw(d)
+        self.send(self._with_crash_or_nested(crash, d, v, self._near_ack_bound(d, v, _Gen.page(d, v))))
 
     def do_delivery(self, data) -> None:
         d, v = _Draw(data), self.view()
-        self.send(self._with_nested(d, v, _Gen.delivery(d, v)))
+        crash = _crash_draw(d)
+        self.send(self._with_crash_or_nested(crash, d, v, _Gen.delivery(d, v)))
 
     def do_commit(self, data) -> None:
         self.send(_Gen.commit(_Draw(data), self.view()))
@@ -303,7 +441,10 @@ class LockstepMachine(RuleBasedStateMachine):
         self.send({"op": "restart"})
 
     def do_read(self, data) -> None:
-        self.send(_Gen.read(_Draw(data), self.view()))
+        request = _Gen.read(_Draw(data), self.view())
+        if not self.ctx.offered(request["op"]):
+            request = {"op": "status"}  # an extension this adapter does not offer: a read it does
+        self.send(request)
 
     def do_store(self, data) -> None:
         self.send(_Gen.store(_Draw(data), self.view()))
@@ -311,16 +452,48 @@ class LockstepMachine(RuleBasedStateMachine):
     def do_invalid(self, data) -> None:
         self.send(_Gen.invalid(_Draw(data), self.view()))
 
+    def do_ffwd(self, data) -> None:
+        """A consistent cloud's next deliveries, up to a thousand at once (``_Gen.fast_forward``), so the
+        stream reaches sequences 10, 100, 1,000 and the rules after it deliver and replay around them.
+        Each response is compared; the state is checked after the last one. Unless the replica serves
+        or stages a complete project, a whole clean reconciliation first (``_Gen.clean_reconciliation``:
+        it also makes the examples that serve installed values of every class). Often one more step
+        right after: the receipts read, or a sequence at a decimal boundary sent again."""
+        d, v = _Draw(data), self.view()
+        # Seeded from the block's tail alone (its head makes the choices): when shrinking lowers the
+        # target, the fast-forward is a head of the same deliveries, and still fails where it did.
+        rng = random.Random(zlib.crc32(data[-FFWD_SEED_BYTES:]))
+        scales = [n for n in self.ffwd_scales if n == 10 or self.max_applied < n - 2]
+        count, mix = _Gen.fast_forward(d, scales)
+        if not (v.gate_open and v.attempt is None) and not any(sp.complete for sp in v.stage.values()):
+            for request in _Gen.clean_reconciliation(d, rng, v):
+                self.send(self._near_ack_bound(d, self.view(), request))
+        sent = 0
+        for _ in range(count(self.view().applied)):
+            request = _Gen.ffwd_delivery(rng, self.view(), mix)
+            if request is None:
+                break
+            self.send(request, quiet=True)
+            sent += 1
+        if sent:
+            self._check_now()
+            follow = _Gen.after_fast_forward(d, self.view())
+            if follow is not None:
+                self.send(follow)
+
     # -- end of an example ----------------------------------------------------------
 
     def teardown(self) -> None:
         ctx = self.ctx
         late = None
         if self.failure is None and self._unchecked and not self.impl_dead:
-            late = _check_state(self.model, self.impl, ctx.variant, ctx.state_check)
+            late = _check_state(self.model, self.impl, ctx.variant, ctx.state_check) or self._check_tables()
             if late is not None:
                 self.failure = f"after the last step: {late}"
         ctx.examples += 1
+        reached = sequence_items(self.max_applied)
+        ctx.coverage.inputs.update(reached)
+        COVERAGE.inputs.update(reached)
         ctx.last_steps = self.steps
         if self.failure is not None:
             if ctx.first_failure is None:
@@ -331,7 +504,7 @@ class LockstepMachine(RuleBasedStateMachine):
                     ctx.trace_path, ctx.itf_path = write_trace(
                         ctx.out_dir, ctx.trace_name, self.steps, self.failure,
                         {"variant": ctx.variant.value, "steps": len(self.steps)})
-            ctx.failure = {"steps": list(self.steps), "reason": self.failure}
+            ctx.failure = {"steps": list(self.steps), "reason": self.failure, "ffwd_scales": self.ffwd_scales}
         if self.impl_dead:
             ctx.discard()
         hypothesis.target(float(len(self.seen_edges)), label="gate transitions seen")
@@ -346,7 +519,7 @@ class LockstepMachine(RuleBasedStateMachine):
 #: constructive kinds (pages, deliveries, store answers) outweigh the ones that
 #: throw an attempt away (begin, close, restart).
 RULE_WEIGHTS = {"cloud": 6, "begin": 1, "page": 3, "delivery": 3, "commit": 1, "close": 1, "restart": 1,
-                "read": 2, "store": 2, "invalid": 1}
+                "read": 2, "store": 2, "invalid": 1, "ffwd": 1}
 
 
 def _make_rule(kind: str, name: str):

@@ -12,17 +12,19 @@ patch them on this module (``envreplica.conformance.lockstep.run``).
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Collection, Optional, Sequence
 
 import hypothesis
 from hypothesis import HealthCheck, Phase, Verbosity
 from hypothesis.stateful import run_state_machine_as_test
 
 from envreplica.conformance.drivers import Driver, ModelDriver
-from envreplica.conformance.lockstep.compare import _check_state, _roundtrip, compare_responses
+from envreplica.conformance.external import StateProbe
+from envreplica.conformance.lockstep.compare import _check_state, _check_tables, _roundtrip, compare_responses
 from envreplica.conformance.lockstep.context import _Run
 from envreplica.conformance.lockstep.coverage import LockstepCoverage
 from envreplica.conformance.lockstep.machine import LockstepMachine
@@ -139,6 +141,11 @@ class LockstepReport:
     found_after_seconds: Optional[float] = None  # seconds into the run when it appeared (before shrinking)
     found_steps: Optional[int] = None  # steps of that first failing example (before shrinking)
     hypothesis_shrunk_steps: Optional[int] = None  # steps after Hypothesis's shrinking, before step deletion
+    #: How the implementation's tables were held: read back in process, table by table through the
+    #: ``state`` op (an external adapter), or not at all (the adapter answered ``state`` unsupported).
+    tables: str = ""
+    #: The docs/adapter-extensions.md requests an external adapter does not offer (not generated), or "".
+    extensions: str = ""
 
     @property
     def steps_per_second(self) -> float:
@@ -182,7 +189,8 @@ def run_lockstep(
 def _report(run: _Run, error: Optional[BaseException], started: float) -> LockstepReport:
     variant = run.variant
     report = LockstepReport(ok=error is None, examples=run.examples, steps=run.steps, seconds=0.0,
-                            coverage=run.coverage, variant=variant.value)
+                            coverage=run.coverage, variant=variant.value, tables=run.tables(),
+                            extensions=run.extensions())
     if error is not None:
         failing = run.failure
         if failing is not None:
@@ -216,6 +224,58 @@ def _failure_kind(reason: str) -> str:
     return reason.removeprefix("after the last step: ").split(":", 1)[0]
 
 
+def _quiet_runs(requests: list, quiet: Collection) -> list[tuple[int, int]]:
+    """(start, end) of each run of consecutive requests whose ``id`` is in ``quiet``."""
+    runs, start = [], None
+    for i, request in enumerate([*requests, None]):
+        inside = isinstance(request, dict) and request.get("id") in quiet
+        if inside and start is None:
+            start = i
+        elif not inside and start is not None:
+            runs.append((start, i))
+            start = None
+    return runs
+
+
+def _shift_sequences(requests: list, last_kept: dict, cut: int) -> list:
+    """``requests`` (those after a fast-forward whose last ``cut`` deliveries were deleted) renumbered on
+    that stream: a sequence past the deleted ones moves ``cut`` down, one of them becomes the last kept
+    one (``last_kept``, a delivery); deliveries, nested ones and commits' high-water marks alike, until
+    a begin on another stream. A fast-forward changes no record and no record version
+    (``generate._Gen.FFWD_KINDS``), so nothing else moves. A heuristic all the same: the replay decides
+    whether it still fails the same way."""
+    stream, kept = last_kept["frame"]["delivery"]["streamId"], last_kept["frame"]["delivery"]["sequence"]
+
+    def renumber(request):
+        request = json.loads(json.dumps(request))
+        frame = request.get("frame") if isinstance(request, dict) else None
+        if not isinstance(frame, dict):
+            return request
+        if request.get("op") == "delivery" and isinstance(frame.get("delivery"), dict):
+            where, field = frame["delivery"], "sequence"
+        elif request.get("op") == "commit" and isinstance(frame.get("highWater"), dict):
+            where, field = frame["highWater"], "sequence"
+        else:
+            where = None
+        if where is not None and where.get("streamId") == stream and isinstance(where.get(field), int) \
+                and where[field] > kept:
+            where[field] = max(where[field] - cut, kept) if where[field] > kept + cut else kept
+            if request["op"] == "delivery":
+                frame["opId"] = f"d-{where[field]}"
+        if isinstance(request.get("duringFetch"), list):
+            request["duringFetch"] = [renumber(n) for n in request["duringFetch"]]
+        return request
+
+    out = []
+    for request in requests:
+        frame = request.get("frame") if isinstance(request, dict) else None
+        if isinstance(frame, dict) and request.get("op") == "begin" and \
+                (frame.get("attempt") or {}).get("streamId") != stream:
+            return out + requests[len(out):]
+        out.append(renumber(request))
+    return out
+
+
 def _minimize(run: _Run, steps: list, reason: str) -> tuple[list, str]:
     """Delete steps (and nested requests) from Hypothesis's shrunk example while it still fails the same way.
 
@@ -227,13 +287,16 @@ def _minimize(run: _Run, steps: list, reason: str) -> tuple[list, str]:
     deadline = time.perf_counter() + MINIMIZE_SECONDS
     kind = _failure_kind(reason)
     best_requests = [s["request"] for s in steps]
+    # A fast-forward's deliveries (machine.do_ffwd): checked at their end, and never deleted one by one
+    # (each later one would then be a gap).
+    quiet = {s["request"].get("id") for s in steps if s.get("quiet")}
     best = (steps, reason)
 
     def attempt(requests: list):
         try:
             impl = run.driver()
             got, divergence = replay_steps(requests, impl, ModelDriver(run.variant), variant=run.variant,
-                                           state_check=run.state_check)
+                                           state_check=run.state_check, probe=run.probe(impl), defer=quiet)
         except Exception:
             run.discard()
             return None
@@ -243,11 +306,32 @@ def _minimize(run: _Run, steps: list, reason: str) -> tuple[list, str]:
             return None
         return got, divergence["reason"]
 
+    # A fast-forward first: keep the shortest head of each run of its deliveries that still fails (bisected;
+    # the requests after it renumbered, ``_shift_sequences``), so a bug past sequence ten keeps ten
+    # deliveries, and one that a retransmission after a long fast-forward shows keeps a handful.
+    for start, end in reversed(_quiet_runs(best_requests, quiet)):
+        shortest_failing, longest_passing = end - start, 0
+        while longest_passing + 1 < shortest_failing and time.perf_counter() < deadline:
+            # Doubling from one while nothing failed (short replays first: most bugs need a few), then halving.
+            keep = min(2 * longest_passing or 1, shortest_failing - 1) if shortest_failing == end - start \
+                else (longest_passing + shortest_failing) // 2
+            cut = shortest_failing - keep
+            after = _shift_sequences(best_requests[start + shortest_failing:], best_requests[start + keep - 1], cut) \
+                if keep else best_requests[start + shortest_failing:]
+            found = attempt(best_requests[:start + keep] + after)
+            if found is None:
+                longest_passing = keep
+                continue
+            best, best_requests, shortest_failing = found, [s["request"] for s in found[0]], keep
+
     changed = True
     while changed and time.perf_counter() < deadline:
         changed = False
         i = len(best_requests) - 2
         while i >= 1 and time.perf_counter() < deadline:  # never the first step (the reset)
+            if best_requests[i].get("id") in quiet:
+                i -= 1
+                continue
             candidate = best_requests[:i] + best_requests[i + 1:]
             found = attempt(candidate)
             if found is not None:
@@ -284,9 +368,21 @@ def _minimize(run: _Run, steps: list, reason: str) -> tuple[list, str]:
 
 
 def replay_steps(requests: Sequence[Any], impl: Driver, model: Driver, *, variant: Optional[Variant] = None,
-                 state_check: bool = True, stop: bool = True) -> tuple[list[dict], Optional[dict]]:
-    """Send each request to both drivers; (steps so far, first divergence or None)."""
+                 state_check: bool = True, stop: bool = True,
+                 probe: Optional[StateProbe] = None, defer: Collection = ()) -> tuple[list[dict], Optional[dict]]:
+    """Send each request to both drivers; (steps so far, first divergence or None).
+
+    The state checks after a request whose ``id`` is in ``defer`` (a fast-forward's deliveries) wait
+    for the next request checked; the last request always is.
+
+    An external implementation (``state_by_request``) has its tables read with
+    the ``state`` op after each step and held table by table against the
+    model's (``probe``, a fresh ``StateProbe`` unless given; off without
+    ``state_check``).
+    """
     variant = Variant(variant or getattr(model, "variant", Variant.FIXED))
+    if probe is None and state_check and getattr(impl, "state_by_request", False):
+        probe = StateProbe()
     steps: list[dict] = []
     first = None
     for index, request in enumerate(requests, 1):
@@ -296,9 +392,14 @@ def replay_steps(requests: Sequence[Any], impl: Driver, model: Driver, *, varian
         except Exception as error:
             i = {"driver-error": f"{type(error).__name__}: {error}"}
         steps.append({"request": request, "model": m, "impl": i})
+        if probe is not None:
+            probe.observe(request, m)
         reason = compare_responses(m, i)
-        if reason is None:
+        checked = not (defer and isinstance(request, dict) and request.get("id") in defer) or index == len(requests)
+        if reason is None and checked:
             reason = _check_state(model, impl, variant, state_check)
+        if reason is None and checked and "driver-error" not in i:
+            reason = _check_tables(model, impl, probe)
         if reason is not None and first is None:
             first = {"index": index, "request": request, "model": m, "impl": i, "reason": reason}
             if stop:

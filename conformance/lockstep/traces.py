@@ -94,8 +94,10 @@ def describe_request(request: Any) -> str:
                 text += f" reportedVersion={request['reportedVersion']}"
         elif op == "store.fail":
             text = f"store.fail {request['projectId']}/{request['key']} {_ref_text(request['ref'])} {request['mode']}"
-        elif op == "snapshot":
-            text = f"snapshot {request['projectIds']}"
+        elif op in ("snapshot", "diagnostics"):
+            text = f"{op} {request['projectIds']}"
+        elif op == "ready":
+            text = f"ready within {request['timeoutMs']} ms"
         elif op == "reset":
             text = f"reset {_short(request.get('config', {}))}"
         elif op in OPS and set(request) <= {"id", "op"}:
@@ -105,6 +107,8 @@ def describe_request(request: Any) -> str:
     except (KeyError, TypeError, AttributeError):
         rest = {k: v for k, v in request.items() if k not in ("id", "duringFetch")}
         text = f"(raw) {_short(rest, 200)}"
+    if "crashAfterCommit" in request:
+        text += f"  crashAfterCommit={request['crashAfterCommit']}"
     if isinstance(request.get("duringFetch"), list):
         inner = "; ".join(describe_request(n) for n in request["duringFetch"])
         text += f"  duringFetch=[{inner}]"
@@ -120,7 +124,9 @@ def describe_response(response: Any) -> str:
         text = f"ERROR {err.get('type')}: {_short(err.get('message'), 120)}"
     elif response.get("ok") is True:
         r = response.get("result")
-        if isinstance(r, dict) and r.get("ok") is False:
+        if isinstance(r, dict) and set(r) == {"crashedAfterCommit"}:
+            text = f"CRASHED after write commit {r['crashedAfterCommit']} (reopened from disk, gate closed)"
+        elif isinstance(r, dict) and r.get("ok") is False:
             text = f"refused {r.get('code')}"
             if "consumed" in r:
                 text += f" (consumed={r['consumed']}, replayed={r['replayed']})"

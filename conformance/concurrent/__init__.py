@@ -1,0 +1,67 @@
+"""Concurrent processes on one replica file, held to the model by a linearizability check.
+
+The single-process lockstep drives one connection, so a bug that shows only
+when two processes write the file at once (a transaction that reads before it
+takes the write lock, an authority row kept across transactions, a check and
+its act in two transactions) passes it. Here two or three OS processes, each
+with its own driver on the same file, run a small batch of ops at once after
+a sequential setup; every op's call and return is timestamped on one
+monotonic clock; the history must be linearizable against the model: some
+order of the model's steps of the ops, each op's steps between its call and
+its return, gives every answer the processes got and leaves the tables the
+processes left.
+
+Modules, each importing only those above it:
+
+* ``history``: ``Op``, ``History``, ``Response`` (what is compared), formatting;
+* ``steps``: ``Granularity`` and ``ModelOp``, an op as the model's steps;
+* ``linearize``: ``check_history`` (the search) and its ``Check`` / ``Verdict``;
+* ``scenarios``: ``ScenarioKind`` and ``generate_scenario``;
+* ``workers``: ``WorkerPool`` (forked processes, barrier, latency store);
+* ``run``: ``run_concurrent``, profiles, ``ConcurrentReport``, shrinking.
+
+Leaves out on purpose: crashes and restarts in a batch (``reliability.crash``
+kills processes), the value store changing during a batch (its requests act on
+one process), and more than one project or stream (see ``scenarios``).
+"""
+
+from envreplica.conformance.concurrent.history import History, Op, OpKind, Response, format_history
+from envreplica.conformance.concurrent.linearize import Check, Verdict, check_history, expected_state, impl_state
+from envreplica.conformance.concurrent.run import (
+    PROFILES,
+    ConcurrentFailure,
+    ConcurrentReport,
+    Profile,
+    run_concurrent,
+)
+from envreplica.conformance.concurrent.scenarios import KINDS, Scenario, ScenarioKind, generate_scenario
+from envreplica.conformance.concurrent.steps import Granularity, ModelOp, sequential_disagreement
+from envreplica.conformance.concurrent.workers import HarnessError, Latency, WorkerPool
+
+__all__ = [
+    "Check",
+    "ConcurrentFailure",
+    "ConcurrentReport",
+    "Granularity",
+    "HarnessError",
+    "History",
+    "KINDS",
+    "Latency",
+    "ModelOp",
+    "Op",
+    "OpKind",
+    "PROFILES",
+    "Profile",
+    "Response",
+    "Scenario",
+    "ScenarioKind",
+    "Verdict",
+    "WorkerPool",
+    "check_history",
+    "expected_state",
+    "format_history",
+    "generate_scenario",
+    "impl_state",
+    "run_concurrent",
+    "sequential_disagreement",
+]

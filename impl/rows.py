@@ -1,0 +1,129 @@
+"""The replica's rows as the implementation reads them: the seed's columns, parsed and checked.
+
+What it holds: one frozen type per table the protocol reads
+(``AuthorityRow``, ``LiveRecord``, ``StagedRecord``, ``StagedProject``,
+``StoredReceipt``, ``OpenedValue``), each with the seed's columns rather than
+any model abstraction: the authority row keeps ``activated``, ``gate_open``
+and ``attempt_id`` as three columns, exactly as the seed's
+``hostProjectEnvReplicaAuthority`` does. ``AuthorityRow`` also carries the
+seed's helpers on that row: ``cursor`` (``cursor``), ``required_cursor``
+(``requiredCursor``) and ``organisation`` (``authorityOrgId``), each raising
+``CorruptReplica`` with the seed's message where the seed throws.
+
+Leaves out on purpose: reading and writing rows (``impl.tables``), integrity
+columns (tags, digests, counters: ``impl.integrity``), and every protocol
+decision (``impl.decisions``, ``impl.replica``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from envreplica.spec import wire
+from envreplica.spec.domain import (
+    BindingState,
+    CorruptReplica,
+    Cursor,
+    Materialization,
+    RecordResult,
+    RefusalCode,
+    ValueRef,
+)
+
+__all__ = ["AuthorityRow", "LiveRecord", "StagedRecord", "StagedProject", "StoredReceipt", "OpenedValue"]
+
+
+@dataclass(frozen=True, slots=True)
+class AuthorityRow:
+    """The single authority row (``hostProjectEnvReplicaAuthority``), its columns as stored."""
+
+    activated: bool  # a begin has committed once
+    gate_open: bool  # the committed view is served
+    attempt_id: Optional[str]  # the open snapshot attempt (None: none)
+    stream_id: Optional[str]  # the delivery stream (None before the first begin)
+    applied_sequence: int  # the last sequence consumed on that stream
+    org_id: Optional[str]  # the organisation fixed by the first begin
+    policy_epochs: tuple[int, ...]  # the kept policy epochs of the last begin
+
+    @property
+    def serving(self) -> bool:
+        """Activated, open and without an attempt: what ``awaitProjectEnvReplicaReady`` waits for."""
+        return self.activated and self.gate_open and self.attempt_id is None
+
+    def cursor(self) -> Optional[Cursor]:
+        """The seed's ``cursor``: None before activation; a malformed stored cursor is corrupt."""
+        if not self.activated:
+            return None
+        stream, sequence = self.stream_id, self.applied_sequence
+        if (not isinstance(stream, str) or wire.ID.regex.fullmatch(stream) is None
+                or type(sequence) is not int or not 0 <= sequence <= wire.MAX_COUNT):
+            raise CorruptReplica("stored replica delivery cursor is invalid")
+        return Cursor(stream, sequence)
+
+    def required_cursor(self) -> Cursor:
+        """The seed's ``requiredCursor``: the cursor of an activated replica, else corrupt."""
+        found = self.cursor()
+        if found is None:
+            raise CorruptReplica("project environment replica has not been activated")
+        return found
+
+    def organisation(self) -> str:
+        """The seed's ``authorityOrgId``: the organisation of an activated replica, else corrupt."""
+        org = self.org_id
+        if not self.activated or not isinstance(org, str) or wire.SEGMENT.regex.fullmatch(org) is None:
+            raise CorruptReplica("stored replica organization is invalid")
+        return org
+
+
+@dataclass(frozen=True, slots=True)
+class LiveRecord:
+    """A ``records`` row: a served record and what the replica made of it."""
+
+    state: BindingState
+    mat: Materialization
+
+    def result(self) -> RecordResult:
+        return RecordResult(self.state, self.mat)
+
+
+@dataclass(frozen=True, slots=True)
+class StagedRecord:
+    """A ``stage_records`` row; ``present`` once a page or delivery of the attempt named it."""
+
+    state: BindingState
+    mat: Materialization
+    present: bool  # False: copied from the live view at reset; not promoted unless named again
+
+    def result(self) -> RecordResult:
+        return RecordResult(self.state, self.mat)
+
+
+@dataclass(frozen=True, slots=True)
+class StagedProject:
+    """A ``stage_projects`` row: how far the attempt's snapshot of one project got."""
+
+    record_version: Optional[int]  # None until its first page
+    last_key: Optional[str]  # the last key of the last accepted page
+    complete: bool  # the last accepted page was the final one
+
+
+@dataclass(frozen=True, slots=True)
+class StoredReceipt:
+    """A ``receipts`` row: the MAC of what a delivery asked, and what it was answered."""
+
+    request_mac: str  # hex HMAC of the canonical semantic request (never the request)
+    ok: bool
+    code: Optional[RefusalCode]
+    result: Optional[RecordResult]
+    record_version: Optional[int]
+
+
+@dataclass(frozen=True, slots=True)
+class OpenedValue:
+    """A value row with its sealed blob opened (the plaintext; only tests and ``export_state`` hold one)."""
+
+    revision: int
+    generation: int
+    value_ref: ValueRef
+    value: str

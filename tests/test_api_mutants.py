@@ -1,0 +1,125 @@
+"""Test the tester on the extension API: the lockstep's ``ci`` profile must catch every mutant of
+``tests/api_mutants.py`` (readiness, ``diagnose``, the ``after_commit`` hook), thanks to the ops
+``ready``, ``diagnostics`` and ``crashAfterCommit`` of docs/adapter-extensions.md.
+
+As ``tests/test_conformance_mutants.py`` does for the storage mutants: each
+scenario runs clean on the real ``SqliteDriver`` and diverges on its mutant
+(so none is the original in disguise); the equivalent mutant agrees on every
+scenario; then ``run_lockstep`` with ``lockstep_settings("ci")`` on each
+mutant reports a divergence with a shrunk trace of at most
+``MAX_SHRUNK_STEPS`` steps, which names the extension op it parted on.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+
+from envreplica.conformance.drivers import TEST_MASTER_KEY, ModelDriver, SqliteDriver
+from envreplica.conformance.lockstep import lockstep_settings, run_lockstep
+from envreplica.conformance.lockstep import run as lockstep_run
+from envreplica.conformance.lockstep.compare import compare_responses
+from envreplica.conformance.readback import impl_model_state, mac_of, with_macs
+
+from adapter_requests import with_ids
+from api_mutants import API_MUTANTS, EQUIVALENT_API_MUTANTS, READINESS_TOUR
+from impl_mutants import ImplMutant
+
+MAX_SHRUNK_STEPS = 15
+SHRINK_SECONDS = 4.0
+MINIMIZE_SECONDS = 6.0
+
+#: The op or field each mutant must be caught on (its shrunk trace's last step uses it).
+CAUGHT_ON = {
+    "ready_ignores_the_gate": "ready",
+    "await_ready_returns_at_the_deadline": "ready",
+    "diagnose_closed_gate_as_mismatch": "diagnostics",
+    "after_commit_only_on_change": "crashAfterCommit",
+}
+
+
+def _roundtrip(value: Any) -> Any:
+    return json.loads(json.dumps(value))
+
+
+def play(driver: SqliteDriver, requests, variant) -> list[tuple[dict, dict, dict, bool]]:
+    """(request, model response, implementation response, same state) per request."""
+    model = ModelDriver(variant)
+    out = []
+    try:
+        for request in with_ids(list(requests)):
+            m = _roundtrip(model.handle(_roundtrip(request)))
+            i = _roundtrip(driver.handle(_roundtrip(request)))
+            try:
+                same = with_macs(model.state, mac_of(driver.sealer)) == impl_model_state(driver.replica)
+            except Exception:
+                same = False
+            out.append((request, m, i, same))
+    finally:
+        driver.close()
+    return out
+
+
+def _agree(steps) -> bool:
+    return all(compare_responses(m, i) is None and same for _, m, i, same in steps)
+
+
+def _describe(steps) -> str:
+    return "\n".join(f"  {r['op']:<12} model={json.dumps(m)[:140]}  impl={json.dumps(i)[:140]}"
+                     for r, m, i, _ in steps)
+
+
+def _ids(mutants) -> list:
+    return [pytest.param(m, id=m.name) for m in mutants]
+
+
+def test_each_mutant_names_the_op_it_needs():
+    assert len(API_MUTANTS) >= 2 and {m.name for m in API_MUTANTS} == set(CAUGHT_ON)
+
+
+@pytest.mark.parametrize("mutant", _ids(API_MUTANTS))
+def test_scenario_is_clean_on_the_real_implementation(mutant: ImplMutant, tmp_path):
+    steps = play(SqliteDriver(mutant.variant, tmp_path / "real.db", master_key=TEST_MASTER_KEY),
+                 mutant.scenario, mutant.variant)
+    assert _agree(steps), _describe(steps)
+
+
+@pytest.mark.parametrize("mutant", _ids(API_MUTANTS))
+def test_each_mutant_is_observable_in_a_response(mutant: ImplMutant, tmp_path):
+    steps = play(mutant.driver(mutant.variant, tmp_path / "mutant.db"), mutant.scenario, mutant.variant)
+    parted = [(r, m, i) for r, m, i, _ in steps if compare_responses(m, i) is not None]
+    assert parted, f"{mutant.name}: no response differs\n{_describe(steps)}"
+    request = parted[0][0]
+    assert CAUGHT_ON[mutant.name] in (request["op"],) + tuple(request), (mutant.name, request)
+
+
+@pytest.mark.parametrize("name", list(EQUIVALENT_API_MUTANTS))
+def test_equivalent_mutant_is_equivalent_through_the_adapter(name, tmp_path):
+    mutant = EQUIVALENT_API_MUTANTS[name]
+    for n, scenario in enumerate([READINESS_TOUR] + [m.scenario for m in API_MUTANTS]):
+        steps = play(mutant.driver(mutant.variant, tmp_path / f"eq-{n}.db"), scenario, mutant.variant)
+        assert _agree(steps), _describe(steps)
+
+
+@pytest.fixture
+def budget(monkeypatch):
+    monkeypatch.setattr(lockstep_run, "SHRINK_SECONDS", SHRINK_SECONDS, raising=True)
+    monkeypatch.setattr(lockstep_run, "MINIMIZE_SECONDS", MINIMIZE_SECONDS, raising=True)
+
+
+@pytest.mark.parametrize("mutant", _ids(API_MUTANTS))
+def test_ci_profile_catches_mutant(mutant: ImplMutant, scratch, budget, tmp_path, capsys):
+    started = time.perf_counter()
+    report = run_lockstep(mutant.factory(scratch), variant=mutant.variant, settings=lockstep_settings("ci"),
+                          out_dir=tmp_path / "trace")
+    with capsys.disabled():
+        print(f"\n  {mutant.name}: caught={not report.ok} after {report.found_after_examples} examples "
+              f"({report.found_after_seconds or 0:.1f} s), shrunk to {report.shrunk_steps} steps, "
+              f"{time.perf_counter() - started:.1f} s in all")
+    assert not report.ok, f"{mutant.name} ({mutant.bug}) was not caught in {report.examples} examples"
+    assert report.shrunk_steps is not None and report.shrunk_steps <= MAX_SHRUNK_STEPS, report.failure
+    last = [line for line in report.failure.splitlines() if line.lstrip().startswith(f"#{report.shrunk_steps} ")]
+    assert last and CAUGHT_ON[mutant.name] in last[0], report.failure  # parted on the extension it needs
