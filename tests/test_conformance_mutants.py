@@ -66,7 +66,7 @@ SUITE = MUTANTS + CRASH_MUTANTS
 MAX_SHRUNK_STEPS = 15
 #: Seconds Hypothesis may spend shrinking one catch, and the lockstep its step deletion (see ``budget``).
 SHRINK_SECONDS = 4.0
-MINIMIZE_SECONDS = 6.0
+MINIMIZE_SECONDS = 10.0  # the lockstep default: examples holding a fast-forward replay slowly
 
 #: Mutants the lockstep misses (name -> why): strict xfails, each a gap in the lockstep's strategies.
 MISSED: dict[str, str] = {}

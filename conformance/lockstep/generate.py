@@ -256,7 +256,7 @@ class _Gen:
 
     @staticmethod
     def store(d: _Draw, v: _View) -> dict:
-        if d.flag(4):
+        if d.flag(8):  # (4 until the fast-forwards took steps from it: credential_store_unavailable got rare)
             return {"op": "store.off"}
         play = v.in_play()
         which = d.weighted([(5 if play else 0, "current"), (3 if play else 0, "next"), (2, "random")])
@@ -447,16 +447,28 @@ class _Gen:
         return request
 
     @classmethod
+    def reconciled(cls, d: _Draw, key: str, current: Optional[dict], kept: Sequence[int]) -> dict:
+        """A record in a clean reconciliation's page: mostly one move ahead of the one held (or a first
+        save), sometimes as held, sometimes a conflicting twin (same counters, another binding: F2)."""
+        how = d.weighted([(6, "advance"), (2 if current else 0, "same"), (1 if current else 0, "twin")])
+        if how == "advance":
+            return cls.advance(d, key, current, kept)
+        return current if how == "same" else _moved(current, "twin")
+
+    @classmethod
     def clean_reconciliation(cls, d: _Draw, rng: random.Random, v: _View) -> list[dict]:
         """A whole reconciliation as a healthy cloud sends it, so that a fast-forward starts from a replica
-        that serves installed values: a fresh attempt on the current stream and policy (its projects in a
-        task's order, an odd id now and then); per project, a correct envelope for every value it will read
-        (the classes of value in turn, ``RECONCILED_VALUES``, in every writer's style, ``restyle``), then
-        one complete page of its records (each held one advanced, some first saves); then the commit, and
-        the task loader reads the snapshot in the task's order. Choices past the project set come from
-        ``rng`` (a reconciliation makes far more of them than a block holds)."""
+        that serves installed values: a fresh attempt on the current stream and policy (now and then
+        narrowed), its projects in a task's order (an odd id now and then); per project, an answer for
+        every value it will read, mostly the correct envelope (the classes of value in turn,
+        ``RECONCILED_VALUES``, in every writer's style, ``restyle``), then one complete page of its
+        records (``reconciled``); then the commit, and the task loader reads the snapshot in the task's
+        order. Choices past the project set come from ``rng`` (a reconciliation makes far more of them
+        than a block holds)."""
         stream, org = v.stream or STREAMS[0], v.org or ORG
         epochs = list(v.epochs) if v.activated else [1, 2]
+        if epochs and v.activated and d.flag(25):
+            epochs = epochs[1:]  # the policy narrowed: what the retired epoch approved is withheld (F1, F2)
         attempt = d.one([a for a in ATTEMPTS if a != v.attempt])
         projects = d.weighted([(6, ["p1", "p2"]), (2, ["p1"]), (5, None)])
         projects = cls.odd_projects(d) if projects is None else cls.task_order(d, projects)
@@ -467,7 +479,7 @@ class _Gen:
         for project in projects:
             dd = _Draw(rng.randbytes(96))
             live = v.live(project)
-            records = [cls.advance(dd, key, live.get(key), epochs) for key in ALL_KEYS
+            records = [cls.reconciled(dd, key, live.get(key), epochs) for key in ALL_KEYS
                        if key in live or dd.index(100) < 30]
             for r in records:
                 ref = r["head"]["valueRef"]
@@ -475,14 +487,24 @@ class _Gen:
                     continue
                 key, value = r["key"], RECONCILED_VALUES[turn % len(RECONCILED_VALUES)]
                 turn += 1
-                if ref["kind"] == "staged":
-                    raw = staged_envelope(org, project, key, ref["stagingId"], value)
-                elif legacy_parameter_name("/", project, key) is not None:  # the key is a Segment
-                    raw = legacy_envelope(project, key, value)
-                else:
+                staged = ref["kind"] == "staged"
+                if not staged and legacy_parameter_name("/", project, key) is None:  # the key is no Segment
                     continue  # no legacy name: value_reference_invalid, nothing to read
-                out.append({"op": "store.put", "projectId": project, "key": key, "ref": ref,
-                            "raw": cls.restyle(dd, raw)})
+                # Mostly the right envelope; one in five another answer, as ``machine._missing_values`` gives.
+                answer = dd.weighted([(20, "correct"), (2, "wrong"), (0 if staged else 1, "version"),
+                                      (1, "missing"), (1, "error")])
+                if answer in ("missing", "error"):
+                    out.append({"op": "store.fail", "projectId": project, "key": key, "ref": ref, "mode": answer})
+                    continue
+                if staged:
+                    raw = staged_envelope(OTHER_ORG if answer == "wrong" else org, project, key, ref["stagingId"],
+                                          value)
+                else:
+                    raw = legacy_envelope(project, key + "Z" if answer == "wrong" else key, value)
+                put = {"op": "store.put", "projectId": project, "key": key, "ref": ref, "raw": cls.restyle(dd, raw)}
+                if answer == "version":
+                    put["reportedVersion"] = ref["ssmVersion"] + 1
+                out.append(put)
             versions[project] = v.live_versions.get(project, 0) + 1
             out.append({"op": "page", "frame": {"opId": f"page-{project}", "attemptId": attempt, "projectId": project,
                                                 "after": None, "recordVersion": versions[project],
