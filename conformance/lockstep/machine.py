@@ -467,7 +467,11 @@ class LockstepMachine(RuleBasedStateMachine):
         count, mix = _Gen.fast_forward(d, scales)
         if not (v.gate_open and v.attempt is None) and not any(sp.complete for sp in v.stage.values()):
             for request in _Gen.clean_reconciliation(d, rng, v):
-                self.send(self._near_ack_bound(d, self.view(), request))
+                request = self._near_ack_bound(d, self.view(), request)
+                if request["op"] == "page" and self.ctx.offered(CRASH_FIELD) and rng.random() < 0.05:
+                    # Now and then a crash after one of the page's commits (it has several: many reads).
+                    request = _with_crash((99, rng.randrange(256)), self.view(), request)
+                self.send(request)
         sent = 0
         for _ in range(count(self.view().applied)):
             request = _Gen.ffwd_delivery(rng, self.view(), mix)
