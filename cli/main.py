@@ -70,6 +70,10 @@ def cmd_check(args) -> int:
     import time
 
     started = time.perf_counter()
+    if args.model_stage:  # the child of _BackgroundModelCheck: the model check alone, and its own time
+        rc = _model_check(args)
+        print(f"{_MODEL_SECONDS}{time.perf_counter() - started:.3f}")
+        return rc
     background = None if args.model_only or args.serial else _model_check_in_background(args)
     if background is None:
         model_rc = _model_check(args)
@@ -140,8 +144,12 @@ class _Rows:
         self.rows.append(cells)
 
 
+#: The last line of a ``--model-stage`` child: its own seconds (the parent strips it).
+_MODEL_SECONDS = "envreplica-model-check-seconds: "
+
+
 class _BackgroundModelCheck:
-    """``envreplica check --model-only`` in a child process, its output kept for later.
+    """The model check (``envreplica check --model-stage``) in a child process, its output kept for later.
 
     The model check and the lockstep are independent and each single-threaded,
     so on a machine with two cores the gate runs them side by side.
@@ -154,7 +162,7 @@ class _BackgroundModelCheck:
 
         self.started = time.perf_counter()
         self.output = tempfile.TemporaryFile(mode="w+", encoding="utf-8")
-        argv = ["check", "--model-only", "--quiet", "--bounds", args.bounds, "--variant", args.variant,
+        argv = ["check", "--model-stage", "--quiet", "--bounds", args.bounds, "--variant", args.variant,
                 "--out", args.out]
         code = "import sys; from envreplica.cli.main import main; sys.exit(main(sys.argv[1:]))"
         env = dict(os.environ, COLUMNS=os.environ.get("COLUMNS", str(console.width)))
@@ -165,11 +173,13 @@ class _BackgroundModelCheck:
         import time
 
         rc = self.process.wait()
-        seconds = time.perf_counter() - self.started
+        seconds = time.perf_counter() - self.started  # if the child died before reporting its own
         self.output.seek(0)
-        text = self.output.read()
+        lines = self.output.read().splitlines(keepends=True)
         self.output.close()
-        return rc, text, seconds
+        if lines and lines[-1].startswith(_MODEL_SECONDS):
+            seconds = float(lines.pop()[len(_MODEL_SECONDS):])
+        return rc, "".join(lines), seconds
 
 
 def _model_check_in_background(args) -> Optional[_BackgroundModelCheck]:
@@ -534,6 +544,7 @@ def main(argv=None) -> int:
     c.add_argument("--lockstep-profile", default="ci", choices=["dev", "ci", "nightly"],
                    help="Hypothesis profile of the lockstep (default: ci)")
     c.add_argument("--lockstep-examples", type=int, default=None, help="override the lockstep's example count")
+    c.add_argument("--model-stage", action="store_true", help=argparse.SUPPRESS)  # the background child
     c.add_argument("--serial", action="store_true",
                    help="run the model check before the lockstep, not beside it in a second process")
     c.add_argument("--no-concurrent", action="store_true",

@@ -82,7 +82,7 @@ Decisions where wire-protocol.md section 5 is silent (each is tested in
   ``store_on``; the process still has no store after it reopens).
 * ``close`` is the seed's ``closeProjectEnvReplicaGate``.
 * The ops ``ready``, ``diagnostics``, ``state`` and the field
-  ``crashAfterCommit`` are docs/adapter-extensions.md's (``EXTENSION_OPS``),
+  ``crashAfterCommit`` are docs/adapter-extensions.md's,
   checked by the same rules (an undeclared key is ``invalid``;
   ``crashAfterCommit`` with ``duringFetch`` is ``invalid``). ``ModelDriver``
   answers ``ready`` at once (single-threaded: nothing moves while it would
@@ -105,6 +105,7 @@ from __future__ import annotations
 
 import os
 import re
+from functools import lru_cache
 from typing import Any, Callable, Optional, Protocol, Union, runtime_checkable
 
 from envreplica.model.actions import (
@@ -164,7 +165,6 @@ __all__ = [
     "OPERATION_LOST_RESET",
     "OPERATION_LOST_CRASH",
     "OPS",
-    "EXTENSION_OPS",
     "stand_in_mac",
 ]
 
@@ -216,7 +216,6 @@ OPS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 }
 
 #: The ops of docs/adapter-extensions.md (beside section 5's table), and its optional field.
-EXTENSION_OPS = ("ready", "diagnostics", "state")
 CRASH_FIELD = "crashAfterCommit"
 #: The longest ``ready`` wait a request may ask for (docs/adapter-extensions.md).
 MAX_READY_TIMEOUT_MS = 60000
@@ -468,6 +467,13 @@ class _BaseDriver:
 # ---------------------------------------------------------------------------
 
 
+def store_answer(store: dict, request: ReadRequest) -> Answer:
+    """What a read answers from a model store ((parameter name, legacy version or None) -> answer)."""
+    ref = request.ref
+    version = ref.ssm_version if isinstance(ref, LegacyRef) else None
+    return store.get((request.name, version), Missing())
+
+
 def stand_in_mac(request: Any) -> str:
     """The model's ``requestMac`` in a ``state`` document: a NAME of the request, not a MAC.
 
@@ -478,6 +484,10 @@ def stand_in_mac(request: Any) -> str:
     import hashlib
 
     return "sha256:" + hashlib.sha256(wire.canonical_json(request).encode("utf-8")).hexdigest()
+
+
+#: ``stand_in_mac`` memoised for the model's own (hashable) requests: ``state`` names every receipt each step.
+_stand_in_of_request = lru_cache(maxsize=1 << 16)(stand_in_mac)
 
 
 def model_diagnosis(st: State, project_ids, cfg: ModelConfig) -> Optional[Diagnosis]:
@@ -525,9 +535,7 @@ class ModelDriver(_BaseDriver):
         self._last_drop = OPERATION_LOST_RESET
 
     def _answer(self, request: ReadRequest) -> Answer:
-        ref = request.ref
-        version = ref.ssm_version if isinstance(ref, LegacyRef) else None
-        return self.store.get((request.name, version), Missing())
+        return store_answer(self.store, request)
 
     def _step(self, action):
         self.state, result = step(self.cfg, self.state, action)
@@ -641,7 +649,7 @@ class ModelDriver(_BaseDriver):
         """The ``state`` document of the model's tables; receipt MACs are ``stand_in_mac`` names."""
         from envreplica.conformance.readback import state_to_doc
 
-        return state_to_doc(self.state, stand_in_mac)
+        return state_to_doc(self.state, _stand_in_of_request)
 
 
 # ---------------------------------------------------------------------------
@@ -790,7 +798,7 @@ class SqliteDriver(_BaseDriver):
         try:
             return call(replica, self._callback(replica, fields, nested))
         except _CrashNow:
-            self._crash_restart(replica)
+            self._restart(OPERATION_LOST_CRASH)
             return Crashed(crash_at)
         except _OperationLost:
             raise
@@ -802,15 +810,15 @@ class SqliteDriver(_BaseDriver):
             if crash_at is not None:
                 replica.after_commit = None
 
-    def _crash_restart(self, replica) -> None:
-        """The process died right after a commit: abandon ``replica``, reopen from disk, close the gate."""
-        if replica is not self._replica:
-            replica.close()
-        self._close_replica()  # closes the connection: no transaction is open, nothing more is written
+    def _restart(self, lost: str) -> None:
+        """The process died (``restart``, or a crash right after a commit): abandon the replica (closing
+        the connection, no transaction is open, nothing more is written), reopen it from disk, and close
+        the gate as the host does on startup. An operation whose read this ran inside is lost (``lost``)."""
+        self._close_replica()
         self._replica = self._open()
-        self._lives += 1  # an operation whose read this ran inside is lost with the process
-        self._last_drop = OPERATION_LOST_CRASH
-        self._replica.close_gate()  # the host's startup, as after restart
+        self._lives += 1
+        self._last_drop = lost
+        self._replica.close_gate()
 
     def _reader(self):
         return self.store if self._store_on else None
@@ -880,11 +888,7 @@ class SqliteDriver(_BaseDriver):
 
     def _op_restart(self, fields, nested):
         # As model.replica.restart: in-flight work is lost, then startup closes the gate.
-        self._close_replica()
-        self._replica = self._open()
-        self._lives += 1
-        self._last_drop = OPERATION_LOST_RESTART
-        self._replica.close_gate()
+        self._restart(OPERATION_LOST_RESTART)
         return Done()
 
     # -- docs/adapter-extensions.md ----------------------------------------------

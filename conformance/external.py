@@ -56,6 +56,8 @@ import threading
 import time
 from typing import Any, Optional, Sequence, Union
 
+from envreplica.conformance.readback import STATE_TABLES
+
 __all__ = ["AdapterError", "SubprocessDriver", "DEFAULT_TIMEOUT", "StateProbe", "STATE_ID_BASE", "STATE_TABLES",
            "state_doc_difference", "probe_extensions", "GENERATED_EXTENSIONS"]
 
@@ -206,18 +208,6 @@ class SubprocessDriver:
 #: Ids of the out-of-band ``state`` requests: far above any step's or nested request's id.
 STATE_ID_BASE = 1_000_000_000
 
-#: The tables of a ``state`` document, in order, each with the fields of its primary key
-#: (docs/adapter-extensions.md); ``authority`` is one object.
-STATE_TABLES: dict[str, tuple[str, ...]] = {
-    "authority": (),
-    "projects": ("projectId",),
-    "records": ("projectId", "key"),
-    "values": ("projectId", "key"),
-    "stageProjects": ("attemptId", "projectId"),
-    "stageRecords": ("attemptId", "projectId", "key"),
-    "stageValues": ("attemptId", "projectId", "key"),
-    "receipts": ("streamId", "sequence"),
-}
 _ROWS_SHOWN = 3
 
 

@@ -33,6 +33,7 @@ values is the comparison.
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import lru_cache, partial
 from typing import Any, Callable, Optional
 
 from envreplica.model.fmap import FMap
@@ -49,7 +50,7 @@ from envreplica.spec import wire
 from envreplica.spec.domain import DeliveryRequest, InvalidFrame, RefusalCode
 from envreplica.spec.gate import Gate
 
-__all__ = ["StateDocError", "doc_to_state", "state_to_doc", "with_macs", "mac_of", "impl_model_state"]
+__all__ = ["STATE_TABLES", "StateDocError", "doc_to_state", "state_to_doc", "with_macs", "mac_of", "impl_model_state"]
 
 #: The tables of a document, in order, each with its row keys (exactly these) and its primary key.
 _TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -64,6 +65,8 @@ _TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "receipts": (("streamId", "sequence", "requestMac", "ok", "code", "result", "recordVersion"),
                  ("streamId", "sequence")),
 }
+#: Each part of a document with the fields of its primary key (``authority`` is one object).
+STATE_TABLES: dict[str, tuple[str, ...]] = {"authority": (), **{t: key for t, (_, key) in _TABLES.items()}}
 _AUTHORITY_KEYS = ("activated", "gateOpen", "attemptId", "streamId", "appliedSequence", "orgId", "policyEpochs")
 _DOC_KEYS = ("authority",) + tuple(_TABLES)
 
@@ -343,11 +346,19 @@ def with_macs(state: State, mac: Callable[[DeliveryRequest], str]) -> State:
     return replace(state, receipts=receipts)
 
 
-def mac_of(sealer) -> Callable[[DeliveryRequest], str]:
-    """The SQLite implementation's receipt MAC under ``sealer`` (``impl.replica.request_mac``)."""
+@lru_cache(maxsize=1 << 16)
+def _request_mac(sealer, request: DeliveryRequest) -> str:
     from envreplica.impl.replica import request_mac
 
-    return lambda request: request_mac(sealer, request)
+    return request_mac(sealer, request)
+
+
+def mac_of(sealer) -> Callable[[DeliveryRequest], str]:
+    """The SQLite implementation's receipt MAC under ``sealer`` (``impl.replica.request_mac``).
+
+    Memoised per (sealer, request): the lockstep MACs every model receipt after every step.
+    """
+    return partial(_request_mac, sealer)
 
 
 def impl_model_state(replica) -> State:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from envreplica.impl.tables import count_of
 from envreplica.spec.variants import Variant
 
 __all__ = ["ReplicaConfig", "DEFAULT_ACK_PAGE_BYTES", "DEFAULT_PREFIX"]
@@ -24,8 +25,6 @@ __all__ = ["ReplicaConfig", "DEFAULT_ACK_PAGE_BYTES", "DEFAULT_PREFIX"]
 DEFAULT_ACK_PAGE_BYTES = 262144
 #: The credential-store prefix of parameter names (wire-protocol.md section 4).
 DEFAULT_PREFIX = "/envreplica"
-#: The largest ``Count`` (``Number.MAX_SAFE_INTEGER``).
-_MAX_COUNT = 2**53 - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +42,7 @@ class ReplicaConfig:
             except ValueError:
                 raise ValueError(f"ReplicaConfig.variant must be one of {[v.value for v in Variant]}; got "
                                  f"{self.variant!r}. Pass a spec.variants.Variant") from None
-        if type(self.ack_page_bytes) is not int or not 0 <= self.ack_page_bytes <= _MAX_COUNT:
+        if not count_of(self.ack_page_bytes):  # a Count: an int (not a bool) in 0..wire.MAX_COUNT
             raise ValueError(f"ReplicaConfig.ack_page_bytes must be a Count (an integer 0..2^53-1); got "
                              f"{self.ack_page_bytes!r}. Pass the acknowledgement bound in bytes (default "
                              f"{DEFAULT_ACK_PAGE_BYTES})")

@@ -111,7 +111,6 @@ from envreplica.impl.tables import (
     count_of,
     json_text,
     receipt_of_row,
-    ref_json,
     value_ref_of_row,
     where_text,
 )
@@ -246,11 +245,14 @@ class _Slot:
             tx.put_stage_value(self.attempt, self.project, self.key, head, blob)
 
 
+#: ``SqliteReplica._retain``'s default ``stored``: the slot's record is not read yet.
+_UNREAD: Any = object()
+
+
 @dataclass(frozen=True, slots=True)
 class _Prepared:
     """What a delivery's prepare transaction decided, carried across its read window."""
 
-    result: RecordResult  # the record as retained
     fetch: bool  # a value must be fetched for it
     version: int  # the record version to answer with
     attempt: Optional[str]  # the attempt it applied under (None: the live view)
@@ -260,16 +262,17 @@ class _Prepared:
         return View.LIVE if self.attempt is None else View.STAGE
 
 
-def _value_matches_head(vrow, head) -> bool:
-    """The value row was fetched for exactly this head (the seed compares the reference as JSON text)."""
-    return (
-        vrow is not None
-        and not head.tombstone
-        and head.value_ref is not None
-        and vrow.revision == head.revision
-        and vrow.generation == head.generation
-        and vrow.value_ref_json == ref_json(head.value_ref)
-    )
+def _value_matches_head(vrow, head) -> Optional[Any]:
+    """``wire.encode(head.value_ref)`` when the value row was fetched for exactly this head, else None.
+
+    The seed compares the reference as JSON text; the encoded reference is
+    returned for ``_open_value``, so it is encoded once.
+    """
+    if (vrow is None or head.tombstone or head.value_ref is None
+            or vrow.revision != head.revision or vrow.generation != head.generation):
+        return None
+    encoded = wire.encode(head.value_ref)
+    return encoded if vrow.value_ref_json == json_text(encoded) else None
 
 
 # ---------------------------------------------------------------------------
@@ -530,15 +533,19 @@ class SqliteReplica:
         return TextEncoding.NODE_UTF8 if self.config.variant is not Variant.FIXED else TextEncoding.EXACT
 
     def _open_value(self, vrow, table: str, ident: tuple, project: str, key: str,
-                    ref: Optional[ValueRef] = None) -> OpenedValue:
-        """Open a value row's sealed blob for its own record fields (``ref``: already parsed)."""
+                    ref: Optional[ValueRef] = None, encoded_ref: Any = None) -> OpenedValue:
+        """Open a value row's sealed blob for its own record fields.
+
+        ``ref``: the reference, already parsed; ``encoded_ref``: its ``wire.encode``, already computed.
+        """
         ref = value_ref_of_row(vrow, table, ident) if ref is None else ref
         if not count_of(vrow.revision) or not count_of(vrow.generation):
             raise CorruptReplica(f"stored replica value is invalid ({where_text(table, ident)})")
+        encoded = wire.encode(ref) if encoded_ref is None else encoded_ref
         try:
             value = self.sealer.open(
                 vrow.value_enc, project_id=project, key=key, revision=vrow.revision,
-                generation=vrow.generation, value_ref=wire.encode(ref),
+                generation=vrow.generation, value_ref=encoded,
             )
         except SealError as error:
             raise TamperDetected(
@@ -608,10 +615,16 @@ class SqliteReplica:
     # -- retaining a record -----------------------------------------------
 
     def _retain(self, tx: Tables, slot: _Slot, incoming: BindingState,
-                epochs: tuple[int, ...]) -> tuple[RecordResult, bool]:
-        """Apply ``Decisions.retention`` of ``incoming`` to its slot: (the record as retained, fetch?)."""
+                epochs: tuple[int, ...], stored: Any = _UNREAD) -> tuple[RecordResult, bool]:
+        """Apply ``Decisions.retention`` of ``incoming`` to its slot: (the record as retained, fetch?).
+
+        ``stored``: the slot's record (or None) already read in this transaction, with nothing
+        written to the slot since; by default it is read here.
+        """
         rejudge = slot.view is View.STAGE and self.config.variant is Variant.FIXED  # FIX(F2)
-        plan = self.decisions.retention(slot.view, slot.record(tx), incoming, epochs, rejudge_retained=rejudge)
+        if stored is _UNREAD:
+            stored = slot.record(tx)
+        plan = self.decisions.retention(slot.view, stored, incoming, epochs, rejudge_retained=rejudge)
         if plan.drop_value:
             slot.drop_value(tx)
         if plan.rewrite:
@@ -691,15 +704,18 @@ class SqliteReplica:
         version_conflict = False
         for state in frame.records:
             slot = _Slot(View.STAGE, attempt, project, state.key)
+            before = _UNREAD
             if at_live_version and not version_conflict:
                 before = slot.record(tx)
                 version_conflict = before is None or self.decisions.order(state, before.state) is not Order.SAME
-            result, fetch = self._retain(tx, slot, state, epochs)
+            result, fetch = self._retain(tx, slot, state, epochs, before)
             retained.append(result.state)
             if fetch:
                 fetch_keys.append(state.key)
-        # A replica ahead of (or conflicting with) the page echoes what it retained, which may be wider.
-        if not self.decisions.ack_fits(self.config.ack_page_bytes, frame, retained, epochs, applied):
+        # A replica ahead of (or conflicting with) the page echoes what it retained, which may be wider
+        # (retained states equal to the page's serialise the same: the check above answered for them).
+        if (tuple(retained) != tuple(frame.records)
+                and not self.decisions.ack_fits(self.config.ack_page_bytes, frame, retained, epochs, applied)):
             return refuse(R.ACK_PAGE_TOO_LARGE)
         if version_conflict:
             return refuse(R.SNAPSHOT_VERSION_CONFLICT)
@@ -760,7 +776,7 @@ class SqliteReplica:
             return self._delivery_final(tx, frame, mac, prepared)
 
     def _delivery_prepare(self, tx: Tables, frame: ApplyFrame, mac: str) -> Union[ApplyResult, _Prepared]:
-        """The prepare transaction: an answer now (refused, replayed, consumed), or what it retained."""
+        """The prepare transaction: an answer now (refused, replayed, consumed), or what the rest needs."""
         a = tx.authority()
         if not a.activated:
             raise CorruptReplica("replica delivery arrived before activation")
@@ -803,17 +819,16 @@ class SqliteReplica:
         slot = _Slot(view, a.attempt_id, project, frame.state.key)
         stored = slot.record(tx)
         if self._advances(frame, base, stored):
-            result, fetch = self._retain(tx, slot, frame.state, epochs)
+            _, fetch = self._retain(tx, slot, frame.state, epochs, stored)
             if view is View.STAGE:
                 tx.put_stage_project(a.attempt_id, project, replace(staged, record_version=frame.record_version))
             else:
                 tx.set_project_version(project, frame.record_version)
-            return _Prepared(result, fetch, frame.record_version, a.attempt_id)
+            return _Prepared(fetch, frame.record_version, a.attempt_id)
         if stored is not None:
             # A lower or equal version, an older state or an unreachable move is answered with
             # what this replica retained: the cloud can reconcile without the stream getting stuck.
-            return _Prepared(stored.result(), self.decisions.awaits_fetch(stored.state, stored.mat, epochs),
-                             base, a.attempt_id)
+            return _Prepared(self.decisions.awaits_fetch(stored.state, stored.mat, epochs), base, a.attempt_id)
         self._save_receipt(tx, frame, mac, ok=False, code=R.RECORD_VERSION_CONFLICT)
         return self._consumed(tx, R.RECORD_VERSION_CONFLICT, epochs)
 
@@ -968,14 +983,15 @@ class SqliteReplica:
                 vrow = unclaimed.pop(key, None)
                 value = None
                 if row.mat.kind is MatKind.INSTALLED:
-                    if not _value_matches_head(vrow, row.state.head):
+                    encoded_ref = _value_matches_head(vrow, row.state.head)
+                    if encoded_ref is None:
                         raise CorruptReplica("installed replica value does not match its head")
                     if rejudge and self.decisions.desired(row.state, a.policy_epochs).kind is MatKind.WITHHELD:
                         # Defence in depth (variant fixed): serve nothing the kept policy or binding withholds.
                         raise CorruptReplica(f"records row {project}/{key} is installed, but its binding or policy "
                                              f"epoch withholds it under the kept epochs; nothing is served")
                     value = self._open_value(vrow, "record_values", (project, key), project, key,
-                                             row.state.head.value_ref).value
+                                             row.state.head.value_ref, encoded_ref).value
                 elif vrow is not None:
                     raise CorruptReplica("withheld replica record still has a value")
                 entries.append(SnapshotEntry(row.state, row.mat, value))

@@ -8,7 +8,10 @@ and ``attempt_id`` as three columns, exactly as the seed's
 ``hostProjectEnvReplicaAuthority`` does. ``AuthorityRow`` also carries the
 seed's helpers on that row: ``cursor`` (``cursor``), ``required_cursor``
 (``requiredCursor``) and ``organisation`` (``authorityOrgId``), each raising
-``CorruptReplica`` with the seed's message where the seed throws.
+``CorruptReplica`` with the seed's message where the seed throws. The only
+place an ``AuthorityRow`` is built (``impl.tables``) has already checked an
+activated row's stream id, sequence and organisation, so these helpers are
+left to check activation only.
 
 Leaves out on purpose: reading and writing rows (``impl.tables``), integrity
 columns (tags, digests, counters: ``impl.integrity``), and every protocol
@@ -20,7 +23,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from envreplica.spec import wire
 from envreplica.spec.domain import (
     BindingState,
     CorruptReplica,
@@ -52,14 +54,15 @@ class AuthorityRow:
         return self.activated and self.gate_open and self.attempt_id is None
 
     def cursor(self) -> Optional[Cursor]:
-        """The seed's ``cursor``: None before activation; a malformed stored cursor is corrupt."""
+        """The seed's ``cursor``: None before activation.
+
+        The seed's check of a malformed stored cursor ("stored replica delivery
+        cursor is invalid") is made where the row is parsed (``impl.tables``):
+        an activated row reaches here with a valid stream id and sequence.
+        """
         if not self.activated:
             return None
-        stream, sequence = self.stream_id, self.applied_sequence
-        if (not isinstance(stream, str) or wire.ID.regex.fullmatch(stream) is None
-                or type(sequence) is not int or not 0 <= sequence <= wire.MAX_COUNT):
-            raise CorruptReplica("stored replica delivery cursor is invalid")
-        return Cursor(stream, sequence)
+        return Cursor(self.stream_id, self.applied_sequence)
 
     def required_cursor(self) -> Cursor:
         """The seed's ``requiredCursor``: the cursor of an activated replica, else corrupt."""
@@ -69,11 +72,14 @@ class AuthorityRow:
         return found
 
     def organisation(self) -> str:
-        """The seed's ``authorityOrgId``: the organisation of an activated replica, else corrupt."""
-        org = self.org_id
-        if not self.activated or not isinstance(org, str) or wire.SEGMENT.regex.fullmatch(org) is None:
+        """The seed's ``authorityOrgId``: the organisation of an activated replica, else corrupt.
+
+        An activated row's organisation was checked where the row is parsed
+        (``impl.tables``); only activation is left to check here.
+        """
+        if not self.activated:
             raise CorruptReplica("stored replica organization is invalid")
-        return org
+        return self.org_id
 
 
 @dataclass(frozen=True, slots=True)

@@ -792,16 +792,9 @@ class Tables:
     def live_record(self, project: str, key: str) -> Optional[LiveRecord]:
         return self._get_record(LIVE, (project, key))
 
-    def live_records(self, project: str) -> list[tuple[str, LiveRecord]]:
-        """The project's live records, sorted by key (``ORDER BY key``), each verified."""
-        return self._get_records(LIVE, (project,))
-
     def put_live_record(self, project: str, state: BindingState, mat: Materialization) -> None:
         self._put_record(LIVE, (project,), state, mat)
         self.notify = True
-
-    def live_value_rows(self, project: str) -> dict[str, Any]:
-        return self._get_values(LIVE, (project,))
 
     def delete_live_value(self, project: str, key: str) -> None:
         if self._delete_value(LIVE, (project, key)):
@@ -863,10 +856,6 @@ class Tables:
 
     def stage_record(self, attempt: str, project: str, key: str) -> Optional[StagedRecord]:
         return self._get_record(STAGE, (attempt, project, key))
-
-    def stage_records(self, attempt: str, project: str) -> list[tuple[str, StagedRecord]]:
-        """Staged records of the attempt's project, sorted by key, each verified."""
-        return self._get_records(STAGE, (attempt, project))
 
     def put_stage_record(self, attempt: str, project: str, row: StagedRecord) -> None:
         self._put_record(STAGE, (attempt, project), row.state, row.mat, present=row.present)

@@ -385,8 +385,8 @@ MUTANTS: tuple[ImplMutant, ...] = (
     ),
     M(
         "restart_keeps_gate_open",
-        "the driver's restart reopens the file but does not close the gate (driver level)",
-        (driver_edit("_op_restart", ("self._replica.close_gate()\n", "pass  # MUTANT: gate left open\n")),),
+        "the driver's restart (and crash) reopens the file but does not close the gate (driver level)",
+        (driver_edit("_restart", ("self._replica.close_gate()\n", "pass  # MUTANT: gate left open\n")),),
         tuple(BOOT + [op("restart"), op("status")]),
     ),
     M(
@@ -444,7 +444,7 @@ EQUIVALENT_MUTANTS: dict[str, ImplMutant] = {
             "project_id='', key='', revision=0, generation=0, value_ref={},  # MUTANT")),
          replica_edit("_open_value", (
              "project_id=project, key=key, revision=vrow.revision,\n"
-             "            generation=vrow.generation, value_ref=wire.encode(ref),",
+             "            generation=vrow.generation, value_ref=encoded,",
              "project_id='', key='', revision=0, generation=0, value_ref={},  # MUTANT"))),
         (),
         observe="none",

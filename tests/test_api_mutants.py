@@ -12,21 +12,17 @@ mutant reports a divergence with a shrunk trace of at most
 
 from __future__ import annotations
 
-import json
 import time
-from typing import Any
 
 import pytest
 
-from envreplica.conformance.drivers import TEST_MASTER_KEY, ModelDriver, SqliteDriver
+from envreplica.conformance.drivers import TEST_MASTER_KEY, SqliteDriver
 from envreplica.conformance.lockstep import lockstep_settings, run_lockstep
 from envreplica.conformance.lockstep import run as lockstep_run
-from envreplica.conformance.lockstep.compare import compare_responses
-from envreplica.conformance.readback import impl_model_state, mac_of, with_macs
 
-from adapter_requests import with_ids
 from api_mutants import API_MUTANTS, EQUIVALENT_API_MUTANTS, READINESS_TOUR
 from impl_mutants import ImplMutant
+from mutant_play import describe, play
 
 MAX_SHRUNK_STEPS = 15
 SHRINK_SECONDS = 4.0
@@ -41,35 +37,8 @@ CAUGHT_ON = {
 }
 
 
-def _roundtrip(value: Any) -> Any:
-    return json.loads(json.dumps(value))
-
-
-def play(driver: SqliteDriver, requests, variant) -> list[tuple[dict, dict, dict, bool]]:
-    """(request, model response, implementation response, same state) per request."""
-    model = ModelDriver(variant)
-    out = []
-    try:
-        for request in with_ids(list(requests)):
-            m = _roundtrip(model.handle(_roundtrip(request)))
-            i = _roundtrip(driver.handle(_roundtrip(request)))
-            try:
-                same = with_macs(model.state, mac_of(driver.sealer)) == impl_model_state(driver.replica)
-            except Exception:
-                same = False
-            out.append((request, m, i, same))
-    finally:
-        driver.close()
-    return out
-
-
 def _agree(steps) -> bool:
-    return all(compare_responses(m, i) is None and same for _, m, i, same in steps)
-
-
-def _describe(steps) -> str:
-    return "\n".join(f"  {r['op']:<12} model={json.dumps(m)[:140]}  impl={json.dumps(i)[:140]}"
-                     for r, m, i, _ in steps)
+    return all(s.agrees and s.same_state for s in steps)
 
 
 def _ids(mutants) -> list:
@@ -84,15 +53,15 @@ def test_each_mutant_names_the_op_it_needs():
 def test_scenario_is_clean_on_the_real_implementation(mutant: ImplMutant, tmp_path):
     steps = play(SqliteDriver(mutant.variant, tmp_path / "real.db", master_key=TEST_MASTER_KEY),
                  mutant.scenario, mutant.variant)
-    assert _agree(steps), _describe(steps)
+    assert _agree(steps), describe(steps)
 
 
 @pytest.mark.parametrize("mutant", _ids(API_MUTANTS))
 def test_each_mutant_is_observable_in_a_response(mutant: ImplMutant, tmp_path):
     steps = play(mutant.driver(mutant.variant, tmp_path / "mutant.db"), mutant.scenario, mutant.variant)
-    parted = [(r, m, i) for r, m, i, _ in steps if compare_responses(m, i) is not None]
-    assert parted, f"{mutant.name}: no response differs\n{_describe(steps)}"
-    request = parted[0][0]
+    parted = [s for s in steps if not s.agrees]
+    assert parted, f"{mutant.name}: no response differs\n{describe(steps)}"
+    request = parted[0].request
     assert CAUGHT_ON[mutant.name] in (request["op"],) + tuple(request), (mutant.name, request)
 
 
@@ -101,7 +70,7 @@ def test_equivalent_mutant_is_equivalent_through_the_adapter(name, tmp_path):
     mutant = EQUIVALENT_API_MUTANTS[name]
     for n, scenario in enumerate([READINESS_TOUR] + [m.scenario for m in API_MUTANTS]):
         steps = play(mutant.driver(mutant.variant, tmp_path / f"eq-{n}.db"), scenario, mutant.variant)
-        assert _agree(steps), _describe(steps)
+        assert _agree(steps), describe(steps)
 
 
 @pytest.fixture

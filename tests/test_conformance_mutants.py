@@ -38,22 +38,20 @@ with or without ``-s``.
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Optional
 
 import pytest
 from hypothesis import settings
 
-from envreplica.conformance.drivers import TEST_MASTER_KEY, ModelDriver, SqliteDriver
+from envreplica.conformance.drivers import TEST_MASTER_KEY, SqliteDriver
 from envreplica.conformance.lockstep import lockstep_settings, run_lockstep
 from envreplica.conformance.lockstep import run as lockstep_run
-from envreplica.conformance.readback import impl_model_state, mac_of, with_macs
 
-from adapter_requests import with_ids
 from crash_mutants import CRASH_MUTANTS
 from impl_mutants import EQUIVALENT_MUTANTS, MUTANTS, ImplMutant
+from mutant_play import describe, play
 
 #: Every storage mutant the lockstep must catch: ``impl_mutants`` (decisions read independently
 #: among them) and ``crash_mutants`` (a transaction split in two: caught through ``crashAfterCommit``).
@@ -84,52 +82,6 @@ UNRELIABLE: dict[str, str] = {
 # ---------------------------------------------------------------------------
 
 
-def _roundtrip(value: Any) -> Any:
-    return json.loads(json.dumps(value))
-
-
-def _state_of(driver: SqliteDriver):
-    try:
-        return impl_model_state(driver.replica)
-    except Exception as error:  # an unreadable file differs from every model state
-        return f"<{type(error).__name__}: {error}>"
-
-
-@dataclass
-class Step:
-    request: dict
-    model: dict
-    impl: dict
-    same_state: bool
-
-    @property
-    def same_response(self) -> bool:
-        return json.dumps(self.model, sort_keys=True) == json.dumps(self.impl, sort_keys=True)
-
-
-def play(driver: SqliteDriver, requests, variant) -> list[Step]:
-    """Run ``requests`` through the model and ``driver``; compare responses and state after each."""
-    model = ModelDriver(variant)
-    steps = []
-    try:
-        for request in with_ids(list(requests)):
-            m = _roundtrip(model.handle(_roundtrip(request)))
-            i = _roundtrip(driver.handle(_roundtrip(request)))
-            same_state = with_macs(model.state, mac_of(driver.sealer)) == _state_of(driver)
-            steps.append(Step(request, m, i, same_state))
-    finally:
-        driver.close()
-    return steps
-
-
-def _describe(steps: list[Step]) -> str:
-    return "\n".join(
-        f"  {s.request['op']:<10} same response={s.same_response!s:<5} same state={s.same_state!s:<5} "
-        f"model={json.dumps(s.model)[:150]}  impl={json.dumps(s.impl)[:150]}"
-        for s in steps
-    )
-
-
 def _ids(mutants) -> list:
     return [pytest.param(m, id=m.name) for m in mutants]
 
@@ -143,7 +95,7 @@ def test_there_are_at_least_12_mutants():
 def test_scenario_is_clean_on_the_real_implementation(mutant: ImplMutant, tmp_path):
     """The control: the unmutated implementation agrees with the model on the whole scenario."""
     steps = play(SqliteDriver(mutant.variant, tmp_path / "real.db", master_key=TEST_MASTER_KEY), mutant.scenario, mutant.variant)
-    assert all(s.same_response and s.same_state for s in steps), _describe(steps)
+    assert all(s.same_response and s.same_state for s in steps), describe(steps)
 
 
 @pytest.mark.parametrize("mutant", _ids(SUITE))
@@ -151,11 +103,11 @@ def test_each_mutant_is_observable(mutant: ImplMutant, tmp_path):
     """The mutant parts from the model on its scenario, where ``observe`` says."""
     steps = play(mutant.driver(mutant.variant, tmp_path / "mutant.db"), mutant.scenario, mutant.variant)
     if mutant.observe == "responses":
-        assert any(not s.same_response for s in steps), f"{mutant.name}: no response differs\n{_describe(steps)}"
+        assert any(not s.same_response for s in steps), f"{mutant.name}: no response differs\n{describe(steps)}"
     else:
         assert mutant.observe == "state", mutant.observe
-        assert all(s.same_response for s in steps), f"{mutant.name}: expected state-only\n{_describe(steps)}"
-        assert any(not s.same_state for s in steps), f"{mutant.name}: no state differs\n{_describe(steps)}"
+        assert all(s.same_response for s in steps), f"{mutant.name}: expected state-only\n{describe(steps)}"
+        assert any(not s.same_state for s in steps), f"{mutant.name}: no state differs\n{describe(steps)}"
 
 
 @pytest.mark.parametrize("name", list(EQUIVALENT_MUTANTS))
@@ -164,7 +116,7 @@ def test_equivalent_mutant_is_equivalent_through_the_adapter(name, tmp_path):
     mutant = EQUIVALENT_MUTANTS[name]
     for n, other in enumerate(SUITE):
         steps = play(mutant.driver(other.variant, tmp_path / f"eq-{n}.db"), other.scenario, other.variant)
-        assert all(s.same_response and s.same_state for s in steps), f"{other.name}\n{_describe(steps)}"
+        assert all(s.same_response and s.same_state for s in steps), f"{other.name}\n{describe(steps)}"
 
 
 # ---------------------------------------------------------------------------

@@ -491,18 +491,9 @@ def _input_mutants():
 
 def _play(driver, requests, variant):
     """(same responses, same state) after each request, model against ``driver`` (closed after)."""
-    from adapter_requests import with_ids
+    from mutant_play import play
 
-    from envreplica.conformance.lockstep.compare import _check_state
-
-    model, out = ModelDriver(variant), []
-    try:
-        for request in with_ids(list(requests)):
-            m, i = model.handle(json.loads(json.dumps(request))), driver.handle(json.loads(json.dumps(request)))
-            out.append((compare_responses(m, i) is None, _check_state(model, driver, Variant(variant), True) is None))
-    finally:
-        driver.close()
-    return out
+    return [(s.agrees, s.same_state) for s in play(driver, requests, variant)]
 
 
 @pytest.mark.parametrize("mutant", _input_mutants(), ids=lambda m: m.name)

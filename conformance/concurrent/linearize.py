@@ -39,11 +39,9 @@ from typing import Callable, Optional
 from envreplica.conformance.concurrent.history import History, Response, format_history
 from envreplica.conformance.concurrent.steps import Finished, Granularity, ModelOp, StoreAnswers, Suspended
 from envreplica.conformance.drivers import ModelDriver
-from envreplica.conformance.lockstep.compare import state_difference
-from envreplica.conformance.lockstep.domains import KNOWN_VIOLATIONS
+from envreplica.conformance.lockstep.compare import broken_invariant, state_difference
 from envreplica.conformance.lockstep.traces import describe_request
 from envreplica.model.state import State, Variant
-from envreplica.spec import properties as P
 
 __all__ = ["Verdict", "Check", "check_history", "impl_state", "expected_state", "DEFAULT_MAX_NODES"]
 
@@ -218,12 +216,9 @@ def check_history(history: History, *, granularity: Granularity = Granularity.TR
     if history.readback_error is not None:
         return Check(Verdict.UNREADABLE, f"the replica's tables did not read back after the batch: "
                                          f"{history.readback_error}")
-    known = KNOWN_VIOLATIONS.get(variant, frozenset())
-    if history.final_state is not None:
-        for prop in P.INVARIANTS:
-            if prop.name not in known and not prop.check(history.final_state):
-                return Check(Verdict.INVARIANT, f"the tables read back break invariant {prop.name}: "
-                                                f"{prop.statement}")
+    broken = None if history.final_state is None else broken_invariant(history.final_state, variant)
+    if broken is not None:
+        return Check(Verdict.INVARIANT, f"the tables read back break invariant {broken.name}: {broken.statement}")
     if sealer is None:
         from envreplica.conformance.drivers import TEST_MASTER_KEY
         from envreplica.impl.sealing import Sealer

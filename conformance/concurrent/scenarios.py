@@ -249,10 +249,26 @@ def _on(processes: list[int], rng: random.Random) -> int:
     return rng.choice(processes)
 
 
-def _delivery_race(cloud: _Cloud, rng: random.Random) -> list[BatchOp]:
+def _warm(cloud: _Cloud, rng: random.Random, most: int) -> None:
+    """Serve the replica, then consume up to ``most`` deliveries."""
     cloud.activate()
-    for _ in range(rng.randint(0, 2)):
+    for _ in range(rng.randint(0, most)):
         cloud.deliver()
+
+
+def _maybe_third(batch: list[BatchOp], rng: random.Random, delivery: dict, again: float, read: float,
+                 again_delay: int) -> list[BatchOp]:
+    """On process 2, sometimes the same delivery again (below ``again``), else sometimes a read (below ``read``)."""
+    extra = rng.random()
+    if extra < again:
+        batch.append(BatchOp(2, delivery, _delay(rng, again_delay)))
+    elif extra < read:
+        batch.append(BatchOp(2, _read(rng), _delay(rng, 1500)))
+    return batch
+
+
+def _delivery_race(cloud: _Cloud, rng: random.Random) -> list[BatchOp]:
+    _warm(cloud, rng, 2)
     if rng.random() < 0.3:
         cloud.stage(change=rng.random() < 0.5)
     frame = cloud.next_delivery()
@@ -267,27 +283,18 @@ def _delivery_race(cloud: _Cloud, rng: random.Random) -> list[BatchOp]:
 
 
 def _commit_vs_delivery(cloud: _Cloud, rng: random.Random) -> list[BatchOp]:
-    cloud.activate()
-    for _ in range(rng.randint(0, 1)):
-        cloud.deliver()
+    _warm(cloud, rng, 1)
     cloud.stage(change=rng.random() < 0.5)
     commit = cloud.commit()
     delivery = cloud.next_delivery()
     if rng.random() < 0.3:  # not tagged with the attempt: applies only once the commit opened the gate
         del delivery["frame"]["reconciliationAttemptId"]
     batch = [BatchOp(0, commit, _delay(rng, 200)), BatchOp(1, delivery, _delay(rng, 200))]
-    extra = rng.random()
-    if extra < 0.35:
-        batch.append(BatchOp(2, delivery, _delay(rng, 400)))
-    elif extra < 0.8:
-        batch.append(BatchOp(2, _read(rng), _delay(rng, 1500)))
-    return batch
+    return _maybe_third(batch, rng, delivery, 0.35, 0.8, 400)
 
 
 def _readers_during_commit(cloud: _Cloud, rng: random.Random) -> list[BatchOp]:
-    cloud.activate()
-    for _ in range(rng.randint(0, 1)):
-        cloud.deliver()
+    _warm(cloud, rng, 1)
     cloud.stage(change=rng.random() < 0.8)
     batch = [BatchOp(0, cloud.commit(), _delay(rng, 300))]
     for _ in range(rng.randint(1, 3)):
@@ -298,9 +305,7 @@ def _readers_during_commit(cloud: _Cloud, rng: random.Random) -> list[BatchOp]:
 
 def _page_vs_begin(cloud: _Cloud, rng: random.Random) -> list[BatchOp]:
     if rng.random() < 0.7:
-        cloud.activate()
-        for _ in range(rng.randint(0, 1)):
-            cloud.deliver()
+        _warm(cloud, rng, 1)
     attempt = cloud.new_attempt((1, 2))
     records = dict(cloud.records) or {"A": cloud.moved(None, "A")}
     version = max(cloud.version, 1)
@@ -323,25 +328,16 @@ def _page_vs_begin(cloud: _Cloud, rng: random.Random) -> list[BatchOp]:
 
 
 def _delivery_vs_close(cloud: _Cloud, rng: random.Random) -> list[BatchOp]:
-    cloud.activate()
-    for _ in range(rng.randint(0, 1)):
-        cloud.deliver()
+    _warm(cloud, rng, 1)
     if rng.random() < 0.3:
         cloud.stage(change=rng.random() < 0.5)
     delivery = cloud.next_delivery()
     batch = [BatchOp(0, delivery, _delay(rng, 200)), BatchOp(1, {"op": "close"}, _delay(rng, 900))]
-    extra = rng.random()
-    if extra < 0.3:
-        batch.append(BatchOp(2, delivery, _delay(rng, 300)))
-    elif extra < 0.7:
-        batch.append(BatchOp(2, _read(rng), _delay(rng, 1500)))
-    return batch
+    return _maybe_third(batch, rng, delivery, 0.3, 0.7, 300)
 
 
 def _mixed(cloud: _Cloud, rng: random.Random) -> list[BatchOp]:
-    cloud.activate()
-    for _ in range(rng.randint(0, 2)):
-        cloud.deliver()
+    _warm(cloud, rng, 2)
     staged = rng.random() < 0.5
     if staged:
         cloud.stage(change=rng.random() < 0.5)

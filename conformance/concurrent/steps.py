@@ -51,18 +51,17 @@ from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Optional, Union
 
 from envreplica.conformance.concurrent.history import BATCH_OPS, OpKind, Response, canonical
-from envreplica.conformance.drivers import check_request
+from envreplica.conformance.drivers import check_request, store_answer
 from envreplica.model import replica as R
 from envreplica.model import store as value_store
 from envreplica.model.actions import Begin, CloseGate, Commit, Deliver, Page, Resume, step
 from envreplica.model.state import ModelConfig, PreparedDelivery, ReadRequest, State
-from envreplica.model.store import Answer, Missing
+from envreplica.model.store import Answer
 from envreplica.spec import wire
 from envreplica.spec.domain import (
     ApplyFrame,
     BindingState,
     Failed,
-    LegacyRef,
     PageFrame,
     PageRefused,
     Pending,
@@ -118,9 +117,7 @@ class StoreAnswers:
         self._store = dict(store)
 
     def __call__(self, request: ReadRequest) -> Answer:
-        ref = request.ref
-        version = ref.ssm_version if isinstance(ref, LegacyRef) else None
-        return self._store.get((request.name, version), Missing())
+        return store_answer(self._store, request)
 
 
 # ---------------------------------------------------------------------------

@@ -188,14 +188,19 @@ def _hide(row: Any) -> str:
     return text
 
 
+def broken_invariant(state: State, variant: Variant):
+    """The first invariant of ``spec.properties`` that ``state`` breaks, beyond the variant's known findings."""
+    known = KNOWN_VIOLATIONS.get(variant, frozenset())
+    return next((p for p in P.INVARIANTS if p.name not in known and not p.check(state)), None)
+
+
 def _check_state(model: Any, impl: Any, variant: Variant, state_check: bool) -> Optional[str]:
     """The state checks after a step: readback equality, then invariants on both sides."""
-    known = KNOWN_VIOLATIONS.get(variant, frozenset())
     st_model = getattr(model, "state", None)
     if isinstance(st_model, State):
-        for prop in P.INVARIANTS:
-            if prop.name not in known and not prop.check(st_model):
-                return f"invariant {prop.name} fails on the MODEL's state: {prop.statement}"
+        prop = broken_invariant(st_model, variant)
+        if prop is not None:
+            return f"invariant {prop.name} fails on the MODEL's state: {prop.statement}"
     rb = _readback(impl) if state_check else None
     if rb is None:
         return None
@@ -210,7 +215,7 @@ def _check_state(model: Any, impl: Any, variant: Variant, state_check: bool) -> 
         expected = with_macs(st_model, mac_of(sealer))
         if expected != impl_state:
             return f"state after the step differs from the model's: {state_difference(expected, impl_state)}"
-    for prop in P.INVARIANTS:
-        if prop.name not in known and not prop.check(impl_state):
-            return f"invariant {prop.name} fails on the implementation's state: {prop.statement}"
+    prop = broken_invariant(impl_state, variant)
+    if prop is not None:
+        return f"invariant {prop.name} fails on the implementation's state: {prop.statement}"
     return None

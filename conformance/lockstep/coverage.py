@@ -153,10 +153,17 @@ class LockstepCoverage(CoverageCounts):
 
 #: Examples whose stream consumed a sequence at or past each power of ten (``sequence_items``).
 SEQUENCE_BOUNDS = (10, 100, 1000)
+
+
+def sequence_item(n: int) -> str:
+    """The coverage item of an example that consumed a sequence at or past ``n``."""
+    return f"an example consumed >= {n:,}"
+
+
 FAST_FORWARDED = "fast-forwarded deliveries"
 SHORTER_REPLAY = "replayed below a decimal boundary"
 INPUT_ITEMS = (
-    *(("sequence", f"an example consumed >= {n:,}") for n in SEQUENCE_BOUNDS),
+    *(("sequence", sequence_item(n)) for n in SEQUENCE_BOUNDS),
     ("sequence", FAST_FORWARDED),  # machine.do_ffwd: deliveries sent in a fast-forward (not counted as ops)
     ("sequence", SHORTER_REPLAY),  # a delivery at a consumed sequence of fewer digits than the cursor, replayed
     ("snapshot", "unsorted task order, served"),
@@ -188,7 +195,7 @@ def page_ack_bytes(frame: dict, states, epochs, applied: dict) -> int:
 
 def sequence_items(max_applied: int) -> Counter:
     """The sequence items one example reached (its highest consumed sequence)."""
-    return Counter(f"an example consumed >= {n:,}" for n in SEQUENCE_BOUNDS if max_applied >= n)
+    return Counter(sequence_item(n) for n in SEQUENCE_BOUNDS if max_applied >= n)
 
 
 def _key_items(item: Any) -> list[str]:

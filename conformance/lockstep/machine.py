@@ -24,6 +24,7 @@ from envreplica.conformance.lockstep.compare import _check_state, _check_tables,
 from envreplica.conformance.lockstep.context import _Run
 from envreplica.conformance.lockstep.coverage import (
     COVERAGE,
+    sequence_item,
     FAST_FORWARDED,
     RESENT_ITEM,
     input_items,
@@ -233,7 +234,7 @@ class LockstepMachine(RuleBasedStateMachine):
             return self.ctx.failure["ffwd_scales"]
         reached = self.ctx.coverage.inputs
         return (10,) + tuple(n for n, most in _Gen.FFWD_BUDGET.items()
-                             if reached[f"an example consumed >= {n:,}"] < most)
+                             if reached[sequence_item(n)] < most)
 
     def _check_now(self) -> None:
         """The state checks, now: the read-back against the model's state, the invariants, the tables."""
