@@ -74,7 +74,7 @@ from envreplica.impl import decisions as decisions_module
 from envreplica.impl import replica as replica_module
 from envreplica.impl.decisions import Decisions, View
 from envreplica.impl.replica import SqliteReplica
-from envreplica.model.store import staged_envelope
+from envreplica.model.store import legacy_envelope, staged_envelope
 from envreplica.spec.domain import ApplyOk
 from envreplica.spec.variants import Variant
 
@@ -85,6 +85,7 @@ from adapter_requests import (
     begin,
     commit,
     delivery,
+    legacy,
     op,
     page,
     put,
@@ -430,6 +431,24 @@ MUTANTS: tuple[ImplMutant, ...] = (
             'expected = {"kind": "project-env", "orgId": org_id, "projectId": project_id,',
             'expected = {"kind": "project-env", "projectId": project_id,  # MUTANT: orgId not compared')),),
         tuple(BOOT + [put(raw=staged_envelope("o2", "p1", "A", SID, "secret-of-o2")), delivery(A), snapshot()]),
+    ),
+    M(
+        "staged_envelope_staging_id_unchecked",
+        "readMaterializedValue's staged envelope check drops stagingId: the value staged for another "
+        "generation (a stale one) is installed under the new head instead of value_envelope_mismatch",
+        (decisions_edit("_staged_envelope", (
+            '"stagingId": ref.staging_id}', '}  # MUTANT: stagingId not compared')),),
+        tuple(BOOT + [put(raw=staged_envelope("o1", "p1", "A", SID2, "stale")), delivery(A), snapshot()]),
+    ),
+    M(
+        "legacy_envelope_project_unchecked",
+        "readMaterializedValue's legacy envelope check drops projectId: another project's legacy value "
+        "under the same key is installed instead of value_envelope_mismatch",
+        (decisions_edit("_legacy_envelope", (
+            'if envelope["projectId"] != project_id or envelope["key"] != state.key:',
+            'if envelope["key"] != state.key:  # MUTANT: projectId not compared')),),
+        tuple(BOOT + [put(ref=legacy(1), raw=legacy_envelope("p2", "A", "secret-of-p2")),
+                      delivery(rec("A", ref=legacy(1))), snapshot()]),
     ),
 )
 

@@ -47,6 +47,30 @@ RECONCILED_VALUES = (VALUES[0], *HARD_VALUES[:-1], VALUES[1], *HARD_VALUES[:-2])
 _LONE = re.compile("[\ud800-\udfff]")
 
 
+def wrong_staged_envelope(d: _Draw, org: str, project: str, key: str, staging: str, value: str) -> str:
+    """A staged envelope right in every field but one, drawn from the fields the seed's check compares:
+    the organisation (a value another tenant staged), the staging id (a value staged for another
+    generation: a stale one), the project or the key. Each such envelope must read as ``value_envelope_mismatch``; one field at a time, so that an
+    implementation that forgets any one comparison installs it and parts from the model."""
+    field = d.weighted([(3, "org"), (2, "project"), (2, "key"), (3, "staging")])
+    if field == "org":
+        org = OTHER_ORG if org != OTHER_ORG else ORG
+    elif field == "project":
+        project = PROJECTS[1] if project == PROJECTS[0] else PROJECTS[0]
+    elif field == "key":
+        key = key + "Z"
+    else:
+        staging = staging[:-1] + ("1" if staging[-1] != "1" else "2")
+    return staged_envelope(org, project, key, staging, value)
+
+
+def wrong_legacy_envelope(d: _Draw, project: str, key: str, value: str) -> str:
+    """A legacy envelope right but for its project or its key: ``value_envelope_mismatch`` either way."""
+    if d.flag(50):
+        return legacy_envelope(PROJECTS[1] if project == PROJECTS[0] else PROJECTS[0], key, value)
+    return legacy_envelope(project, key + "Z", value)
+
+
 class _Gen:
     """Request builders. Each takes a ``_Draw`` and a ``_View``; none changes anything."""
 
@@ -280,12 +304,12 @@ class _Gen:
         if ref["kind"] == "staged":
             sid = ref["stagingId"]
             if what == "wrong":
-                raw = staged_envelope(OTHER_ORG, project, key, sid, value) if d.flag(50) else \
-                    staged_envelope(org, project, key + "Z", sid, value)
+                raw = wrong_staged_envelope(d, org, project, key, sid, value)
             else:
                 raw = staged_envelope(org, project, key, sid, value)
         else:
-            raw = legacy_envelope(project, key + "Z" if what == "wrong" else key, value)
+            raw = wrong_legacy_envelope(d, project, key, value) if what == "wrong" else \
+                legacy_envelope(project, key, value)
             if what == "version":
                 out["reportedVersion"] = ref["ssmVersion"] + 1
         if what == "garbage":
@@ -491,16 +515,17 @@ class _Gen:
                 if not staged and legacy_parameter_name("/", project, key) is None:  # the key is no Segment
                     continue  # no legacy name: value_reference_invalid, nothing to read
                 # Mostly the right envelope; one in five another answer, as ``machine._missing_values`` gives.
-                answer = dd.weighted([(20, "correct"), (2, "wrong"), (0 if staged else 1, "version"),
+                answer = dd.weighted([(20, "correct"), (4, "wrong"), (0 if staged else 1, "version"),
                                       (1, "missing"), (1, "error")])
                 if answer in ("missing", "error"):
                     out.append({"op": "store.fail", "projectId": project, "key": key, "ref": ref, "mode": answer})
                     continue
                 if staged:
-                    raw = staged_envelope(OTHER_ORG if answer == "wrong" else org, project, key, ref["stagingId"],
-                                          value)
+                    raw = wrong_staged_envelope(dd, org, project, key, ref["stagingId"], value) \
+                        if answer == "wrong" else staged_envelope(org, project, key, ref["stagingId"], value)
                 else:
-                    raw = legacy_envelope(project, key + "Z" if answer == "wrong" else key, value)
+                    raw = wrong_legacy_envelope(dd, project, key, value) if answer == "wrong" else \
+                        legacy_envelope(project, key, value)
                 put = {"op": "store.put", "projectId": project, "key": key, "ref": ref, "raw": cls.restyle(dd, raw)}
                 if answer == "version":
                     put["reportedVersion"] = ref["ssmVersion"] + 1

@@ -36,12 +36,11 @@ from envreplica.conformance.lockstep.domains import (
     NESTED_ID_BASE,
     ORG,
     OTHER_KEY_HEX,
-    OTHER_ORG,
     SMALL_ACK,
     draw_value,
 )
 from envreplica.conformance.lockstep.draw import BLOCK_BYTES, FFWD_SEED_BYTES, _BLOCKS, _Draw
-from envreplica.conformance.lockstep.generate import _Gen
+from envreplica.conformance.lockstep.generate import _Gen, wrong_legacy_envelope, wrong_staged_envelope
 from envreplica.conformance.lockstep.records import _fetchable, _View
 from envreplica.conformance.lockstep.traces import write_trace
 from envreplica.model.state import State, Variant
@@ -346,8 +345,10 @@ class LockstepMachine(RuleBasedStateMachine):
         """Store answers for each fetchable record of a frame the store has no answer for.
 
         Mostly a correct envelope (so values get installed); sometimes each
-        other kind of answer: another organisation or key, text that is not
-        an envelope, a legacy version other than asked, nothing, an error.
+        other kind of answer: an envelope wrong in one field (a staged one
+        in its organisation, project, key or staging id,
+        ``wrong_staged_envelope``; a legacy one in its project or key), text that is
+        not an envelope, a legacy version other than asked, nothing, an error.
         """
         from envreplica.model.store import legacy_parameter_name, staged_parameter_name
 
@@ -369,7 +370,8 @@ class LockstepMachine(RuleBasedStateMachine):
                 name, version = legacy_parameter_name(prefix, project, key), ref["ssmVersion"]
             if name is None or (name, version) in self.model.store:
                 continue
-            answer = d.weighted([(24, "correct"), (3, "wrong"), (2, "garbage"), (0 if staged else 8, "version"),
+            answer = d.weighted([(24, "correct"), (12 if staged else 6, "wrong"), (2, "garbage"),
+                                 (0 if staged else 6, "version"),
                                  (2, "missing"), (2, "error"), (2, "none")])
             if answer == "none":
                 continue
@@ -378,9 +380,11 @@ class LockstepMachine(RuleBasedStateMachine):
                 continue
             value = draw_value(d, i)
             if staged:
-                raw = staged_envelope(OTHER_ORG if answer == "wrong" else org, project, key, ref["stagingId"], value)
+                raw = wrong_staged_envelope(d, org, project, key, ref["stagingId"], value) if answer == "wrong" \
+                    else staged_envelope(org, project, key, ref["stagingId"], value)
             else:
-                raw = legacy_envelope(project, key + "Z" if answer == "wrong" else key, value)
+                raw = wrong_legacy_envelope(d, project, key, value) if answer == "wrong" else \
+                    legacy_envelope(project, key, value)
             if answer == "garbage":
                 raw = d.one(["{not json", json.dumps({"v": 3, "kind": "project-env"})])
             put = {"op": "store.put", "projectId": project, "key": key, "ref": ref,
@@ -414,7 +418,7 @@ class LockstepMachine(RuleBasedStateMachine):
         if request["op"] in ("page", "delivery"):
             puts = self._missing_values(d, v, request)
             request = self._with_crash_or_nested(crash, d, v, request)
-            if puts and not d.flag(20):
+            if puts and not d.flag(10):
                 self.plan = puts[1:] + [request]
                 request = puts[0]
         self.send(request)
@@ -425,12 +429,20 @@ class LockstepMachine(RuleBasedStateMachine):
     def do_page(self, data) -> None:
         d, v = _Draw(data), self.view()
         crash = _crash_draw(d)
-        self.send(self._with_crash_or_nested(crash, d, v, self._near_ack_bound(d, v, _Gen.page(d, v))))
+        self._send_stocked(d, v, self._with_crash_or_nested(crash, d, v, self._near_ack_bound(d, v, _Gen.page(d, v))))
 
     def do_delivery(self, data) -> None:
         d, v = _Draw(data), self.view()
         crash = _crash_draw(d)
-        self.send(self._with_crash_or_nested(crash, d, v, _Gen.delivery(d, v)))
+        self._send_stocked(d, v, self._with_crash_or_nested(crash, d, v, _Gen.delivery(d, v)))
+
+    def _send_stocked(self, d: _Draw, v: _View, request: dict) -> None:
+        """A page or delivery of the adversarial rules, half the time right after the store answers for
+        the values it will read (``_missing_values``, one step each), so that what is read, and how each
+        answer is judged, does not depend on the healthy cloud rule alone."""
+        for put in self._missing_values(d, v, request) if d.flag(50) else ():
+            self.send(put)
+        self.send(request)
 
     def do_commit(self, data) -> None:
         self.send(_Gen.commit(_Draw(data), self.view()))
