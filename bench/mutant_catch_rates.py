@@ -5,7 +5,7 @@ derandomized ``ci`` profile. One seed says little about how close a mutant
 is to slipping through, and Hypothesis's derandomized examples also depend on
 which local modules are loaded (it mixes their literals into draws). This
 script measures the distribution instead: for each mutant of
-``tests/impl_mutants.py``, ``--runs`` lockstep runs with random seeds (the
+``tests/impl_mutants.py`` and ``tests/crash_mutants.py``, ``--runs`` lockstep runs with random seeds (the
 ``ci`` profile's shape, not derandomized, generation only: no shrinking), and
 the number of examples until the first divergence in each.
 
@@ -34,7 +34,11 @@ from envreplica.conformance.lockstep import PROFILE_EXAMPLES, lockstep_settings,
 from envreplica.conformance.lockstep import run as lockstep_run
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from crash_mutants import CRASH_MUTANTS  # noqa: E402
 from impl_mutants import MUTANTS  # noqa: E402
+
+#: The storage mutants ``tests/test_conformance_mutants.py`` holds the lockstep to.
+SUITE = MUTANTS + CRASH_MUTANTS
 
 
 def main() -> None:
@@ -44,9 +48,9 @@ def main() -> None:
                         help="example budget per run (default: the ci profile's)")
     parser.add_argument("mutants", nargs="*", help="mutant names (default: all)")
     args = parser.parse_args()
-    unknown = set(args.mutants) - {m.name for m in MUTANTS}
+    unknown = set(args.mutants) - {m.name for m in SUITE}
     if unknown:
-        parser.error(f"unknown mutants {sorted(unknown)}; known: {[m.name for m in MUTANTS]}")
+        parser.error(f"unknown mutants {sorted(unknown)}; known: {[m.name for m in SUITE]}")
     lockstep_run.MINIMIZE_SECONDS = 0.0  # generation only: no step deletion after a catch
     budget = settings(lockstep_settings("ci"), derandomize=False, phases=(Phase.generate,),
                       max_examples=args.examples)
@@ -54,7 +58,7 @@ def main() -> None:
     for column in ("mutant", "caught", "median", "largest", "all", "seconds"):
         table.add_column(column, justify="left" if column in ("mutant", "all") else "right")
     console = Console()
-    for mutant in MUTANTS:
+    for mutant in SUITE:
         if args.mutants and mutant.name not in args.mutants:
             continue
         started, found = time.perf_counter(), []

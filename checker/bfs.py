@@ -5,9 +5,30 @@ Models: the search, not the protocol. A model is ``init() -> state``,
 plus state invariants ``inv(state) -> bool`` and step properties
 ``prop(pre, action, result, post) -> bool`` given as ``spec.properties``
 ``Property`` values (or anything with ``name``, ``check`` and ``kind``).
-States must be hashable: the checker deduplicates them exactly. Breadth-first
-order makes the first violation found of each property a shortest one; the
-checker keeps a parent pointer per state to rebuild it.
+Breadth-first order makes the first violation found of each property a
+shortest one.
+
+The visited set holds 64-bit fingerprints, not states (TLC's design): each
+state's ``Model.fingerprint`` (default: Python's ``hash``, which is stable
+within a process and its forks) maps to its parent's fingerprint and the
+action taken, and a counterexample is rebuilt by replaying those actions
+from ``init()`` (``next`` must be deterministic; a replay that reaches
+another fingerprint raises ``NondeterministicModel``). With symmetry
+(``Model.canonical``), the fingerprint is the representative's
+(Stateright's ``Representative``): the frontier keeps the state first
+reached, each was made from its parent's by the recorded action, so the
+replay is a real path. Two distinct states
+with one fingerprint would make the second look visited: ``Result``
+carries TLC's estimate of that probability, ``n * t / 2**64`` for ``n``
+distinct states and ``t`` transitions (``collision_probability``).
+
+Properties read ``Model.view(state)`` (default: the state itself), computed
+once per state, not once per property. A step property may say which steps
+it can fail on: ``actions`` (the ``kind`` of the action) and ``results``
+(result types); the checker evaluates it only there, from a table built per
+(action kind, result type). ``tests/test_checker_fast.py`` shows, on every
+transition of small bounds, that each property returns True wherever its
+filter skips it, so the filter hides nothing.
 
 "Sometimes" properties come in three kinds: a state (``sometimes-state``),
 a step (``sometimes-step``), and a step that follows another on one path
@@ -18,9 +39,13 @@ one found) to the states reached from it; a witness is a real path. Marks go
 only forward from states not yet expanded, so this under-approximates: a
 state first expanded without a mark is not revisited.
 
-Leaves out on purpose: symmetry reduction, partial-order reduction, disk
-spilling, and parallel search. The state counts are what they are, and the
-pinned counts in the tests are exact.
+``checker.reference.check_reference`` is the search as it was before (full
+states in the visited set, every property on every step), kept for the
+benchmark and the equivalence tests.
+
+Leaves out on purpose: partial-order reduction, disk spilling, and
+parallel search (``checker.parallel``). The state counts are what they are, and the
+pinned counts in the tests are exact (up to a fingerprint collision).
 """
 
 from __future__ import annotations
@@ -29,6 +54,10 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Iterable, Optional
+
+
+class NondeterministicModel(RuntimeError):
+    """Replaying a path's actions from ``init()`` reached another state than the search did."""
 
 
 @dataclass
@@ -64,6 +93,9 @@ class Model:
     sometimes: tuple = ()  # properties that must hold at least once (state, step or after kind)
     observe_state: Optional[Callable[[Hashable], None]] = None  # coverage hook per new state
     observe_step: Optional[Callable[[Hashable, Any, Any, Hashable], None]] = None  # per transition
+    view: Optional[Callable[[Hashable], Any]] = None  # what the properties read of a state (default: the state)
+    fingerprint: Callable[[Hashable], int] = hash  # a state's 64-bit fingerprint in the visited set
+    canonical: Optional[Callable[[Hashable], Hashable]] = None  # symmetry: a state's representative (default: itself)
 
 
 @dataclass
@@ -77,14 +109,32 @@ class Result:
     complete: bool = True  # False when stopped by max_depth or max_states
     violations: dict = field(default_factory=dict)  # property name -> Violation
     witnessed: dict = field(default_factory=dict)  # sometimes-property name -> depth first seen
+    fingerprints: bool = False  # the visited set held fingerprints (collision_probability applies)
 
     @property
     def states_per_second(self) -> float:
         return self.states / self.seconds if self.seconds > 0 else float("inf")
 
     @property
+    def transitions_per_second(self) -> float:
+        return self.transitions / self.seconds if self.seconds > 0 else float("inf")
+
+    @property
+    def collision_probability(self) -> float:
+        """TLC's estimate that two distinct states shared a fingerprint: states x transitions / 2**64."""
+        return self.states * self.transitions / 2.0 ** 64 if self.fingerprints else 0.0
+
+    @property
     def ok(self) -> bool:
         return not self.violations
+
+
+def _applies(prop, kind, result_type) -> bool:
+    """Whether step property ``prop`` can fail on a step of this action kind and result type."""
+    actions = getattr(prop, "actions", None)
+    results = getattr(prop, "results", None)
+    kind = getattr(kind, "value", kind)  # an Enum kind is named by its value (a str Enum hashes by name)
+    return (actions is None or kind in actions) and (results is None or issubclass(result_type, results))
 
 
 def check(
@@ -96,77 +146,113 @@ def check(
 ) -> Result:
     """Breadth-first search from ``model.init()``; records the shortest violation of each property."""
     started = time.perf_counter()
-    result = Result()
+    result = Result(fingerprints=True)
+    if model.canonical is None:
+        fingerprint = model.fingerprint
+    else:
+        raw_fingerprint, canonical = model.fingerprint, model.canonical
+
+        def fingerprint(st) -> int:
+            return raw_fingerprint(canonical(st))
+    view = model.view if model.view is not None else (lambda st: st)
     init = model.init()
-    parent: dict = {init: None}  # state -> (previous state, action, result) or None
-    frontier = deque([(init, 0)])
+    init_fp = fingerprint(init)
+    #: fingerprint -> (parent fingerprint, action), or None for the initial state
+    parent: dict = {init_fp: None}
+    frontier = deque([(init, init_fp, 0)])
+    invariants = list(model.invariants)
     state_sometimes = [p for p in model.sometimes if p.kind == "sometimes-state"]
     step_sometimes = [p for p in model.sometimes if p.kind == "sometimes-step"]
     after_sometimes = [p for p in model.sometimes if p.kind == "sometimes-after"]
-    #: per sometimes-after property: state -> the earlier step (pre, action, result, post) on a path to it
+    #: per sometimes-after property: fingerprint -> the earlier step (pre, action, result, post), as views
     marks: dict = {p.name: {} for p in after_sometimes}
+    #: (action kind, result type) -> (step properties, sometimes-step properties) still open there
+    table: dict = {}
 
-    def trace(end, last=None) -> list[Step]:
-        chain = []
-        node = end
-        while parent[node] is not None:
-            prev, action, res = parent[node]
-            chain.append(Step(action, res, node))
-            node = prev
-        chain.append(Step(None, None, node))
-        chain.reverse()
+    def for_step(action, res) -> tuple:
+        key = (getattr(action, "kind", None), type(res))
+        entry = table.get(key)
+        if entry is None:
+            entry = table[key] = (
+                [p for p in model.step_properties if _applies(p, key[0], key[1])],
+                [p for p in step_sometimes if _applies(p, key[0], key[1])],
+            )
+        return entry
+
+    def trace(end_fp, last=None) -> list[Step]:
+        actions = []
+        node = parent[end_fp]
+        while node is not None:
+            prev_fp, action = node
+            actions.append(action)
+            node = parent[prev_fp]
+        actions.reverse()
+        st = model.init()
+        chain = [Step(None, None, st)]
+        for action in actions:
+            st, res = model.next(st, action)
+            chain.append(Step(action, res, st))
+        if fingerprint(st) != end_fp:
+            raise NondeterministicModel(
+                f"replaying {len(actions)} actions from init() reached fingerprint {fingerprint(st):#x}, "
+                f"not {end_fp:#x}: the model's next() must be a function of (state, action)")
         if last is not None:
             chain.append(last)
         return chain
 
-    def on_new_state(st, depth):
+    def on_new_state(st, fp, seen, depth):
         if model.observe_state is not None:
             model.observe_state(st)
-        for prop in model.invariants:
-            if prop.name not in result.violations and not prop.check(st):
-                result.violations[prop.name] = Violation(prop, trace(st))
+        for prop in invariants:
+            if prop.name not in result.violations and not prop.check(seen):
+                result.violations[prop.name] = Violation(prop, trace(fp))
         for prop in state_sometimes:
-            if prop.name not in result.witnessed and prop.check(st):
+            if prop.name not in result.witnessed and prop.check(seen):
                 result.witnessed[prop.name] = depth
 
-    on_new_state(init, 0)
+    on_new_state(init, init_fp, view(init), 0)
     last_report = started
+    observe_step = model.observe_step
     while frontier:
         if stop_on_first and result.violations:
             break
-        st, depth = frontier.popleft()
+        st, fp, depth = frontier.popleft()
         result.depth = max(result.depth, depth)
-        pending_after = [(p, marks[p.name], marks[p.name].pop(st, None)) for p in after_sometimes
+        pending_after = [(p, marks[p.name], marks[p.name].pop(fp, None)) for p in after_sometimes
                          if p.name not in result.witnessed]
         if max_depth is not None and depth >= max_depth:
             result.complete = False
             continue
+        pre = view(st)
         for action in model.enabled(st):
             nxt, res = model.next(st, action)
             result.transitions += 1
-            if model.observe_step is not None:
-                model.observe_step(st, action, res, nxt)
-            for prop in model.step_properties:
-                if prop.name not in result.violations and not prop.check(st, action, res, nxt):
-                    result.violations[prop.name] = Violation(prop, trace(st, Step(action, res, nxt)))
-            for prop in step_sometimes:
-                if prop.name not in result.witnessed and prop.check(st, action, res, nxt):
+            if observe_step is not None:
+                observe_step(st, action, res, nxt)
+            nxt_fp = fingerprint(nxt)
+            post = view(nxt)
+            props, sometimes = for_step(action, res)
+            for prop in props:
+                if prop.name not in result.violations and not prop.check(pre, action, res, post):
+                    result.violations[prop.name] = Violation(prop, trace(fp, Step(action, res, nxt)))
+            for prop in sometimes:
+                if prop.name not in result.witnessed and prop.check(pre, action, res, post):
                     result.witnessed[prop.name] = depth + 1
             for prop, marked, earlier in pending_after:
                 if prop.name in result.witnessed:
                     continue
                 if earlier is None:
-                    if prop.after.check(st, action, res, nxt):
-                        marked.setdefault(nxt, (st, action, res, nxt))
-                elif prop.check(earlier, st, action, res, nxt):
+                    if prop.after.check(pre, action, res, post):
+                        marked.setdefault(nxt_fp, (pre, action, res, post))
+                elif prop.check(earlier, pre, action, res, post):
                     result.witnessed[prop.name] = depth + 1
                     marked.clear()
                 else:
-                    marked.setdefault(nxt, earlier)
-            if nxt not in parent:
-                parent[nxt] = (st, action, res)
-                on_new_state(nxt, depth + 1)
-                frontier.append((nxt, depth + 1))
+                    marked.setdefault(nxt_fp, earlier)
+            if nxt_fp not in parent:
+                parent[nxt_fp] = (fp, action)
+                on_new_state(nxt, nxt_fp, post, depth + 1)
+                frontier.append((nxt, nxt_fp, depth + 1))
                 if max_states is not None and len(parent) >= max_states:
                     result.complete = False
                     frontier.clear()

@@ -54,19 +54,31 @@ class SuiteRun:
     coverage: Coverage
 
 
+def _replica(world):
+    """What the properties read of a checker world: the replica."""
+    return world.replica
+
+
 def build_model(bounds: Bounds, coverage: Optional[Coverage] = None, invariants=None, step_properties=None,
-                sometimes=None) -> Model:
+                sometimes=None, lifted: bool = False) -> Model:
+    """The checker's model of ``bounds``: the spec's properties (or those given) read each world's replica.
+
+    ``lifted``: each property wrapped to take worlds itself, for ``checker.reference.check_reference``
+    (which has no ``Model.view``); ``check`` takes the spec's properties as they are.
+    """
     coverage = coverage if coverage is not None else Coverage()
     cfg = bounds.model_config()
+    wrap = lift if lifted else tuple
     return Model(
         init=lambda: init(bounds),
         enabled=lambda w: enabled(bounds, w, cfg),
         next=lambda w, a: next_state(bounds, w, a, cfg),
-        invariants=lift(P.INVARIANTS if invariants is None else invariants),
-        step_properties=lift(P.STEP_PROPERTIES if step_properties is None else step_properties),
-        sometimes=lift(P.SOMETIMES if sometimes is None else sometimes),
+        invariants=wrap(P.INVARIANTS if invariants is None else invariants),
+        step_properties=wrap(P.STEP_PROPERTIES if step_properties is None else step_properties),
+        sometimes=wrap(P.SOMETIMES if sometimes is None else sometimes),
         observe_state=lambda w: coverage.observe_state(w.replica),
         observe_step=lambda a, x, r, b: coverage.observe_step(a.replica, x, r, b.replica),
+        view=None if lifted else _replica,
     )
 
 

@@ -539,22 +539,30 @@ def page_fits(cfg: ModelConfig, frame: PageFrame, states, epochs: tuple[int, ...
     seed: the ack with an empty ``results`` list, plus each result's bytes,
     plus the commas between them (each result's bytes are cached per record).
     """
-    ack = {
+    header = _ack_header_bytes(frame.op_id, frame.attempt_id, frame.project_id, frame.after, frame.record_version,
+                               frame.complete, epochs, applied)
+    total = header + sum(_ack_entry_bytes(s) for s in states) + max(len(states) - 1, 0)
+    return total <= cfg.ack_page_bytes
+
+
+@lru_cache(maxsize=65536)
+def _ack_header_bytes(op_id: str, attempt_id: str, project_id: str, after, record_version: int, complete: bool,
+                      epochs: tuple[int, ...], applied: Cursor) -> int:
+    """Bytes of a page acknowledgement with an empty ``results`` list (``page_fits``), per header."""
+    return wire.json_bytes_len({
         "kind": "env.replica.ack",
-        "opId": frame.op_id,
+        "opId": op_id,
         "ok": True,
         "phase": "page",
-        "attemptId": frame.attempt_id,
-        "projectId": frame.project_id,
-        "after": frame.after,
-        "recordVersion": frame.record_version,
+        "attemptId": attempt_id,
+        "projectId": project_id,
+        "after": after,
+        "recordVersion": record_version,
         "results": [],
-        "complete": frame.complete,
+        "complete": complete,
         "policyEpochs": list(epochs),
         "appliedThrough": {"streamId": applied.stream_id, "sequence": applied.sequence},
-    }
-    total = wire.json_bytes_len(ack) + sum(_ack_entry_bytes(s) for s in states) + max(len(states) - 1, 0)
-    return total <= cfg.ack_page_bytes
+    })
 
 
 def _page_prepare(cfg: ModelConfig, st: State, frame: PageFrame):

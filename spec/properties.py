@@ -234,6 +234,8 @@ def resume_changes_only_its_operation(pre, action, result, post) -> bool:
 
     def changed(table: str) -> set:
         before, after = getattr(pre, table), getattr(post, table)
+        if before is after:  # an operation leaves the tables it does not write as they were
+            return set()
         return {k for k in set(before) | set(after) if before.get(k) != after.get(k)}
 
     if isinstance(op, DeliveryInFlight):
@@ -563,6 +565,12 @@ class Property:
     kind: str  # "invariant" | "step" | "sometimes-state" | "sometimes-step" | "sometimes-after"
     doc: str = ""  # the statement, when ``check`` is a wrapper without the docstring
     after: Optional["Property"] = None  # sometimes-after: the step that must come first on the path
+    #: Step kinds only: the action kinds (``ActionKind`` values) and result types of the steps on which
+    #: ``check`` can return False (a step property) or True (a sometimes-step); None: any. The checker
+    #: evaluates the property only there (``checker.bfs``); ``tests/test_checker_fast.py`` shows it
+    #: answers the same everywhere else.
+    actions: Optional[frozenset] = None
+    results: Optional[tuple] = None
 
     @property
     def statement(self) -> str:
@@ -588,28 +596,35 @@ INVARIANTS = _props(
     receipts_cover_consumed,
 )
 
-STEP_PROPERTIES = _props(
-    "step",
-    cursor_never_goes_back,
-    replay_returns_same_answer,
-    conflicting_replay_changes_nothing,
-    consumed_answer_is_receipted,
-    receipts_are_never_rewritten,
-    resume_changes_only_its_operation,
-    reads_change_only_materialization,
-    organisation_fixed_after_activation,
-    live_record_version_never_decreases,
-    live_head_moves_with_its_record_version,
-    commit_promotes_exactly_staged,
-    commit_only_at_high_water,
-    refusals_change_only_what_seed_writes,
-    restart_closes_gate,
-    crash_never_pairs_old_value_with_new_head,
-    gate_moves_only_by_declared_transitions,
+def _step(kind: str, fn: Callable, actions: Optional[tuple[str, ...]] = None,
+          results: Optional[tuple[type, ...]] = None) -> Property:
+    """A step property evaluated only on steps of ``actions`` (action kind values) and ``results`` (types)."""
+    return Property(fn.__name__, fn, kind, actions=None if actions is None else frozenset(actions), results=results)
+
+
+#: The result types that can say a delivery was replayed or consumed.
+_DELIVERY_RESULTS = (ApplyOk, ApplyRefused)
+
+STEP_PROPERTIES = (
+    _step("step", cursor_never_goes_back),
+    _step("step", replay_returns_same_answer, results=_DELIVERY_RESULTS),
+    _step("step", conflicting_replay_changes_nothing, actions=("apply_delivery",)),
+    _step("step", consumed_answer_is_receipted, results=_DELIVERY_RESULTS),
+    _step("step", receipts_are_never_rewritten),
+    _step("step", resume_changes_only_its_operation, actions=("resume",)),
+    _step("step", reads_change_only_materialization, actions=("resume",)),
+    _step("step", organisation_fixed_after_activation),
+    _step("step", live_record_version_never_decreases),
+    _step("step", live_head_moves_with_its_record_version),
+    _step("step", commit_promotes_exactly_staged, results=(CommitOk,)),
+    _step("step", commit_only_at_high_water, results=(CommitOk,)),
+    _step("step", refusals_change_only_what_seed_writes, results=(CommitRefused, PageRefused, ApplyRefused)),
+    _step("step", restart_closes_gate, actions=("restart",)),
+    _step("step", crash_never_pairs_old_value_with_new_head, results=(Crashed,)),
+    _step("step", gate_moves_only_by_declared_transitions),
 )
 
-_HALF_APPLIED = Property(sometimes_crash_half_applies_delivery.__name__, sometimes_crash_half_applies_delivery,
-                         "sometimes-step")
+_HALF_APPLIED = _step("sometimes-step", sometimes_crash_half_applies_delivery, results=(Crashed,))
 
 SOMETIMES = _props(
     "sometimes-state",
@@ -617,7 +632,9 @@ SOMETIMES = _props(
     sometimes_value_served,
     sometimes_staged_value,
     sometimes_in_flight,
-) + _props("sometimes-step", sometimes_replay, sometimes_commit_after_interleaving) + (
+) + (
+    _step("sometimes-step", sometimes_replay, results=_DELIVERY_RESULTS),
+    _step("sometimes-step", sometimes_commit_after_interleaving, results=(CommitOk,)),
     _HALF_APPLIED,
     Property(sometimes_resent_delivery_completes.__name__, sometimes_resent_delivery_completes, "sometimes-after",
              after=_HALF_APPLIED),
