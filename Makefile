@@ -4,13 +4,17 @@ VENV  := .venv
 BIN   := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: check test diagrams clean
+.PHONY: check test nightly diagrams clean
 
 check: $(STAMP)
 	$(BIN)/envreplica check
 
 test: $(STAMP)
-	$(BIN)/pytest -p no:cacheprovider tests
+	$(BIN)/pytest -p no:cacheprovider -m "not nightly" tests
+
+# The full-size runs CI leaves out (tests marked nightly), for a nightly job.
+nightly: $(STAMP)
+	$(BIN)/pytest -p no:cacheprovider -m nightly tests
 
 diagrams: $(STAMP)
 	mkdir -p docs

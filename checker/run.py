@@ -4,17 +4,23 @@ Models: the glue between ``model.generate`` (the interface), ``spec.properties``
 (what must hold) and ``checker.bfs`` (the search): one ``SuiteRun`` per
 ``Bounds``, the properties lifted from replica states to checker worlds.
 
+``run(..., workers=N)`` and ``run(..., ray=ADDRESS)`` search in parallel
+(``checker.parallel``, ``checker.ray_search``) with the same results; each
+worker's model fills its own ``Coverage`` (``coverage_model``), merged after.
+
 Leaves out on purpose: printing (``cli``).
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Callable, Optional
 
 from envreplica.checker.bfs import Model, Result, check
 from envreplica.checker.coverage import Coverage
 from envreplica.model.generate import Bounds, enabled, init, next_state
+from envreplica.model.symmetry import symmetry as symmetry_of
 from envreplica.spec import properties as P
 
 
@@ -60,8 +66,11 @@ def _replica(world):
 
 
 def build_model(bounds: Bounds, coverage: Optional[Coverage] = None, invariants=None, step_properties=None,
-                sometimes=None, lifted: bool = False) -> Model:
+                sometimes=None, lifted: bool = False, symmetry: bool = False) -> Model:
     """The checker's model of ``bounds``: the spec's properties (or those given) read each world's replica.
+
+    ``symmetry``: the visited set is keyed by each world's representative up to renaming of
+    interchangeable names (``model.symmetry``; none when the bounds have no two such names).
 
     ``lifted``: each property wrapped to take worlds itself, for ``checker.reference.check_reference``
     (which has no ``Model.view``); ``check`` takes the spec's properties as they are.
@@ -69,6 +78,7 @@ def build_model(bounds: Bounds, coverage: Optional[Coverage] = None, invariants=
     coverage = coverage if coverage is not None else Coverage()
     cfg = bounds.model_config()
     wrap = lift if lifted else tuple
+    sym = symmetry_of(bounds, cfg.prefix) if symmetry else None
     return Model(
         init=lambda: init(bounds),
         enabled=lambda w: enabled(bounds, w, cfg),
@@ -79,11 +89,45 @@ def build_model(bounds: Bounds, coverage: Optional[Coverage] = None, invariants=
         observe_state=lambda w: coverage.observe_state(w.replica),
         observe_step=lambda a, x, r, b: coverage.observe_step(a.replica, x, r, b.replica),
         view=None if lifted else _replica,
+        fingerprint=hash if sym is None else sym.fingerprint,
+        canonical=None if sym is None else sym.canonical,
     )
 
 
-def run(bounds: Bounds, progress: Optional[Callable[[Result], None]] = None, **kwargs) -> SuiteRun:
+def coverage_model(bounds: Bounds, symmetry: bool = False) -> tuple[Model, Coverage]:
+    """The model of ``bounds`` and the ``Coverage`` its hooks fill: a worker's model in a parallel search."""
     coverage = Coverage()
-    model = build_model(bounds, coverage)
-    result = check(model, max_depth=bounds.max_depth, progress=progress, **kwargs)
+    return build_model(bounds, coverage, symmetry=symmetry), coverage
+
+
+def run(bounds: Bounds, progress: Optional[Callable[[Result], None]] = None, symmetry: bool = False,
+        workers: Optional[int] = None, ray: Optional[str] = None, **kwargs) -> SuiteRun:
+    """Check ``bounds``: ``checker.bfs`` in this process, or a parallel search with the same answers.
+
+    ``workers`` > 1: ``checker.parallel`` on that many forked processes.
+    ``ray``: ``checker.ray_search`` with ``workers`` actors (default: one per
+    CPU of the cluster) on the Ray cluster at that address (``"auto"``,
+    ``HOST:PORT``), or ``"local"`` for a Ray started in this process (kept for
+    the next run, shut down at exit). The workers' coverage is merged into one.
+    """
+    if ray is None and (workers is None or workers <= 1):
+        coverage = Coverage()
+        model = build_model(bounds, coverage, symmetry=symmetry)
+        result = check(model, max_depth=bounds.max_depth, progress=progress, **kwargs)
+        return SuiteRun(bounds, result, coverage)
+    factory = functools.partial(coverage_model, bounds, symmetry)
+    coverages: list = []
+    if ray is not None:
+        from envreplica.checker.ray_search import check_ray
+
+        result = check_ray(factory, workers, address=None if ray == "local" else ray, max_depth=bounds.max_depth,
+                           progress=progress, extras=coverages, shutdown=False, **kwargs)
+    else:
+        from envreplica.checker.parallel import check_parallel
+
+        result = check_parallel(factory, workers, max_depth=bounds.max_depth, progress=progress, extras=coverages,
+                                **kwargs)
+    coverage = Coverage()
+    for part in coverages:
+        coverage.merge(part)
     return SuiteRun(bounds, result, coverage)

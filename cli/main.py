@@ -164,6 +164,9 @@ class _BackgroundModelCheck:
         self.output = tempfile.TemporaryFile(mode="w+", encoding="utf-8")
         argv = ["check", "--model-stage", "--quiet", "--bounds", args.bounds, "--variant", args.variant,
                 "--out", args.out]
+        argv += ["--workers", str(args.workers)] if args.workers else []
+        argv += ["--ray", args.ray] if args.ray else []
+        argv += ["--symmetry"] if getattr(args, "symmetry", False) else []
         code = "import sys; from envreplica.cli.main import main; sys.exit(main(sys.argv[1:]))"
         env = dict(os.environ, COLUMNS=os.environ.get("COLUMNS", str(console.width)))
         self.process = subprocess.Popen([sys.executable, "-c", code, *argv], stdout=self.output,
@@ -327,6 +330,7 @@ def _model_check(args) -> int:
     out_dir = Path(args.out)
     failed = False
     total_cov = Coverage()
+    collision = 0.0  # TLC's estimate, summed over the bounds
     verdicts: dict[str, list[str]] = {p.name: [] for p in P.ALL}
     summary = Table(title=f"envreplica check --bounds {args.bounds} --variant {variant.value}")
     for col in ("bounds", "mode", "distinct states", "transitions", "depth", "complete", "seconds", "states/s"):
@@ -340,9 +344,11 @@ def _model_check(args) -> int:
             def report(r, task=task):
                 progress.update(task, info=f"{r.states:,} states  depth {r.depth}  {r.states_per_second:,.0f}/s")
 
-            done = run(bounds, progress=report)
+            done = run(bounds, progress=report, workers=args.workers, ray=args.ray,
+                       symmetry=getattr(args, "symmetry", False))
         r = done.result
         total_cov.merge(done.coverage)
+        collision += r.collision_probability
         summary.add_row(bounds.name, bounds.mode.value, f"{r.states:,}", f"{r.transitions:,}", str(r.depth),
                         "yes" if r.complete else f"to depth {bounds.max_depth}", f"{r.seconds:.1f}",
                         f"{r.states_per_second:,.0f}")
@@ -361,6 +367,8 @@ def _model_check(args) -> int:
             console.print(f"  trace written to [bold]{path}[/]  (envreplica replay {path}; "
                           f"envreplica diagram --trace {path})\n")
     console.print(summary)
+    console.print(f"visited sets of 64-bit fingerprints: estimated probability that two distinct states "
+                  f"shared one (and a state went unexplored) {collision:.1e} (TLC's states x transitions / 2^64)")
 
     table = Table(title="properties")
     table.add_column("property")
@@ -549,6 +557,16 @@ def main(argv=None) -> int:
                    help="run the model check before the lockstep, not beside it in a second process")
     c.add_argument("--no-concurrent", action="store_true",
                    help="skip the concurrent-process stage (several processes on one file)")
+    c.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="model-check with N worker processes (checker.parallel: the same results as one); "
+                        "with --ray, N actors (default: one per CPU of the cluster)")
+    c.add_argument("--symmetry", action="store_true",
+                   help="symmetry reduction: states equal up to renaming interchangeable project ids "
+                        "(and, for the adversary, attempt, stream and organisation ids) are explored once "
+                        "(model.symmetry); same verdicts and counterexample lengths, fewer states")
+    c.add_argument("--ray", default=None, metavar="ADDRESS",
+                   help="model-check on a Ray cluster: 'auto', HOST:PORT, or 'local' to start one here "
+                        "(needs the ray extra: pip install 'envreplica[ray]')")
     c.set_defaults(func=cmd_check)
     k = sub.add_parser("conformance", help="hold an implementation (an adapter command) against the model")
     k.add_argument("--adapter", required=True,

@@ -33,8 +33,9 @@ The interface: ``init(bounds)``, ``enabled(bounds, world)``,
 ``next_state(bounds, world, action)``. Properties live in ``spec.properties``.
 
 Leaves out on purpose: the cloud's own failure handling (it simply resends
-what the replica's state says is next), and symmetry reduction (states are
-deduplicated exactly, not up to renaming).
+what the replica's state says is next), and symmetry: the generators name
+things concretely; ``model.symmetry`` gives the checker a representative per
+state up to renaming, on request (``envreplica check --symmetry``).
 """
 
 from __future__ import annotations

@@ -213,7 +213,7 @@ def consumed_answer_is_receipted(pre, action, result, post) -> bool:
 
 def receipts_are_never_rewritten(pre, action, result, post) -> bool:
     """A receipt, once written, is never changed: receipts are only added, or all dropped with their stream."""
-    if pre.authority.stream_id != post.authority.stream_id:
+    if pre.receipts is post.receipts or pre.authority.stream_id != post.authority.stream_id:
         return True
     return all(post.receipts.get(k, r) == r for k, r in pre.receipts.items()) and (
         len(post.receipts) == 0 or set(pre.receipts) <= set(post.receipts)
@@ -295,7 +295,7 @@ def organisation_fixed_after_activation(pre, action, result, post) -> bool:
 
 def live_record_version_never_decreases(pre, action, result, post) -> bool:
     """A live project's record version never decreases."""
-    return all(post.projects[p] >= v for p, v in pre.projects.items() if p in post.projects)
+    return pre.projects is post.projects or all(post.projects[p] >= v for p, v in pre.projects.items() if p in post.projects)
 
 
 def commit_promotes_exactly_staged(pre, action, result, post) -> bool:

@@ -24,9 +24,12 @@ TRACES = Path(__file__).resolve().parent.parent / "docs" / "traces"
 #: Crash points (issue 9) added the states a crash between an operation's write commits leaves
 #: (before: fixed 33605 / 6683 / 24392 / 6681, seed 35699 / 6847 / 25322 / 6681): a live delivery
 #: half-applied (record and version, no receipt), or with its value installed and no receipt.
+#: Issue 10 added ``adversary-f2-atomic`` (finding F2 within the default bounds).
 PINNED = {
-    Variant.FIXED: {"cloud": 34609, "cloud-legacy": 6935, "adversary": 24392, "adversary-wide": 6737},
-    Variant.SEED: {"cloud": 36649, "cloud-legacy": 7107, "adversary": 25322, "adversary-wide": 6737},
+    Variant.FIXED: {"cloud": 34609, "cloud-legacy": 6935, "adversary": 24392, "adversary-wide": 6737,
+                    "adversary-f2-atomic": 28789},
+    Variant.SEED: {"cloud": 36649, "cloud-legacy": 7107, "adversary": 25322, "adversary-wide": 6737,
+                   "adversary-f2-atomic": 29149},
 }
 
 
@@ -51,7 +54,7 @@ def test_verdicts(default_runs):
         # Finding F1: a stale read installs a value under an epoch no longer kept.
         assert violated == {"served_values_are_live_bound_kept"}
         lengths = {r.bounds.name: r.result.violations[n].length for r in runs for n in r.result.violations}
-        assert lengths == {"cloud": 9, "adversary": 6}
+        assert lengths == {"cloud": 9, "adversary": 6, "adversary-f2-atomic": 7}
     witnessed = {name for r in runs for name in r.result.witnessed}
     assert witnessed == {p.name for p in P.SOMETIMES}, "a sometimes property was never witnessed"
 
@@ -148,3 +151,15 @@ def test_crash_points_reach_states_restart_alone_does_not():
     assert with_crashes.states > without.states
     assert "sometimes_crash_half_applies_delivery" in with_crashes.witnessed
     assert "sometimes_crash_half_applies_delivery" not in without.witnessed
+
+
+@pytest.mark.slow
+def test_fix_f1_fails_the_default_bounds_with_f2():
+    """The default bounds hold F2: a fix of F1 alone fails ``envreplica check``, with F2's 7 steps."""
+    f2_bounds = [b for b in suite("default", Variant.FIX_F1) if b.name == "adversary-f2-atomic"]
+    assert len(f2_bounds) == 1
+    result = run(f2_bounds[0]).result  # under fixed the same bounds hold everything (test_verdicts)
+    assert {n: v.length for n, v in result.violations.items()} == {"served_values_are_live_bound_kept": 7}
+    final = result.violations["served_values_are_live_bound_kept"].steps[-1].state.replica
+    assert final.authority.policy_epochs == (2,)
+    assert any(row.state.policy_epoch == 1 and row.mat.kind.value == "installed" for row in final.records.values())
