@@ -355,6 +355,7 @@ def test_mutant_on_its_bounds_same_with_symmetry(mutant: Mutant, monkeypatch):
     assert reduced.violations[mutant.expect].length <= mutant.max_length
 
 
+@pytest.mark.nightly  # every model mutant on wider bounds, searched twice: about 90 s in all (make nightly)
 @pytest.mark.parametrize("mutant", [_mutant_param(m, _SLOW_WIDENED) for m in MUTANTS + CRASH_MUTANTS])
 def test_mutant_on_widened_bounds_same_with_symmetry(mutant: Mutant, monkeypatch):
     mutant.patch(monkeypatch)
