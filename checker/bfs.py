@@ -43,6 +43,11 @@ state first expanded without a mark is not revisited.
 states in the visited set, every property on every step), kept for the
 benchmark and the equivalence tests.
 
+What every search of a ``Model`` shares is here too, so the parallel
+searches (``checker.parallel``, ``checker.ray_search``) use it rather than
+repeat it: ``fingerprint_function``, ``view_function``, ``step_table``,
+``path_to``, ``replay`` and ``replay_to``.
+
 Leaves out on purpose: partial-order reduction, disk spilling, and
 parallel search (``checker.parallel``). The state counts are what they are, and the
 pinned counts in the tests are exact (up to a fingerprint collision).
@@ -137,36 +142,36 @@ def _applies(prop, kind, result_type) -> bool:
     return (actions is None or kind in actions) and (results is None or issubclass(result_type, results))
 
 
-def check(
-    model: Model,
-    max_depth: Optional[int] = None,
-    max_states: Optional[int] = None,
-    stop_on_first: bool = False,
-    progress: Optional[Callable[[Result], None]] = None,
-) -> Result:
-    """Breadth-first search from ``model.init()``; records the shortest violation of each property."""
-    started = time.perf_counter()
-    result = Result(fingerprints=True)
-    if model.canonical is None:
-        fingerprint = model.fingerprint
-    else:
-        raw_fingerprint, canonical = model.fingerprint, model.canonical
+# -- what every search of a Model shares (this one, checker.parallel's, checker.ray_search's) ---------
 
-        def fingerprint(st) -> int:
-            return raw_fingerprint(canonical(st))
-    view = model.view if model.view is not None else (lambda st: st)
-    init = model.init()
-    init_fp = fingerprint(init)
-    #: fingerprint -> (parent fingerprint, action), or None for the initial state
-    parent: dict = {init_fp: None}
-    frontier = deque([(init, init_fp, 0)])
-    invariants = list(model.invariants)
-    state_sometimes = [p for p in model.sometimes if p.kind == "sometimes-state"]
+
+def fingerprint_function(model: Model) -> Callable[[Hashable], int]:
+    """A state's key in the visited set: ``Model.fingerprint``, of its representative under symmetry."""
+    if model.canonical is None:
+        return model.fingerprint
+    raw, canonical = model.fingerprint, model.canonical
+
+    def fingerprint(st) -> int:
+        return raw(canonical(st))
+
+    return fingerprint
+
+
+def view_function(model: Model) -> Callable[[Hashable], Any]:
+    """What the properties read of a state: ``Model.view``, or the state itself."""
+    return model.view if model.view is not None else _identity
+
+
+def _identity(st):
+    return st
+
+
+def step_table(model: Model) -> Callable[[Any, Any], tuple]:
+    """``(action, result) -> (step properties, sometimes-step properties)`` that can fail (or hold) there.
+
+    Built once per (action kind, result type) from each property's filter (``_applies``).
+    """
     step_sometimes = [p for p in model.sometimes if p.kind == "sometimes-step"]
-    after_sometimes = [p for p in model.sometimes if p.kind == "sometimes-after"]
-    #: per sometimes-after property: fingerprint -> the earlier step (pre, action, result, post), as views
-    marks: dict = {p.name: {} for p in after_sometimes}
-    #: (action kind, result type) -> (step properties, sometimes-step properties) still open there
     table: dict = {}
 
     def for_step(action, res) -> tuple:
@@ -179,23 +184,66 @@ def check(
             )
         return entry
 
+    return for_step
+
+
+def path_to(parent_of: Callable[[int], Optional[tuple]], end_fp: int) -> list:
+    """The actions from the initial state to ``end_fp``, following ``parent_of(fp) -> (parent fp, action)``."""
+    actions = []
+    node = parent_of(end_fp)
+    while node is not None:
+        prev_fp, action = node
+        actions.append(action)
+        node = parent_of(prev_fp)
+    actions.reverse()
+    return actions
+
+
+def replay(model: Model, actions) -> list[Step]:
+    """The run of ``actions`` from ``model.init()``, as steps (the first one the initial state)."""
+    st = model.init()
+    steps = [Step(None, None, st)]
+    for action in actions:
+        st, res = model.next(st, action)
+        steps.append(Step(action, res, st))
+    return steps
+
+
+def replay_to(model: Model, fingerprint: Callable[[Hashable], int], actions, end_fp: int) -> list[Step]:
+    """``replay(model, actions)``; ``NondeterministicModel`` unless it ends at fingerprint ``end_fp``."""
+    steps = replay(model, actions)
+    reached = fingerprint(steps[-1].state)
+    if reached != end_fp:
+        raise NondeterministicModel(
+            f"replaying {len(actions)} actions from init() reached fingerprint {reached:#x}, "
+            f"not {end_fp:#x}: the model's next() must be a function of (state, action)")
+    return steps
+
+
+def check(
+    model: Model,
+    max_depth: Optional[int] = None,
+    max_states: Optional[int] = None,
+    stop_on_first: bool = False,
+    progress: Optional[Callable[[Result], None]] = None,
+) -> Result:
+    """Breadth-first search from ``model.init()``; records the shortest violation of each property."""
+    started = time.perf_counter()
+    result = Result(fingerprints=True)
+    fingerprint, view, for_step = fingerprint_function(model), view_function(model), step_table(model)
+    init = model.init()
+    init_fp = fingerprint(init)
+    #: fingerprint -> (parent fingerprint, action), or None for the initial state
+    parent: dict = {init_fp: None}
+    frontier = deque([(init, init_fp, 0)])
+    invariants = list(model.invariants)
+    state_sometimes = [p for p in model.sometimes if p.kind == "sometimes-state"]
+    after_sometimes = [p for p in model.sometimes if p.kind == "sometimes-after"]
+    #: per sometimes-after property: fingerprint -> the earlier step (pre, action, result, post), as views
+    marks: dict = {p.name: {} for p in after_sometimes}
+
     def trace(end_fp, last=None) -> list[Step]:
-        actions = []
-        node = parent[end_fp]
-        while node is not None:
-            prev_fp, action = node
-            actions.append(action)
-            node = parent[prev_fp]
-        actions.reverse()
-        st = model.init()
-        chain = [Step(None, None, st)]
-        for action in actions:
-            st, res = model.next(st, action)
-            chain.append(Step(action, res, st))
-        if fingerprint(st) != end_fp:
-            raise NondeterministicModel(
-                f"replaying {len(actions)} actions from init() reached fingerprint {fingerprint(st):#x}, "
-                f"not {end_fp:#x}: the model's next() must be a function of (state, action)")
+        chain = replay_to(model, fingerprint, path_to(parent.__getitem__, end_fp), end_fp)
         if last is not None:
             chain.append(last)
         return chain

@@ -78,7 +78,8 @@ from multiprocessing.connection import wait
 from operator import attrgetter
 from typing import Any, Callable, Optional
 
-from envreplica.checker.bfs import Model, NondeterministicModel, Result, Step, Violation, _applies
+from envreplica.checker.bfs import (Model, Result, Step, Violation, fingerprint_function, path_to, replay_to,
+                                     step_table, view_function)
 
 #: Successors per message to another worker: thousands, so pickling and the pipe cost little per state.
 BATCH = 4096
@@ -194,22 +195,6 @@ def build(model_factory: Callable[[], Any]) -> tuple[Model, Any]:
     return made, None
 
 
-def fingerprint_function(model: Model) -> Callable[[Any], int]:
-    """The fingerprint ``bfs.check`` uses: ``Model.fingerprint``, of the representative under symmetry."""
-    if model.canonical is None:
-        return model.fingerprint
-    raw, canonical = model.fingerprint, model.canonical
-
-    def fingerprint(st) -> int:
-        return raw(canonical(st))
-
-    return fingerprint
-
-
-def _identity(st):
-    return st
-
-
 #: A state's rank in ``bfs.check``'s order is ``parent rank * RANK_RADIX + action index`` (see ``Partition``).
 RANK_RADIX = 1 << 20
 
@@ -250,7 +235,8 @@ class Partition:
         self.workers = workers
         self.batch = batch
         self.fingerprint = fingerprint_function(model)
-        self.view = model.view if model.view is not None else _identity
+        self.view = view_function(model)
+        self.for_step = step_table(model)  # (action, result) -> the step properties that can fail there
         self.visited: dict = {}  # fingerprint -> (parent fingerprint, action), or None for the initial state
         self.frontier: dict = {}  # fingerprint -> state: this level, in rank order
         self.rank: dict = {}  # fingerprint -> rank, of this level's states
@@ -258,7 +244,6 @@ class Partition:
         self.next_rank: dict = {}
         self.invariants = list(model.invariants)
         self.state_sometimes = [p for p in model.sometimes if p.kind == "sometimes-state"]
-        self.step_sometimes = [p for p in model.sometimes if p.kind == "sometimes-step"]
         self.after_sometimes = [p for p in model.sometimes if p.kind == "sometimes-after"]
         #: per sometimes-after property, fingerprint -> (key, earlier step (pre, action, result, post) as views):
         self.early = self._marks()  # this level's states: the mark of the first transition from the level before
@@ -274,7 +259,6 @@ class Partition:
         self.transitions = 0
         self.sent: set = set()  # fingerprints already offered to their owners (this one included)
         self.out: list[list] = [[] for _ in range(workers)]
-        self.table: dict = {}  # (action kind, result type) -> (step properties, sometimes-step properties)
 
     def _marks(self) -> dict:
         return {p.name: {} for p in self.after_sometimes}
@@ -310,16 +294,6 @@ class Partition:
         self.changed = set()
         self.tentative = {name: set() for name in self.tentative}
         self.step_found = {}
-
-    def _for_step(self, action, res) -> tuple:
-        key = (getattr(action, "kind", None), type(res))
-        entry = self.table.get(key)
-        if entry is None:
-            entry = self.table[key] = (
-                [p for p in self.model.step_properties if _applies(p, key[0], key[1])],
-                [p for p in self.step_sometimes if _applies(p, key[0], key[1])],
-            )
-        return entry
 
     def _on_new_state(self, st, fp, depth) -> None:
         model = self.model
@@ -406,7 +380,7 @@ class Partition:
         after_sometimes, early = self.after_sometimes, self.early
         visited, next_rank, sent = self.visited, self.next_rank, self.sent
         workers, index, rank_of = self.workers, self.index, self.rank
-        accept, for_step, send = self.accept, self._for_step, self._send
+        accept, for_step, send = self.accept, self.for_step, self._send
         child = depth + 1
         transitions = 0
         for fp, st in self.frontier.items():
@@ -611,22 +585,16 @@ class Coordinator:
             self.result.seconds = time.perf_counter() - self.started
             self.progress(self.result)
 
-    def violations(self, parent_of: Callable[[int], Any], check_end: Callable[[list, int], None]) -> None:
+    def violations(self, parent_of: Callable[[int], Any], steps_to: Callable[[list, int], list]) -> None:
         """Rebuild each violation's counterexample: parent pointers from the owners, then a replay from init.
 
-        ``check_end(actions, fingerprint)`` raises ``NondeterministicModel``
-        unless the replay of ``actions`` reaches ``fingerprint``.
+        ``steps_to(actions, fingerprint)`` replays ``actions`` in this process
+        and raises ``NondeterministicModel`` unless the run reaches
+        ``fingerprint`` (``bfs.replay_to``, or a check by a process that
+        fingerprints as the owners do).
         """
         for name, (depth, fp, action) in sorted(self.pending.items()):
-            actions = []
-            node = parent_of(fp)
-            while node is not None:
-                prev_fp, step_action = node
-                actions.append(step_action)
-                node = parent_of(prev_fp)
-            actions.reverse()
-            check_end(actions, fp)
-            steps = replay(self.model, actions)
+            steps = steps_to(path_to(parent_of, fp), fp)
             if action is not None:
                 st, res = self.model.next(steps[-1].state, action)
                 steps.append(Step(action, res, st))
@@ -637,25 +605,6 @@ class Coordinator:
     def finish(self) -> Result:
         self.result.seconds = time.perf_counter() - self.started
         return self.result
-
-
-def replay(model: Model, actions) -> list[Step]:
-    """The run of ``actions`` from ``model.init()``, as steps (the first one the initial state)."""
-    st = model.init()
-    steps = [Step(None, None, st)]
-    for action in actions:
-        st, res = model.next(st, action)
-        steps.append(Step(action, res, st))
-    return steps
-
-
-def check_replay(model: Model, fingerprint: Callable, actions, end_fp: int) -> None:
-    """Raise ``NondeterministicModel`` unless replaying ``actions`` from init reaches ``end_fp``."""
-    st = replay(model, actions)[-1].state
-    if fingerprint(st) != end_fp:
-        raise NondeterministicModel(
-            f"replaying {len(actions)} actions from init() reached fingerprint {fingerprint(st):#x}, "
-            f"not {end_fp:#x}: the model's next() must be a function of (state, action)")
 
 
 # -- worker processes ------------------------------------------------------------------------------
@@ -791,7 +740,7 @@ def check_parallel(
             conn.send(("parent", fp))
             return _answer(conn, fp % workers)
 
-        coordinator.violations(parent_of, lambda actions, fp: check_replay(model, fingerprint, actions, fp))
+        coordinator.violations(parent_of, lambda actions, fp: replay_to(model, fingerprint, actions, fp))
         for conn in conns:
             conn.send(("stop",))
         gathered = _gather(conns)

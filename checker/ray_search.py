@@ -64,9 +64,9 @@ from collections.abc import Mapping
 from operator import attrgetter
 from typing import Any, Callable, Optional, Union
 
-from envreplica.checker.bfs import Result
-from envreplica.checker.parallel import (BATCH, WORKER_GC_THRESHOLD, Coordinator, Partition, build, check_replay,
-                                         dumps_batch, loads_batch)
+from envreplica.checker.bfs import Result, replay, replay_to
+from envreplica.checker.parallel import (BATCH, WORKER_GC_THRESHOLD, Coordinator, Partition, build, dumps_batch,
+                                         loads_batch)
 
 #: The ``PYTHONHASHSEED`` every actor runs with (unless ``hash_seed`` says otherwise).
 HASH_SEED = "0"
@@ -241,7 +241,8 @@ class Owner:
         return self.part.parent(fp)
 
     def check_replay(self, actions, fp: int) -> None:
-        check_replay(self.model, self.part.fingerprint, actions, fp)
+        """``NondeterministicModel`` unless ``actions`` replayed from init reach ``fp`` (fingerprinted here)."""
+        replay_to(self.model, self.part.fingerprint, actions, fp)
 
     def finish(self):
         return self.extra
@@ -325,10 +326,12 @@ def check_ray(
                             for j in range(workers)])
 
         coordinator.search([hello[4] for hello in hellos], round_)
-        coordinator.violations(
-            lambda fp: ray.get(actors[fp % workers].parent.remote(fp)),
-            lambda actions, fp: ray.get(actors[0].check_replay.remote(actions, fp)),
-        )
+        def steps_to(actions, fp: int) -> list:
+            """Checked by an actor (it fingerprints as the owners do), then replayed here: the driver's own steps."""
+            ray.get(actors[0].check_replay.remote(actions, fp))
+            return replay(model, actions)
+
+        coordinator.violations(lambda fp: ray.get(actors[fp % workers].parent.remote(fp)), steps_to)
         if extras is not None:
             extras.extend(ray.get([a.finish.remote() for a in actors]))
         return coordinator.finish()

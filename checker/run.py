@@ -111,8 +111,7 @@ def run(bounds: Bounds, progress: Optional[Callable[[Result], None]] = None, sym
     the next run, shut down at exit). The workers' coverage is merged into one.
     """
     if ray is None and (workers is None or workers <= 1):
-        coverage = Coverage()
-        model = build_model(bounds, coverage, symmetry=symmetry)
+        model, coverage = coverage_model(bounds, symmetry)
         result = check(model, max_depth=bounds.max_depth, progress=progress, **kwargs)
         return SuiteRun(bounds, result, coverage)
     factory = functools.partial(coverage_model, bounds, symmetry)

@@ -47,16 +47,22 @@ RECONCILED_VALUES = (VALUES[0], *HARD_VALUES[:-1], VALUES[1], *HARD_VALUES[:-2])
 _LONE = re.compile("[\ud800-\udfff]")
 
 
+def _other_project(project: str) -> str:
+    """A project id of ``PROJECTS`` that is not ``project``."""
+    return PROJECTS[1] if project == PROJECTS[0] else PROJECTS[0]
+
+
 def wrong_staged_envelope(d: _Draw, org: str, project: str, key: str, staging: str, value: str) -> str:
     """A staged envelope right in every field but one, drawn from the fields the seed's check compares:
     the organisation (a value another tenant staged), the staging id (a value staged for another
-    generation: a stale one), the project or the key. Each such envelope must read as ``value_envelope_mismatch``; one field at a time, so that an
-    implementation that forgets any one comparison installs it and parts from the model."""
+    generation: a stale one), the project or the key. Each such envelope must read as
+    ``value_envelope_mismatch``; one field at a time, so that an implementation that forgets any one
+    comparison installs it and parts from the model."""
     field = d.weighted([(3, "org"), (2, "project"), (2, "key"), (3, "staging")])
     if field == "org":
         org = OTHER_ORG if org != OTHER_ORG else ORG
     elif field == "project":
-        project = PROJECTS[1] if project == PROJECTS[0] else PROJECTS[0]
+        project = _other_project(project)
     elif field == "key":
         key = key + "Z"
     else:
@@ -67,8 +73,19 @@ def wrong_staged_envelope(d: _Draw, org: str, project: str, key: str, staging: s
 def wrong_legacy_envelope(d: _Draw, project: str, key: str, value: str) -> str:
     """A legacy envelope right but for its project or its key: ``value_envelope_mismatch`` either way."""
     if d.flag(50):
-        return legacy_envelope(PROJECTS[1] if project == PROJECTS[0] else PROJECTS[0], key, value)
+        return legacy_envelope(_other_project(project), key, value)
     return legacy_envelope(project, key + "Z", value)
+
+
+def stored_envelope(d: _Draw, ref: dict, org: str, project: str, key: str, value: str, wrong: bool = False) -> str:
+    """The text a store holds for ``ref`` (a wire value reference): the envelope the seed reads back as
+    ``value`` for (``org``, ``project``, ``key``), or with ``wrong`` one wrong in a single field (drawing
+    from ``d`` only then)."""
+    if ref["kind"] == "staged":
+        if wrong:
+            return wrong_staged_envelope(d, org, project, key, ref["stagingId"], value)
+        return staged_envelope(org, project, key, ref["stagingId"], value)
+    return wrong_legacy_envelope(d, project, key, value) if wrong else legacy_envelope(project, key, value)
 
 
 class _Gen:
@@ -301,17 +318,9 @@ class _Gen:
         if what in ("missing", "error"):
             return {"op": "store.fail", "projectId": project, "key": key, "ref": ref, "mode": what}
         out = {"op": "store.put", "projectId": project, "key": key, "ref": ref}
-        if ref["kind"] == "staged":
-            sid = ref["stagingId"]
-            if what == "wrong":
-                raw = wrong_staged_envelope(d, org, project, key, sid, value)
-            else:
-                raw = staged_envelope(org, project, key, sid, value)
-        else:
-            raw = wrong_legacy_envelope(d, project, key, value) if what == "wrong" else \
-                legacy_envelope(project, key, value)
-            if what == "version":
-                out["reportedVersion"] = ref["ssmVersion"] + 1
+        raw = stored_envelope(d, ref, org, project, key, value, wrong=what == "wrong")
+        if what == "version" and ref["kind"] == "legacy":
+            out["reportedVersion"] = ref["ssmVersion"] + 1
         if what == "garbage":
             raw = d.one(["{not json", json.dumps({"v": 3, "kind": "project-env"}), "[]"])
         out["raw"] = raw if what == "garbage" else _Gen.restyle(d, raw)
@@ -520,12 +529,7 @@ class _Gen:
                 if answer in ("missing", "error"):
                     out.append({"op": "store.fail", "projectId": project, "key": key, "ref": ref, "mode": answer})
                     continue
-                if staged:
-                    raw = wrong_staged_envelope(dd, org, project, key, ref["stagingId"], value) \
-                        if answer == "wrong" else staged_envelope(org, project, key, ref["stagingId"], value)
-                else:
-                    raw = wrong_legacy_envelope(dd, project, key, value) if answer == "wrong" else \
-                        legacy_envelope(project, key, value)
+                raw = stored_envelope(dd, ref, org, project, key, value, wrong=answer == "wrong")
                 put = {"op": "store.put", "projectId": project, "key": key, "ref": ref, "raw": cls.restyle(dd, raw)}
                 if answer == "version":
                     put["reportedVersion"] = ref["ssmVersion"] + 1

@@ -40,11 +40,10 @@ from envreplica.conformance.lockstep.domains import (
     draw_value,
 )
 from envreplica.conformance.lockstep.draw import BLOCK_BYTES, FFWD_SEED_BYTES, _BLOCKS, _Draw
-from envreplica.conformance.lockstep.generate import _Gen, wrong_legacy_envelope, wrong_staged_envelope
+from envreplica.conformance.lockstep.generate import _Gen, stored_envelope
 from envreplica.conformance.lockstep.records import _fetchable, _View
 from envreplica.conformance.lockstep.traces import write_trace
 from envreplica.model.state import State, Variant
-from envreplica.model.store import legacy_envelope, staged_envelope
 from envreplica.spec.gate import GateEdge, Trigger
 
 #: The ops that move the gate, and the trigger of each (``_TracingModel`` records the moves).
@@ -346,8 +345,8 @@ class LockstepMachine(RuleBasedStateMachine):
 
         Mostly a correct envelope (so values get installed); sometimes each
         other kind of answer: an envelope wrong in one field (a staged one
-        in its organisation, project, key or staging id,
-        ``wrong_staged_envelope``; a legacy one in its project or key), text that is
+        in its organisation, project, key or staging id; a legacy one in
+        its project or key: ``stored_envelope``), text that is
         not an envelope, a legacy version other than asked, nothing, an error.
         """
         from envreplica.model.store import legacy_parameter_name, staged_parameter_name
@@ -379,12 +378,7 @@ class LockstepMachine(RuleBasedStateMachine):
                 puts.append({"op": "store.fail", "projectId": project, "key": key, "ref": ref, "mode": answer})
                 continue
             value = draw_value(d, i)
-            if staged:
-                raw = wrong_staged_envelope(d, org, project, key, ref["stagingId"], value) if answer == "wrong" \
-                    else staged_envelope(org, project, key, ref["stagingId"], value)
-            else:
-                raw = wrong_legacy_envelope(d, project, key, value) if answer == "wrong" else \
-                    legacy_envelope(project, key, value)
+            raw = stored_envelope(d, ref, org, project, key, value, wrong=answer == "wrong")
             if answer == "garbage":
                 raw = d.one(["{not json", json.dumps({"v": 3, "kind": "project-env"})])
             put = {"op": "store.put", "projectId": project, "key": key, "ref": ref,
