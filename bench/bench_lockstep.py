@@ -15,15 +15,28 @@ derandomized, ``--examples`` examples of up to 30 steps), against the
 
 Prints examples, steps, seconds, steps per second and each row's ratio to
 the model-only row. Run: ``.venv/bin/python bench/bench_lockstep.py [--examples N]``.
+
+``--baseline REV`` (for example ``--baseline 0654bc1``, the commit before
+issue 11) measures instead the ``sqlite, in-process`` row of this checkout
+beside the same row of ``REV`` (checked out with ``git worktree`` into a
+temporary directory and imported first on ``PYTHONPATH``), each in its own
+subprocess, alternating ``--rounds`` times: the before/after figure of one
+run on one machine. Both must run the same examples and steps (the same
+derandomized generation), or the comparison is not like for like and it says so.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import shlex
+import statistics
+import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
@@ -34,10 +47,68 @@ from envreplica.conformance.lockstep import lockstep_settings, run_lockstep
 from envreplica.model.state import Variant
 
 
+_ONE_RUN = """
+import json, sys
+from envreplica.conformance.lockstep import lockstep_settings, run_lockstep
+from envreplica.model.state import Variant
+r = run_lockstep(None, variant=Variant.FIXED, settings=lockstep_settings("ci", max_examples=int(sys.argv[1])),
+                 state_check=True)
+print(json.dumps({"ok": r.ok, "examples": r.examples, "steps": r.steps, "seconds": r.seconds}))
+"""
+
+
+def _one_run(examples: int, pythonpath: "str | None") -> dict:
+    env = dict(os.environ)
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath
+    out = subprocess.run([sys.executable, "-c", _ONE_RUN, str(examples)], env=env, cwd=tempfile.gettempdir(),
+                         check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def baseline(rev: str, examples: int, rounds: int) -> None:
+    """This checkout's in-process lockstep beside ``rev``'s, alternating, in one run."""
+    repo = Path(__file__).resolve().parent.parent
+    with tempfile.TemporaryDirectory(prefix="envreplica-baseline-") as tmp:
+        tree = Path(tmp) / "envreplica"  # the package is the repository's root directory
+        subprocess.run(["git", "-C", str(repo), "worktree", "add", "--detach", "-f", str(tree), rev], check=True,
+                       capture_output=True)
+        try:
+            runs: dict[str, list[dict]] = {"before": [], "after": []}
+            for _ in range(rounds):
+                runs["before"].append(_one_run(examples, tmp))
+                runs["after"].append(_one_run(examples, None))
+        finally:
+            subprocess.run(["git", "-C", str(repo), "worktree", "remove", "--force", str(tree)], check=False,
+                           capture_output=True)
+    table = Table(title=f"lockstep in process (sqlite, state read back), {examples} examples, {rev} vs this "
+                        f"checkout, median of {rounds} alternating runs")
+    for column in ("code", "examples", "steps", "seconds", "steps/s"):
+        table.add_column(column, justify="left" if column == "code" else "right")
+    rates = {}
+    for name, label in (("before", rev), ("after", "this checkout")):
+        r = runs[name]
+        if not all(x["ok"] for x in r):
+            raise SystemExit(f"{label}: the lockstep diverged")
+        seconds = statistics.median(x["seconds"] for x in r)
+        rates[name] = statistics.median(x["steps"] / x["seconds"] for x in r)
+        table.add_row(label, str(r[0]["examples"]), f"{r[0]['steps']:,}", f"{seconds:.1f}", f"{rates[name]:,.0f}")
+    Console().print(table)
+    same = (runs["before"][0]["examples"], runs["before"][0]["steps"]) == (runs["after"][0]["examples"],
+                                                                          runs["after"][0]["steps"])
+    print(f"after / before: {rates['after'] / rates['before']:.2f}x steps/s"
+          + ("" if same else " (NOT like for like: the two ran different examples or steps)"))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--examples", type=int, default=200, help="examples per run (default 200)")
+    parser.add_argument("--baseline", metavar="REV", help="compare the in-process row with git revision REV")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating runs of each with --baseline")
     args = parser.parse_args()
+    if args.baseline:
+        baseline(args.baseline, args.examples, args.rounds)
+        return
     settings = lockstep_settings("ci", max_examples=args.examples)
     adapter = shlex.join([sys.executable, "-m", "envreplica.cli.main", "adapter", "--impl", "sqlite", "--test-key",
                           "--variant", Variant.FIXED.value])

@@ -110,6 +110,7 @@ from envreplica.impl.tables import (
     Tables,
     count_of,
     json_text,
+    ref_json,
     receipt_of_row,
     value_ref_of_row,
     where_text,
@@ -271,13 +272,26 @@ def _value_matches_head(vrow, head) -> Optional[Any]:
     if (vrow is None or head.tombstone or head.value_ref is None
             or vrow.revision != head.revision or vrow.generation != head.generation):
         return None
-    encoded = wire.encode(head.value_ref)
-    return encoded if vrow.value_ref_json == json_text(encoded) else None
+    if vrow.value_ref_json != ref_json(head.value_ref):
+        return None
+    return wire.encode(head.value_ref)
 
 
 # ---------------------------------------------------------------------------
 # The replica
 # ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TablesRead:
+    """Every table of one read transaction, verified and parsed (``SqliteReplica.read_tables``)."""
+
+    authority: AuthorityRow  # the authority row
+    live: dict  # project -> (record version, VerifiedProject): the live records, sorted by key
+    live_values: dict  # (project, key) -> OpenedValue
+    stage: dict  # (attempt, project) -> (StagedProject, VerifiedProject)
+    stage_values: dict  # (attempt, project, key) -> OpenedValue
+    receipts: dict  # (stream, sequence) -> StoredReceipt
 
 
 class SqliteReplica:
@@ -1056,6 +1070,29 @@ class SqliteReplica:
         receipts = sorted(((r.stream_id, r.sequence), receipt_of_row(r)) for r in rows)
         return tuple(ReceiptView(s, n, r.ok, r.code, r.result, r.record_version) for (s, n), r in receipts)
 
+    def read_tables(self) -> "TablesRead":
+        """Every table in one read transaction, each row and set verified and each value opened.
+
+        The typed form of ``export_state`` (rows as the replica's own types, each JSON column parsed
+        once), for harnesses that compare tables in process. Holds plaintext: never logged. A tamper
+        raises ``TamperDetected``; a row that does not parse, ``CorruptReplica``.
+        """
+        with self._read() as tx:
+            a = tx.authority()
+            live = tx.verified_live()
+            stage = tx.verified_stage()
+            receipt_rows = tx.verified_receipts()
+        opened_live = {
+            (project, key): self._open_value(vrow, "record_values", (project, key), project, key)
+            for project, (_, view) in live.items() for key, vrow in view.values.items()
+        }
+        opened_stage = {
+            (attempt, project, key): self._open_value(vrow, "stage_values", (attempt, project, key), project, key)
+            for (attempt, project), (_, view) in stage.items() for key, vrow in view.values.items()
+        }
+        receipts = {(row.stream_id, row.sequence): receipt_of_row(row) for row in receipt_rows}
+        return TablesRead(a, live, opened_live, stage, opened_stage, receipts)
+
     def export_state(self) -> dict:
         """Every table, each row and set verified and each value opened: the ``state`` document.
 
@@ -1065,11 +1102,8 @@ class SqliteReplica:
         test and verification read, never logged. A tamper raises
         ``TamperDetected``; a row that does not parse, ``CorruptReplica``.
         """
-        with self._read() as tx:
-            a = tx.authority()
-            live = tx.verified_live()
-            stage = tx.verified_stage()
-            receipt_rows = tx.verified_receipts()
+        read = self.read_tables()
+        a = read.authority
         doc: dict = {
             "authority": {"activated": a.activated, "gateOpen": a.gate_open, "attemptId": a.attempt_id,
                           "streamId": a.stream_id, "appliedSequence": a.applied_sequence, "orgId": a.org_id,
@@ -1078,20 +1112,18 @@ class SqliteReplica:
             "stageProjects": [], "stageRecords": [], "stageValues": [], "receipts": [],
         }
 
-        def opened(vrow, table: str, ident: tuple, project: str, key: str) -> dict:
-            value = self._open_value(vrow, table, ident, project, key)
+        def opened(value: OpenedValue) -> dict:
             return {"revision": value.revision, "generation": value.generation,
                     "valueRef": wire.encode(value.value_ref), "value": value.value}
 
-        for project, (version, view) in sorted(live.items()):
+        for project, (version, view) in sorted(read.live.items()):
             doc["projects"].append({"projectId": project, "recordVersion": version})
             for key, row in view.records:
                 doc["records"].append({"projectId": project, "key": key, "state": wire.encode(row.state),
                                        "materialization": wire.encode(row.mat)})
-            for key, vrow in sorted(view.values.items()):
-                doc["values"].append({"projectId": project, "key": key,
-                                      **opened(vrow, "record_values", (project, key), project, key)})
-        for (attempt, project), (sp, view) in sorted(stage.items()):
+            for key in sorted(view.values):
+                doc["values"].append({"projectId": project, "key": key, **opened(read.live_values[project, key])})
+        for (attempt, project), (sp, view) in sorted(read.stage.items()):
             doc["stageProjects"].append({"attemptId": attempt, "projectId": project,
                                          "recordVersion": sp.record_version, "lastKey": sp.last_key,
                                          "complete": sp.complete})
@@ -1099,14 +1131,12 @@ class SqliteReplica:
                 doc["stageRecords"].append({"attemptId": attempt, "projectId": project, "key": key,
                                             "state": wire.encode(row.state), "materialization": wire.encode(row.mat),
                                             "present": row.present})
-            for key, vrow in sorted(view.values.items()):
-                ident = (attempt, project, key)
+            for key in sorted(view.values):
                 doc["stageValues"].append({"attemptId": attempt, "projectId": project, "key": key,
-                                           **opened(vrow, "stage_values", ident, project, key)})
-        for row in sorted(receipt_rows, key=lambda r: (r.stream_id, r.sequence)):
-            receipt = receipt_of_row(row)
+                                           **opened(read.stage_values[attempt, project, key])})
+        for (stream, sequence), receipt in sorted(read.receipts.items()):
             doc["receipts"].append({
-                "streamId": row.stream_id, "sequence": row.sequence, "requestMac": receipt.request_mac,
+                "streamId": stream, "sequence": sequence, "requestMac": receipt.request_mac,
                 "ok": receipt.ok, "code": None if receipt.code is None else receipt.code.value,
                 "result": None if receipt.result is None else wire.encode(receipt.result),
                 "recordVersion": receipt.record_version,
@@ -1122,13 +1152,26 @@ class SqliteReplica:
         with self._lock, self._sql_errors():
             self._ensure_open()
             with read_transaction(self._conn) as conn:
-                lines = [line for (line,) in conn.exec_driver_sql("PRAGMA integrity_check").fetchall()]
+                lines = [line for (line,) in conn.execute("PRAGMA integrity_check").fetchall()]
             problems += [f"SQLite integrity_check: {line}" for line in lines if line != "ok"]
         try:
             self.export_state()
         except ReplicaError as error:
             problems.append(error.message)
         return problems
+
+    @property
+    def rows_changed(self) -> Optional[int]:
+        """SQLite's count of rows this connection has inserted, updated or deleted (``total_changes``).
+
+        It counts rolled-back changes too, so an unchanged count means nothing was written through this
+        connection since it was read; None once closed. For harnesses deciding whether the tables can have
+        moved (``conformance.lockstep``); never a substitute for reading them.
+        """
+        conn = self._conn
+        if conn is None:
+            return None
+        return conn.connection.dbapi_connection.total_changes
 
     def close(self) -> None:
         """Close the connection and the engine, then release the holder lock (idempotent)."""

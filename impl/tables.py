@@ -46,6 +46,7 @@ do about it.
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections import namedtuple
 from dataclasses import dataclass
 from functools import lru_cache
@@ -93,7 +94,9 @@ def json_text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
+@lru_cache(maxsize=1 << 14)
 def ref_json(ref: ValueRef) -> str:
+    """The value reference's column text (``JSON.stringify`` of its wire encoding); memoised (refs are values)."""
     return json_text(wire.encode(ref))
 
 
@@ -200,16 +203,24 @@ def _parse_code(code: Any, ident: tuple) -> RefusalCode:
 
 def receipt_of_row(row) -> StoredReceipt:
     """A receipt row, parsed: its MAC, outcome, code, result and record version."""
-    ident = (row.stream_id, row.sequence)
-    code = None if row.code is None else _parse_code(row.code, ident)
+    return _receipt_of_columns(row.stream_id, row.sequence, row.request_mac, row.ok, row.code, row.result_json,
+                               row.record_version)
+
+
+@lru_cache(maxsize=4096)
+def _receipt_of_columns(stream_id, sequence, request_mac, ok, code, result_json, record_version) -> StoredReceipt:
+    """``receipt_of_row`` of these column values: a pure parse (the same columns give the same receipt),
+    memoised because receipts are read again on every readback; a CorruptReplica is not cached."""
+    ident = (stream_id, sequence)
+    code = None if code is None else _parse_code(code, ident)
     result = None
-    if row.result_json is not None:
-        doc = _parse_json_column(row.result_json, "replica delivery result", "receipts", ident)
+    if result_json is not None:
+        doc = _parse_json_column(result_json, "replica delivery result", "receipts", ident)
         try:
             result = wire.parse_record_result(doc)
         except InvalidFrame:
             raise CorruptReplica("stored replica delivery result is invalid") from None
-    return StoredReceipt(row.request_mac, bool(row.ok), code, result, row.record_version)
+    return StoredReceipt(request_mac, bool(ok), code, result, record_version)
 
 
 _AUTHORITY_FIELDS = ("activated", "gate_open", "stream_id", "applied_sequence", "attempt_id", "org_id",
@@ -469,7 +480,8 @@ class Tables:
                  "_elements", "_dirty")
 
     def __init__(self, conn, rows: RowAuthenticator) -> None:
-        self.db = conn.connection.dbapi_connection  # pysqlite, inside the transaction ``conn`` began
+        # pysqlite, inside the transaction ``impl.engine`` began (it yields the driver's connection)
+        self.db = conn if isinstance(conn, sqlite3.Connection) else conn.connection.dbapi_connection
         self.rows = rows
         self.notify = False  # the authority row or the live view changed
         self._auth_cols: Optional[dict] = None  # the authority row's columns but digests and tag

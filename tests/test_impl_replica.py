@@ -34,7 +34,7 @@ from typing import Optional
 import pytest
 
 from envreplica.conformance.drivers import model_diagnosis
-from envreplica.conformance.readback import impl_model_state, mac_of, with_macs
+from envreplica.conformance.readback import doc_to_state, impl_model_state, mac_of, with_macs
 from envreplica.impl import writer
 from envreplica.impl.config import ReplicaConfig
 from envreplica.impl.replica import SqliteReplica, request_mac
@@ -151,8 +151,14 @@ def answer_of(store: EmbeddedStore, request):
 
 
 def readback(replica: SqliteReplica) -> State:
-    """The replica's tables in the model's shape (``conformance.readback``)."""
-    return impl_model_state(replica)
+    """The replica's tables in the model's shape (``conformance.readback``), read both ways: typed rows
+    straight into the model's (what the lockstep uses) and through the JSON ``state`` document."""
+    direct = impl_model_state(replica)
+    via_doc = doc_to_state(replica.export_state(), store_on=replica.reader is not None)
+    if direct != via_doc:
+        from envreplica.conformance.lockstep.compare import state_difference
+        raise AssertionError(state_difference(via_doc, direct))
+    return direct
 
 
 # ---------------------------------------------------------------------------
@@ -1119,7 +1125,7 @@ def _stress_worker(path: str, kind: str, cycles: int) -> int:
             replica.close_gate()
             attempt = f"g{i}"
             replica.begin(BeginFrame(S1, attempt, (P1,)), (1, 2), ORG)
-            st = readback(replica)
+            st = impl_model_state(replica)  # one read: the other process writes between two
             version = st.projects.get(P1, 0)
             records = tuple(row.state for (p, _), row in sorted(st.records.items()) if p == P1)
             page = replica.apply_page(PageFrame(f"op{i}", attempt, P1, None, version, records, True))
@@ -1128,7 +1134,7 @@ def _stress_worker(path: str, kind: str, cycles: int) -> int:
                 result = replica.complete(CommitFrame(attempt, status.applied_through, (ProjectVersion(P1, version),)))
                 done += bool(result.ok)
         else:
-            st = readback(replica)
+            st = impl_model_state(replica)  # one read: the other process writes between two
             a = st.authority
             version = (st.stage_projects.get((a.attempt_id, P1)) if a.attempt_id else None)
             version = version.record_version if version is not None else st.projects.get(P1, 0)

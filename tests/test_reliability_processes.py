@@ -9,8 +9,8 @@ sent. Each must also fail on a broken implementation:
 * concurrency: a replica whose write transactions read before they take the
   write lock (no ``BEGIN IMMEDIATE``: every statement runs on its own). It is
   built here from ``SqliteReplica``'s private ``_write`` (``_lock``,
-  ``_sql_errors``, ``_conn``, ``impl.tables.Tables`` and the engine's
-  ``envreplica_begin`` execution option); a test first checks that it still
+  ``_sql_errors``, ``_conn``, ``impl.tables.Tables`` on the driver's
+  connection with no transaction begun); a test first checks that it still
   answers a one-process stream correctly, so a refactor that breaks the
   mutant cannot pass for a caught bug;
 * hostile: adapter wrappers written to ``tmp_path`` that apply malformed
@@ -107,11 +107,10 @@ class _NoWriteLock(SqliteReplica):
 
         self._ensure_open()
         with self._lock, self._sql_errors():
-            conn = self._conn.execution_options(envreplica_begin="SELECT 1")  # no BEGIN: each statement alone
-            with conn.begin():
-                tx = Tables(conn, self.sealer.rows)
-                yield tx
-                tx.flush()
+            conn = self._conn.connection.dbapi_connection  # no BEGIN: each statement commits alone
+            tx = Tables(conn, self.sealer.rows)
+            yield tx
+            tx.flush()
 
 
 class _NoWriteLockDriver(SqliteDriver):

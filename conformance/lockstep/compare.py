@@ -154,6 +154,21 @@ def _readback(impl: Any):
     return replica, sealer
 
 
+def change_mark(impl: Any) -> Optional[tuple]:
+    """What must stay the same for the implementation's tables to be unchanged since it was taken; None: unknown.
+
+    For a replica read back in process (``_readback``): the replica, its sealer and value store, and
+    SQLite's count of rows its connection changed (``SqliteReplica.rows_changed``, rolled-back writes
+    included). Equal marks around a step mean no row was written: the tables are the ones last read.
+    """
+    rb = _readback(impl)
+    changed = getattr(rb[0], "rows_changed", None) if rb is not None else None
+    if changed is None:
+        return None
+    replica, sealer = rb
+    return id(replica), id(sealer), replica.reader is not None, changed
+
+
 _STATE_FIELDS = tuple(f.name for f in dataclasses.fields(State))
 
 

@@ -53,6 +53,8 @@ class _Run:
         self.coverage = LockstepCoverage()
         self.examples = 0
         self.steps = 0
+        self.checks = 0  # state read-backs compared with the model's state
+        self.checks_skipped = 0  # read-backs skipped: neither side had moved since the last (``change_mark``)
         self.failure: Optional[dict] = None  # the last failing example's steps and divergence
         self.last_steps: list = []
         self.trace_path: Optional[Path] = None  # the failing example's JSON lines, once written

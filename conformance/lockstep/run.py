@@ -146,6 +146,8 @@ class LockstepReport:
     tables: str = ""
     #: The docs/adapter-extensions.md requests an external adapter does not offer (not generated), or "".
     extensions: str = ""
+    checks: int = 0  # state read-backs compared with the model's
+    checks_skipped: int = 0  # read-backs skipped because neither side had written since the last
 
     @property
     def steps_per_second(self) -> float:
@@ -190,7 +192,7 @@ def _report(run: _Run, error: Optional[BaseException], started: float) -> Lockst
     variant = run.variant
     report = LockstepReport(ok=error is None, examples=run.examples, steps=run.steps, seconds=0.0,
                             coverage=run.coverage, variant=variant.value, tables=run.tables(),
-                            extensions=run.extensions())
+                            extensions=run.extensions(), checks=run.checks, checks_skipped=run.checks_skipped)
     if error is not None:
         failing = run.failure
         if failing is not None:
