@@ -10,10 +10,11 @@ and what to do>``, and exit status 2. Exit statuses of every command:
   implementation agrees);
 * 1: the check found something (a violation, a divergence, a migration
   refused or failed, a replica that does not verify);
-* 2: the command could not run as asked (the errors above).
+* 2: the command could not run as asked (the errors above);
+* 3: an internal error (a bug in envreplica): its traceback, then one line
+  ``envreplica <command>: internal error: ...`` saying so.
 
-A Python traceback is printed only for a bug (anything else), and then with
-the line ``envreplica: internal error`` first; ``ENVREPLICA_TRACEBACK=1``
+A Python traceback is printed only for a bug; ``ENVREPLICA_TRACEBACK=1``
 shows the traceback of a user error too.
 """
 
@@ -23,9 +24,10 @@ import os
 import sys
 from typing import Any, Callable
 
-__all__ = ["UsageError", "USER_ERROR_EXIT", "guarded", "user_errors"]
+__all__ = ["UsageError", "USER_ERROR_EXIT", "INTERNAL_ERROR_EXIT", "guarded", "user_errors"]
 
 USER_ERROR_EXIT = 2
+INTERNAL_ERROR_EXIT = 3
 
 
 class UsageError(Exception):
@@ -37,10 +39,11 @@ def user_errors() -> tuple[type, ...]:
     from envreplica.impl.files import ReplicaPathError, ReplicaUnavailable
     from envreplica.impl.sealing import KeyConfigError
     from envreplica.impl.writer import WriterVersionError
+    from envreplica.model.presets import UnknownBounds
     from envreplica.spec.domain import CorruptReplica
 
     return (UsageError, KeyConfigError, ReplicaPathError, ReplicaUnavailable, WriterVersionError, CorruptReplica,
-            OSError)
+            UnknownBounds, OSError)
 
 
 def _line(error: BaseException) -> str:
@@ -59,3 +62,10 @@ def guarded(prog: str, fn: Callable[[Any], int], args: Any) -> int:
             raise
         print(f"{prog}: {_line(error)}", file=sys.stderr)
         return USER_ERROR_EXIT
+    except Exception as error:  # a bug: the traceback, then one line that says so (exit 3, not 1: not a finding)
+        import traceback
+
+        traceback.print_exc()
+        print(f"{prog}: internal error: {type(error).__name__}: {_line(error)} (a bug in envreplica, not in what "
+              f"it checked; please report it with the traceback above)", file=sys.stderr)
+        return INTERNAL_ERROR_EXIT

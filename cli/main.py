@@ -17,7 +17,8 @@ and ITF (``--out``), optionally as JUnit XML (``--junit``), and exits 1.
 ``transitions`` machine. ``diagram`` draws the gate machine from the declared table, a trace's gate path
 highlighted. ``replay`` reruns a trace and shows where it parts: an ITF trace on
 the model, or a ``.jsonl`` file of adapter requests on the model and an
-implementation (the built-in SQLite one, or ``--adapter COMMAND``).
+implementation (the built-in SQLite one, or ``--adapter COMMAND``). ``report`` writes a trace as one
+self-contained HTML page to step through (``check --report`` / ``conformance --report``: the whole run).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from envreplica.checker import itf
-from envreplica.cli.errors import guarded
+from envreplica.cli.errors import UsageError, guarded
 from envreplica.checker.coverage import UNREACHABLE, Coverage, print_coverage_table
 from envreplica.checker.run import run
 from envreplica.model.presets import PRESETS, suite
@@ -74,12 +75,15 @@ def cmd_check(args) -> int:
         rc = _model_check(args)
         print(f"{_MODEL_SECONDS}{time.perf_counter() - started:.3f}")
         return rc
+    suite(args.bounds, Variant(args.variant))  # an unknown name stops here (exit 2), before any stage starts
+    _outputs_writable(getattr(args, "report", None))
     background = None if args.model_only or args.serial else _model_check_in_background(args)
     if background is None:
         model_rc = _model_check(args)
         model_seconds = time.perf_counter() - started
     summary = _Rows()  # the summary table's rows after the model check's
     failed = False
+    report = None  # the lockstep's report (for --report)
     if args.model_only:
         summary.add_row("lockstep", "skipped (--model-only)", "[dim]skipped[/]", "")
         summary.add_row("concurrent processes", "skipped (--model-only)", "[dim]skipped[/]", "")
@@ -124,6 +128,12 @@ def cmd_check(args) -> int:
     for row in summary.rows:
         table.add_row(*row)
     console.print(table)
+    if args.report:  # one HTML page of the run (envreplica.report)
+        from envreplica.report import write_check_report
+
+        stages = [("model check", f"bounds {args.bounds}", _verdict(model_rc == 0), f"{model_seconds:.1f}"),
+                  *summary.rows]
+        console.print(f"report written to [bold]{write_check_report(args, stages, report)}[/]")
     if failed:
         console.print("[bold red]FAIL[/]")
     elif args.model_only:
@@ -167,6 +177,7 @@ class _BackgroundModelCheck:
         argv += ["--workers", str(args.workers)] if args.workers else []
         argv += ["--ray", args.ray] if args.ray else []
         argv += ["--symmetry"] if getattr(args, "symmetry", False) else []
+        argv += ["--report", args.report] if getattr(args, "report", None) else []  # the child saves its record
         code = "import sys; from envreplica.cli.main import main; sys.exit(main(sys.argv[1:]))"
         env = dict(os.environ, COLUMNS=os.environ.get("COLUMNS", str(console.width)))
         self.process = subprocess.Popen([sys.executable, "-c", code, *argv], stdout=self.output,
@@ -239,6 +250,32 @@ def _print_lockstep(report, out=console) -> None:
         out.print(f"  ITF trace written to [bold]{report.itf_path}[/]")
 
 
+def _outputs_writable(*files: Optional[str]) -> None:
+    """Each output file's directory exists (made if missing) and is writable, or ``OSError`` (exit 2)
+    now, before the run: a path that fails only after a divergence was found would hide it behind 2."""
+    for file in files:
+        if not file:
+            continue
+        directory = Path(file).parent
+        directory.mkdir(parents=True, exist_ok=True)
+        if Path(file).is_dir():
+            raise IsADirectoryError(21, "is a directory, not a file to write", file)
+        if not os.access(directory, os.W_OK):
+            raise PermissionError(13, "its directory is not writable", file)
+
+
+def _adapter_starts(command: str, timeout: float) -> None:
+    """The adapter starts and answers a ``reset`` with one JSON line, or ``UsageError`` (exit 2): a gate
+    that could not run is not a divergence. What it answers is the lockstep's to judge."""
+    from envreplica.conformance.external import AdapterError, SubprocessDriver
+
+    try:
+        with SubprocessDriver(command, timeout=timeout) as driver:
+            driver.handle({"id": 0, "op": "reset"})
+    except AdapterError as error:
+        raise UsageError(f"the adapter could not be run, so nothing was checked: {error}") from None
+
+
 def cmd_conformance(args) -> int:
     """Hold an external implementation (``--adapter``) against the model."""
     import time
@@ -300,6 +337,8 @@ def cmd_conformance(args) -> int:
         if impl is not None:
             impl.close()
 
+    _outputs_writable(args.junit, getattr(args, "report", None))
+    _adapter_starts(args.adapter, args.timeout)
     settings = lockstep_settings(args.profile, max_examples=args.max_examples, step_count=args.steps)
     console.print(f"[bold]lockstep[/]: {args.adapter!r} against the model (variant {variant.value}, "
                   f"profile {args.profile}, {settings.max_examples} examples of up to "
@@ -319,6 +358,10 @@ def cmd_conformance(args) -> int:
         console.print(f"JUnit XML written to [bold]{path}[/]")
     if missing:
         console.print(f"[yellow]coverage: {len(missing)} reachable items not reached at this profile[/]")
+    if args.report:  # one HTML page of the run (envreplica.report)
+        from envreplica.report import write_conformance_report
+
+        console.print(f"report written to [bold]{write_conformance_report(args, report, cases)}[/]")
     console.print("[bold red]FAIL[/]: the implementation parts from the model" if failed
                   else f"[bold green]PASS[/]: the implementation agrees with the model (variant {variant.value})")
     return 1 if failed else 0
@@ -332,6 +375,11 @@ def _model_check(args) -> int:
     total_cov = Coverage()
     collision = 0.0  # TLC's estimate, summed over the bounds
     verdicts: dict[str, list[str]] = {p.name: [] for p in P.ALL}
+    record = None  # --report: what the page needs of the model check (it may run in a child process)
+    if getattr(args, "report", None):
+        from envreplica.report import ModelCheckRecord
+
+        record = ModelCheckRecord(args)
     summary = Table(title=f"envreplica check --bounds {args.bounds} --variant {variant.value}")
     for col in ("bounds", "mode", "distinct states", "transitions", "depth", "complete", "seconds", "states/s"):
         summary.add_column(col, justify="right" if col not in ("bounds", "mode") else "left")
@@ -352,6 +400,8 @@ def _model_check(args) -> int:
         summary.add_row(bounds.name, bounds.mode.value, f"{r.states:,}", f"{r.transitions:,}", str(r.depth),
                         "yes" if r.complete else f"to depth {bounds.max_depth}", f"{r.seconds:.1f}",
                         f"{r.states_per_second:,.0f}")
+        if record is not None:
+            record.add_bounds(bounds, r)
         for p in P.ALL:
             if p.kind in ("invariant", "step"):
                 verdicts[p.name].append("VIOLATED" if p.name in r.violations else "holds")
@@ -364,6 +414,8 @@ def _model_check(args) -> int:
                              {"variant": variant.value, "bounds": bounds.name, "violated": name,
                               "ackPageBytes": bounds.ack_page_bytes})
             print_counterexample(violation)
+            if record is not None:
+                record.add_trace(path)
             console.print(f"  trace written to [bold]{path}[/]  (envreplica replay {path}; "
                           f"envreplica diagram --trace {path})\n")
     console.print(summary)
@@ -389,6 +441,8 @@ def _model_check(args) -> int:
     if never:
         console.print(f"[red]vacuity: never witnessed: {', '.join(never)}[/]")
         failed = True
+    if record is not None:
+        record.save(verdicts, total_cov, collision, failed)
     console.print("[bold red]FAIL[/]" if failed else "[bold green]PASS[/]: every property holds at these bounds")
     return 1 if failed else 0
 
@@ -419,12 +473,34 @@ def cmd_simulate(args) -> int:
 
 
 def cmd_diagram(args) -> int:
-    from envreplica.spec.diagram import render
+    # No renderer (spec.diagram.render): one line on stderr, the DOT source instead (to stdout, or to
+    # --output's FILE.dot), exit 2 as for any command that could not run as asked (cli.errors).
+    from envreplica.cli.errors import USER_ERROR_EXIT
+    from envreplica.spec import diagram
 
-    data = render(args.format, Path(args.trace) if args.trace else None)
-    if args.output:
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.output).write_bytes(data)
+    trace = Path(args.trace) if args.trace else None
+    output = Path(args.output) if args.output else None
+    try:
+        data = diagram.gate_diagram(args.format, trace)
+    except diagram.RendererUnavailable as error:
+        source = diagram.gate_diagram("dot", trace)
+        if output is None:
+            print(f"envreplica diagram: {error}; the DOT source follows", file=sys.stderr, flush=True)
+            sys.stdout.buffer.write(source)
+            sys.stdout.flush()
+        else:
+            if output.is_dir():  # as when it renders: one line, exit 2 (cli.errors)
+                raise IsADirectoryError(21, "Is a directory", str(output))
+            dot_path = output.with_suffix(".dot")
+            dot_path.parent.mkdir(parents=True, exist_ok=True)
+            dot_path.write_bytes(source)
+            print(f"envreplica diagram: {error}; wrote the DOT source to {dot_path}", file=sys.stderr)
+        return USER_ERROR_EXIT
+    if args.verbose and diagram.last_renderer is not None:
+        print(f"envreplica diagram: rendered with {diagram.last_renderer}", file=sys.stderr)
+    if output:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_bytes(data)
         console.print(f"wrote {args.output}")
     else:
         sys.stdout.buffer.write(data)
@@ -508,6 +584,19 @@ def _replay_requests(args) -> int:
     return 0
 
 
+def cmd_report(args) -> int:
+    """One trace file (a counterexample, a lockstep divergence) as one self-contained HTML page."""
+    from envreplica.report import ReportInputError, write_trace_report
+
+    out = Path(args.output) if args.output else Path(Path(args.file).name.split(".")[0] + ".html")
+    try:
+        path = write_trace_report(Path(args.file), out, adapter=args.adapter, timeout=args.timeout)
+    except ReportInputError as error:
+        raise UsageError(str(error)) from None
+    console.print(f"report written to [bold]{path}[/]")
+    return 0
+
+
 def cmd_verify(args) -> int:
     """Check a replica at rest: SQLite's integrity, then every row, set and seal under the master key."""
     from envreplica.impl.anchor import FileAnchor
@@ -567,6 +656,9 @@ def main(argv=None) -> int:
     c.add_argument("--ray", default=None, metavar="ADDRESS",
                    help="model-check on a Ray cluster: 'auto', HOST:PORT, or 'local' to start one here "
                         "(needs the ray extra: pip install 'envreplica[ray]')")
+    c.add_argument("--report", metavar="FILE", default=None,
+                   help="also write the run as one self-contained HTML page: verdicts, coverage, figures, "
+                        "and each counterexample or divergence to step through (envreplica report)")
     c.set_defaults(func=cmd_check)
     k = sub.add_parser("conformance", help="hold an implementation (an adapter command) against the model")
     k.add_argument("--adapter", required=True,
@@ -583,6 +675,9 @@ def main(argv=None) -> int:
     k.add_argument("--junit", help="write a JUnit XML report to this file")
     k.add_argument("--out", default="out/conformance", help="where a divergence's trace files go")
     k.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for each response")
+    k.add_argument("--report", metavar="FILE", default=None,
+                   help="also write the run as one self-contained HTML page (its divergence replayed on the "
+                        "adapter, so the page shows both sides' tables)")
     k.set_defaults(func=cmd_conformance)
     m = sub.add_parser("simulate", help="random walks over the model, beyond the checker's depth")
     m.add_argument("--bounds", default="default", help=f"one of: {', '.join(PRESETS)}")
@@ -597,6 +692,7 @@ def main(argv=None) -> int:
     d.add_argument("--format", default="svg", choices=["svg", "png", "dot"])
     d.add_argument("--trace", help="an ITF trace whose gate path to highlight")
     d.add_argument("--output", help="file to write (default: standard output)")
+    d.add_argument("--verbose", "-v", action="store_true", help="say which Graphviz renderer drew it (on stderr)")
     d.set_defaults(func=cmd_diagram)
     r = sub.add_parser("replay", help="replay an ITF trace against the model, or a .jsonl of adapter requests "
                                       "against the model and an implementation")
@@ -605,6 +701,16 @@ def main(argv=None) -> int:
                    help="variant for a .jsonl replay (default: fixed)")
     r.add_argument("--adapter", help="for a .jsonl replay: an adapter command instead of the built-in SQLite")
     r.set_defaults(func=cmd_replay)
+    rp = sub.add_parser("report", help="a trace (a counterexample, or a lockstep divergence) as one "
+                                       "self-contained HTML page to step through")
+    rp.add_argument("file", help="an .itf.json trace (envreplica check / conformance), or a lockstep .jsonl "
+                                 "beside its .itf.json")
+    rp.add_argument("-o", "--output", help="the HTML file to write (default: NAME.html here)")
+    rp.add_argument("--adapter", help="for a lockstep divergence: replay it on this adapter command too, to show "
+                                      "the implementation's tables beside the model's (needs its 'state' op: "
+                                      "--test-key)")
+    rp.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for each adapter response")
+    rp.set_defaults(func=cmd_report)
     v = sub.add_parser("verify", help="check a replica at rest (integrity, tags, digests, seals); exit 1 if tampered")
     v.add_argument("--db", required=True, metavar="PATH", help="the replica's SQLite file")
     v.add_argument("--anchor", metavar="FILE", help="the replica's rollback anchor file, if it has one")

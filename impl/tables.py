@@ -481,7 +481,7 @@ class Tables:
 
     def __init__(self, conn, rows: RowAuthenticator) -> None:
         # pysqlite, inside the transaction ``impl.engine`` began (it yields the driver's connection)
-        self.db = conn if isinstance(conn, sqlite3.Connection) else conn.connection.dbapi_connection
+        self.db = conn.connection.dbapi_connection if hasattr(conn, "exec_driver_sql") else conn
         self.rows = rows
         self.notify = False  # the authority row or the live view changed
         self._auth_cols: Optional[dict] = None  # the authority row's columns but digests and tag

@@ -118,12 +118,16 @@ PRESETS: dict[str, tuple[Bounds, ...]] = {
 }
 
 
+class UnknownBounds(ValueError):
+    """A bounds name that is not one of ``PRESETS``."""
+
+
 def suite(name: str, variant: Variant) -> tuple[Bounds, ...]:
-    """The bounds named ``name`` under ``variant``; a clear error for an unknown name."""
+    """The bounds named ``name`` under ``variant``; ``UnknownBounds`` (naming the choices) for an unknown name."""
     try:
         chosen = PRESETS[name]
     except KeyError:
-        raise SystemExit(
+        raise UnknownBounds(
             f"unknown bounds {name!r}: choose one of {', '.join(sorted(PRESETS))}"
         ) from None
     return tuple(replace(b, variant=variant) for b in chosen)

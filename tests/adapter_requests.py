@@ -7,6 +7,7 @@ organisation ``o1``, stream ``s1``, attempt ``a1`` and project ``p1``.
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any, Optional
 
 from envreplica.model.store import legacy_envelope, staged_envelope
@@ -128,3 +129,28 @@ def with_ids(requests: list, start: int = 1) -> list:
             request["duringFetch"] = inner
         out.append(request)
     return out
+
+
+# ---------------------------------------------------------------------------
+# A deliberately divergent adapter (run as ``python -c BROKEN_ADAPTER --impl sqlite --test-key``).
+# ---------------------------------------------------------------------------
+
+#: Wraps the real adapter; answers every commit with its ``ok`` flipped (found within a few examples).
+BROKEN_ADAPTER = textwrap.dedent("""
+    import sys
+
+    from envreplica.conformance import adapter
+    from envreplica.conformance.drivers import SqliteDriver
+
+
+    class Broken(SqliteDriver):
+        def handle(self, request):
+            response = super().handle(request)
+            if isinstance(request, dict) and request.get("op") == "commit" and response.get("ok"):
+                response["result"]["ok"] = not response["result"]["ok"]
+            return response
+
+
+    adapter.SqliteDriver = Broken
+    sys.exit(adapter.main(sys.argv[1:]))
+""")

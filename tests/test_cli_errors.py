@@ -187,3 +187,39 @@ def test_a_killed_adapter_loses_nothing_and_reopens_its_replica(tmp_path):
     assert status["appliedThrough"] == {"streamId": "s1", "sequence": 1}
     assert status["gateOpen"] is False  # a restart closes the gate, as the host does; nothing is lost
     assert envreplica("verify", "--db", "r.db", cwd=tmp_path, env_extra={ENV_KEY: REAL_KEY}).returncode == 0
+
+
+# ---------------------------------------------------------------------------
+# Exit statuses for CI (docs/ci.md): 2 when nothing could be checked, 3 for a bug
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("adapter, fragment", [
+    ("/nonexistent/adapter --flag", "could not start the adapter"),
+    (f"{PY} -c 'import sys; sys.exit(3)'", "exited with status 3"),
+])
+def test_an_adapter_that_cannot_run_is_exit_2_not_a_divergence(tmp_path, adapter, fragment):
+    proc = envreplica("conformance", "--adapter", adapter, "--max-examples", "5", cwd=tmp_path, stdin="")
+    assert proc.returncode == 2, (proc.returncode, proc.stdout[-2000:], proc.stderr)
+    assert "Traceback" not in proc.stderr and "DIVERGENCE" not in proc.stdout
+    (line,) = proc.stderr.splitlines()
+    assert "the adapter could not be run, so nothing was checked" in line and fragment in line
+
+
+def test_unknown_bounds_are_exit_2_before_any_stage(tmp_path):
+    started = time.perf_counter()
+    one_line_error(envreplica("check", "--bounds", "nope", cwd=tmp_path, stdin=""), "unknown bounds 'nope'",
+                   "choose one of")
+    assert time.perf_counter() - started < 30, "the lockstep ran before the bounds were checked"
+
+
+def test_a_bug_is_exit_3_with_its_traceback_and_one_line(monkeypatch, capsys):
+    from envreplica.cli.errors import INTERNAL_ERROR_EXIT, guarded
+
+    def broken(_args):
+        raise KeyError("oops")
+
+    assert guarded("envreplica check", broken, None) == INTERNAL_ERROR_EXIT == 3
+    err = capsys.readouterr().err
+    assert "Traceback" in err
+    assert err.rstrip().splitlines()[-1].startswith("envreplica check: internal error: KeyError")

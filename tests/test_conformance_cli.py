@@ -31,6 +31,8 @@ from envreplica.conformance.external import AdapterError, SubprocessDriver
 from envreplica.conformance.lockstep import read_requests
 from envreplica.model.state import Variant
 
+from adapter_requests import BROKEN_ADAPTER
+
 PY = shlex.quote(sys.executable)
 
 
@@ -64,25 +66,6 @@ GOOD_TRACE = [
     {"id": 8, "op": "receipts"},
 ]
 
-#: Wraps the real adapter; answers every commit with its ``ok`` flipped.
-BROKEN_ADAPTER = textwrap.dedent("""
-    import sys
-
-    from envreplica.conformance import adapter
-    from envreplica.conformance.drivers import SqliteDriver
-
-
-    class Broken(SqliteDriver):
-        def handle(self, request):
-            response = super().handle(request)
-            if isinstance(request, dict) and request.get("op") == "commit" and response.get("ok"):
-                response["result"]["ok"] = not response["result"]["ok"]
-            return response
-
-
-    adapter.SqliteDriver = Broken
-    sys.exit(adapter.main(sys.argv[1:]))
-""")
 
 
 #: Wraps the real adapter; its ``state`` answers show every stored value with one character more.
@@ -204,11 +187,14 @@ def test_broken_adapter_is_caught_with_a_trace(tmp_path, capsys):
 
 
 def test_dead_adapter_is_reported(tmp_path, capsys):
+    """An adapter that dies before its first answer: nothing was checked, so exit 2 (not a divergence), one
+    line naming its status and quoting its standard error."""
     command = f"{PY} -c " + shlex.quote("import sys; print('cannot start', file=sys.stderr); sys.exit(3)")
-    code, out = run_cli(["conformance", "--adapter", command, "--max-examples", "3",
-                         "--out", str(tmp_path / "out")], capsys)
-    assert code == 1
-    assert "exited with status 3" in out and "cannot start" in out
+    code = main(["conformance", "--adapter", command, "--max-examples", "3", "--out", str(tmp_path / "out")])
+    captured = capsys.readouterr()
+    assert code == 2 and "DIVERGENCE" not in captured.out
+    (line,) = captured.err.splitlines()
+    assert "could not be run" in line and "exited with status 3" in line and "cannot start" in line
 
 
 # ---------------------------------------------------------------------------

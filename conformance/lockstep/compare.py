@@ -91,7 +91,8 @@ def compare_responses(model: Any, impl: Any, path: str = "response") -> Optional
         return (f"{path}: keys differ: model {sorted(model)}, implementation {sorted(impl)}"
                 f" (implementation answered {_short(impl)})")
     for key in ("id", "ok"):
-        if _canon(model[key]) != _canon(impl[key]):
+        m, i = model[key], impl[key]
+        if not (type(m) is type(i) and m == i) and _canon(m) != _canon(i):  # scalars: no JSON text needed
             detail = (f"; implementation error {_short(impl.get('error'))}" if impl.get("ok") is False
                       else f"; model error {_short(model.get('error'))}" if model.get("ok") is False else "")
             return f"{path}.{key}: model {_short(model[key])}, implementation {_short(impl[key])}{detail}"

@@ -1,0 +1,150 @@
+"""The pytest plugin (``conformance/pytest_plugin.py``): ``pytest --envreplica-adapter "CMD"`` in a project's suite.
+
+Each test runs pytest in a subprocess (``pytester.runpytest_subprocess``) in
+a scratch project holding a test of its own, so the plugin is loaded the way
+a project gets it: through the ``pytest11`` entry point of the installed
+package, with no ``-p``. Against the project's own adapter
+(``envreplica adapter --impl sqlite --test-key``) the item
+``envreplica::conformance[fixed]`` passes beside the project's test; against
+a wrapper that flips the ``ok`` of commit results it fails with the shrunk
+steps and the trace paths, no traceback; without the option there is no
+item. Example counts are small (``--envreplica-max-examples``): these pin the
+plumbing, tests/test_conformance_cli.py and tests/test_lockstep.py the gate.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shlex
+import sys
+import textwrap
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from adapter_requests import BROKEN_ADAPTER
+
+pytest_plugins = ["pytester"]
+
+PY = shlex.quote(sys.executable)
+_SCRIPT = Path(sys.executable).with_name("envreplica")
+#: The project's own adapter, as a CI job would name it (the console script beside this Python).
+OWN_ADAPTER = (f"{shlex.quote(str(_SCRIPT))} adapter --impl sqlite --test-key" if _SCRIPT.exists()
+               else f"{PY} -m envreplica.conformance.adapter --impl sqlite --test-key")
+
+
+#: The scratch project's own tests: one plain, one on the plugin's fixture.
+OWN_TESTS = textwrap.dedent("""
+    def test_own():
+        assert 1 + 1 == 2
+
+
+    def test_reset_through_the_fixture(envreplica_driver, envreplica_adapter):
+        assert "adapter" in envreplica_adapter
+        assert envreplica_driver.handle({"id": 1, "op": "reset"}) == {"id": 1, "ok": True, "result": {}}
+""")
+
+HAS_REPORT = importlib.util.find_spec("envreplica.report") is not None
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester, monkeypatch) -> pytest.Pytester:
+    monkeypatch.delenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", raising=False)  # the entry point must load
+    monkeypatch.delenv("PYTEST_PLUGINS", raising=False)
+    pytester.makepyfile(test_own=OWN_TESTS)
+    return pytester
+
+
+def test_without_the_option_there_is_no_item(project):
+    result = project.runpytest_subprocess("-p", "no:cacheprovider", "-q")
+    result.assert_outcomes(passed=1, skipped=1)  # the fixture's test skips: no adapter given
+    assert "envreplica::" not in result.stdout.str()
+    assert "envreplica conformance" not in result.stdout.str()
+    result = project.runpytest_subprocess("-p", "no:cacheprovider", "--help")
+    result.stdout.fnmatch_lines(["*envreplica conformance gate*", "*--envreplica-adapter=CMD*",
+                                 "*--envreplica-profile*", "*--envreplica-report=FILE*"])
+
+
+def test_own_adapter_passes_beside_the_projects_tests(project, tmp_path):
+    junit = tmp_path / "junit.xml"
+    report = tmp_path / "report.html"
+    result = project.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-v", "--envreplica-adapter", OWN_ADAPTER, "--envreplica-max-examples", "30",
+        "--envreplica-out", str(tmp_path / "traces"), "--envreplica-report", str(report),
+        f"--junitxml={junit}")
+    out = result.stdout.str()
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(["*envreplica: adapter * variant fixed, profile ci*",
+                                 "*test_own.py::test_own PASSED*",
+                                 "envreplica::conformance?fixed? PASSED*",
+                                 "*= envreplica conformance =*",
+                                 "envreplica::conformance?fixed?: no divergence in * examples, * steps*"])
+    assert not (tmp_path / "traces").exists()  # nothing is written when they agree
+    case = [c for c in ET.parse(junit).getroot().iter("testcase") if c.get("name") == "conformance[fixed]"]
+    assert len(case) == 1 and case[0].find("failure") is None
+    props = {p.get("name"): p.get("value") for p in case[0].iter("property")}
+    assert int(props["envreplica_examples"]) >= 30 and int(props["envreplica_steps"]) > 0
+    if HAS_REPORT:
+        assert report.exists() and "conformance" in report.read_text(errors="replace")
+    else:
+        assert not report.exists()
+        assert "not written: the report generator (envreplica.report) is not available" in out
+
+
+def test_divergent_adapter_fails_with_the_shrunk_steps(project, tmp_path):
+    script = tmp_path / "broken_adapter.py"
+    script.write_text(BROKEN_ADAPTER)
+    traces = tmp_path / "traces"
+    command = f"{PY} {shlex.quote(str(script))} --impl sqlite --test-key"
+    result = project.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--envreplica-adapter", command, "--envreplica-max-examples", "30",
+        "--envreplica-out", str(traces), "test_own.py::test_own")
+    out = result.stdout.str()
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([
+        "*_ envreplica::conformance?fixed? _*",
+        "the implementation parts from the envreplica model (variant fixed): *response*.result.ok*",
+        "lockstep divergence under variant fixed, shrunk to * steps:",
+        "  #1 reset {}",
+        "  DIVERGENCE at step #*",
+        f"requests (JSON lines): {traces / 'lockstep-fixed.jsonl'}",
+        "  replay: envreplica replay * --adapter *",
+        f"ITF trace: {traces / 'lockstep-fixed.itf.json'}",
+    ])
+    failure = out.split("= FAILURES =")[1].split("Captured stdout")[0]
+    assert "Traceback" not in failure and "runtest" not in failure and ".py:" not in failure
+    assert (traces / "lockstep-fixed.jsonl").exists() and (traces / "lockstep-fixed.itf.json").exists()
+    result.stdout.fnmatch_lines(["FAILED envreplica::conformance?fixed? - the implementation parts*"])
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+
+
+def test_items_follow_selection_and_variants(project):
+    args = ("-p", "no:cacheprovider", "--collect-only", "-q", "--envreplica-adapter", OWN_ADAPTER,
+            "--envreplica-variant", "fixed", "--envreplica-variant", "seed")
+    result = project.runpytest_subprocess(*args)
+    result.stdout.fnmatch_lines(["test_own.py::test_own", "*test_reset_through_the_fixture",
+                                 "envreplica::conformance[[]fixed[]]", "envreplica::conformance[[]seed[]]"])
+    result = project.runpytest_subprocess(*args, "-k", "not envreplica")
+    assert "envreplica::" not in result.stdout.str()
+    result = project.runpytest_subprocess(*args, "-m", "envreplica")
+    result.stdout.fnmatch_lines(["envreplica::conformance[[]fixed[]]", "envreplica::conformance[[]seed[]]",
+                                 "*2/4 tests collected (2 deselected)*"])
+    assert "test_own.py" not in result.stdout.str()
+
+
+def test_adapter_that_cannot_start_fails_in_one_paragraph(project):
+    result = project.runpytest_subprocess("-p", "no:cacheprovider", "--envreplica-adapter", "/nonexistent/adapter",
+                                          "--envreplica-max-examples", "3", "test_own.py::test_own")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["the adapter could not be run (variant fixed), so nothing was compared: "
+                                 "AdapterError: could not start the adapter '/nonexistent/adapter'*",
+                                 "*envreplica::conformance?fixed?: ADAPTER ERROR in 0 examples*"])
+    assert "Traceback" not in result.stdout.str()
+
+
+def test_variant_choices_are_the_models():
+    from envreplica.conformance.pytest_plugin import VARIANTS
+    from envreplica.model.state import Variant
+
+    assert set(VARIANTS) == {v.value for v in Variant}
