@@ -9,8 +9,9 @@ STAMP := $(VENV)/.installed
 check: $(STAMP)
 	$(BIN)/envreplica check
 
+# pytest-xdist: one worker per CPU, each test file on one worker (its module fixtures computed once).
 test: $(STAMP)
-	$(BIN)/pytest -p no:cacheprovider -m "not nightly" tests
+	$(BIN)/pytest -p no:cacheprovider -n auto --dist loadfile -m "not nightly" tests
 
 # The full-size runs CI leaves out (tests marked nightly), for a nightly job.
 nightly: $(STAMP)

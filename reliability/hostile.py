@@ -903,8 +903,9 @@ class _Adapter:
         """Send one line; (the one response line, seconds it took). ``_Gone`` when none comes."""
         if not self._lines.empty():
             extra = self._lines.get_nowait()
-            raise _Gone("it wrote a line no request asked for: " + ("<end of output>" if extra is _EOF
-                                                                    else repr(extra[:200])))
+            if extra is _EOF:  # it ended before this request (whether it did before or after the last answer)
+                raise _Gone(f"it closed its output before this request (exit status {self._status()}): a crash")
+            raise _Gone("it wrote a line no request asked for: " + repr(extra[:200]))
         started = time.monotonic()
         self._outbox.put(line + b"\n")
         try:
@@ -912,12 +913,15 @@ class _Adapter:
         except queue.Empty:
             raise _Gone(f"no answer within {self.timeout:g} s (a hang)") from None
         if answer is _EOF:
-            try:
-                status = self.proc.wait(self.timeout)
-            except subprocess.TimeoutExpired:
-                status = "none yet"
-            raise _Gone(f"it closed its output (exit status {status}): a crash")
+            raise _Gone(f"it closed its output (exit status {self._status()}): a crash")
         return answer, time.monotonic() - started
+
+    def _status(self):
+        """The process's exit status, waiting up to the timeout for it ("none yet" after that)."""
+        try:
+            return self.proc.wait(self.timeout)
+        except subprocess.TimeoutExpired:
+            return "none yet"
 
     def request(self, request: dict) -> dict:
         """A valid request (the harness's own: preparation and probes); its decoded response."""
