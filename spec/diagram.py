@@ -204,14 +204,9 @@ def render(source: Union[str, graphviz.Digraph], fmt: str = "svg") -> bytes:
     can write ``fmt``, ``graphviz.CalledProcessError`` when every renderer that
     could refused the source (the first one's error), ``ValueError`` for a
     format Graphviz does not know.
-
-    The older form ``render(fmt, trace_path=None)`` (a format name first, no
-    DOT source) still draws the gate diagram: see ``gate_diagram``.
+    The gate diagram itself: ``gate_diagram(fmt, trace_path)``.
     """
     global last_renderer
-    if isinstance(source, str) and "{" not in source:  # no DOT graph lacks a brace: the older form
-        trace_path = None if isinstance(fmt, str) and fmt in graphviz.FORMATS else fmt
-        return gate_diagram(source, trace_path)
     if isinstance(source, str):
         text, engine = source, "dot"
     else:

@@ -14,7 +14,7 @@ from envreplica.cli.main import main
 from envreplica.model.actions import Begin, CloseGate, Commit, Page, step
 from envreplica.model.presets import suite
 from envreplica.model.state import INITIAL, ModelConfig, Variant
-from envreplica.spec.diagram import HIGHLIGHT, render
+from envreplica.spec.diagram import HIGHLIGHT, gate_diagram
 from envreplica.spec.domain import BeginFrame, CommitFrame, Cursor, PageFrame, ProjectVersion
 from envreplica.spec.gate import Gate
 from envreplica.spec.properties import Property
@@ -191,7 +191,7 @@ def _edges(dot: str) -> dict:
 
 
 def test_dot_highlights_the_taken_edges(trace_path):
-    dot = render("dot", trace_path).decode()
+    dot = gate_diagram("dot", trace_path).decode()
     edges = _edges(dot)
     taken = {("inactive", "closed_staging"): 1, ("closed_staging", "open"): 3, ("open", "closed_idle"): 4}
     for edge, index in taken.items():
@@ -205,14 +205,14 @@ def test_dot_highlights_the_taken_edges(trace_path):
 
 
 def test_dot_without_trace_has_no_highlight():
-    dot = render("dot").decode()
+    dot = gate_diagram("dot").decode()
     assert HIGHLIGHT not in dot
     assert "start -> inactive" in dot
     assert len(_edges(dot)) == 9  # the 13 declared edges merged per (source, dest)
 
 
 def test_svg_renders(trace_path):
-    svg = render("svg", trace_path)
+    svg = gate_diagram("svg", trace_path)
     assert isinstance(svg, bytes)
     assert svg.startswith(b"<?xml") or b"<svg" in svg
     assert HIGHLIGHT.encode() in svg

@@ -217,8 +217,21 @@ def _report(run: _Run, error: Optional[BaseException], started: float) -> Lockst
     return report
 
 
-#: Seconds the post-shrink step deletion may take.
+#: Seconds the post-shrink step deletion may take: this process's CPU seconds (so a busy machine, or a
+#: test run on one pytest-xdist worker per CPU, leaves the same search), and at most three times as
+#: many on the clock (an external adapter's work is another process's CPU).
 MINIMIZE_SECONDS = 10.0
+
+
+class _Budget:
+    """``MINIMIZE_SECONDS`` of this process's CPU time, capped at three times that on the wall clock."""
+
+    def __init__(self, seconds: float) -> None:
+        self.cpu_end = time.process_time() + seconds
+        self.wall_end = time.perf_counter() + 3 * seconds
+
+    def left(self) -> bool:
+        return time.process_time() < self.cpu_end and time.perf_counter() < self.wall_end
 
 
 def _failure_kind(reason: str) -> str:
@@ -286,7 +299,7 @@ def _minimize(run: _Run, steps: list, reason: str) -> tuple[list, str]:
     so a step that only fed the generator's state goes too. Bounded by
     ``MINIMIZE_SECONDS``; returns the steps as replayed and their divergence.
     """
-    deadline = time.perf_counter() + MINIMIZE_SECONDS
+    budget = _Budget(MINIMIZE_SECONDS)
     kind = _failure_kind(reason)
     best_requests = [s["request"] for s in steps]
     # A fast-forward's deliveries (machine.do_ffwd): checked at their end, and never deleted one by one
@@ -313,7 +326,7 @@ def _minimize(run: _Run, steps: list, reason: str) -> tuple[list, str]:
     # deliveries, and one that a retransmission after a long fast-forward shows keeps a handful.
     for start, end in reversed(_quiet_runs(best_requests, quiet)):
         shortest_failing, longest_passing = end - start, 0
-        while longest_passing + 1 < shortest_failing and time.perf_counter() < deadline:
+        while longest_passing + 1 < shortest_failing and budget.left():
             # Doubling from one while nothing failed (short replays first: most bugs need a few), then halving.
             keep = min(2 * longest_passing or 1, shortest_failing - 1) if shortest_failing == end - start \
                 else (longest_passing + shortest_failing) // 2
@@ -327,10 +340,10 @@ def _minimize(run: _Run, steps: list, reason: str) -> tuple[list, str]:
             best, best_requests, shortest_failing = found, [s["request"] for s in found[0]], keep
 
     changed = True
-    while changed and time.perf_counter() < deadline:
+    while changed and budget.left():
         changed = False
         i = len(best_requests) - 2
-        while i >= 1 and time.perf_counter() < deadline:  # never the first step (the reset)
+        while i >= 1 and budget.left():  # never the first step (the reset)
             if best_requests[i].get("id") in quiet:
                 i -= 1
                 continue
@@ -342,11 +355,11 @@ def _minimize(run: _Run, steps: list, reason: str) -> tuple[list, str]:
                 changed = True
             i = min(i - 1, len(best_requests) - 2)
         i = 0
-        while i < len(best_requests) and time.perf_counter() < deadline:
+        while i < len(best_requests) and budget.left():
             request = best_requests[i]
             inner = request.get("duringFetch") if isinstance(request, dict) else None
             j = len(inner) - 1 if isinstance(inner, list) else -1
-            while j >= 0 and time.perf_counter() < deadline:
+            while j >= 0 and budget.left():
                 rest = inner[:j] + inner[j + 1:]
                 smaller = dict(request, duringFetch=rest)
                 if not rest:
