@@ -40,6 +40,7 @@ import fcntl
 import os
 import sqlite3
 import stat
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Union
@@ -240,8 +241,17 @@ def sqlite_error(error: BaseException, path) -> Exception:
     return ReplicaIOError(f"{path}: SQLite failed ({text})")
 
 
+#: How long an exclusive holder (the adapter) waits for a previous holder that is exiting: a harness that
+#: closed one adapter and starts the next on the same file may beat the old process's last breath.
+EXCLUSIVE_GRACE_SECONDS = 3.0
+
+
 class ReplicaLock:
-    """``flock`` on ``PATH.lock``: shared for replicas, exclusive for the adapter (never blocks)."""
+    """``flock`` on ``PATH.lock``: shared for replicas, exclusive for the adapter (never blocks for long).
+
+    A shared request fails at once if the adapter holds it; an exclusive one retries for
+    ``EXCLUSIVE_GRACE_SECONDS`` (a predecessor still exiting), then fails naming the holder.
+    """
 
     def __init__(self, db_path: Union[str, Path], *, exclusive: bool) -> None:
         self.path = Path(f"{db_path}.lock")
@@ -252,7 +262,7 @@ class ReplicaLock:
         except OSError as error:
             raise _os_error(error, self.path, "opened as the replica's lock file") from None
         try:
-            fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+            _flock(fd, exclusive)
         except BlockingIOError:
             holder = _read_holder(fd)
             os.close(fd)
@@ -282,6 +292,20 @@ class ReplicaLock:
 
     def __del__(self) -> None:  # pragma: no cover - safety net
         self.release()
+
+
+def _flock(fd: int, exclusive: bool) -> None:
+    """``flock`` without blocking; an exclusive one tries again for ``EXCLUSIVE_GRACE_SECONDS`` first."""
+    mode = (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB
+    give_up = time.monotonic() + (EXCLUSIVE_GRACE_SECONDS if exclusive else 0.0)
+    while True:
+        try:
+            fcntl.flock(fd, mode)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= give_up:
+                raise
+            time.sleep(0.05)
 
 
 def _read_holder(fd: int) -> str:
