@@ -131,11 +131,11 @@ def _transaction(conn: Connection, begin: str) -> Iterator[sqlite3.Connection]:
     dbapi.execute(begin)
     try:
         yield dbapi
+        dbapi.commit()  # a COMMIT that fails (busy, disk full) rolls back below: the connection stays usable
     except BaseException:
         if dbapi.in_transaction:
             dbapi.rollback()
         raise
-    dbapi.commit()
 
 
 def write_transaction(conn: Connection) -> "contextlib.AbstractContextManager[sqlite3.Connection]":

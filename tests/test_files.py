@@ -231,3 +231,22 @@ def test_reset_empties_the_replica_in_place_and_keeps_the_file(tmp_path):
     finally:
         driver.close()
     assert files.probe(path).meta.get("created_by") == files.CREATED_BY_ADAPTER
+
+
+def test_a_commit_that_fails_rolls_back_and_leaves_the_connection_usable(tmp_path):
+    """``impl.engine``'s transactions run BEGIN and COMMIT on pysqlite: a failed COMMIT must not wedge them."""
+    from envreplica.impl.engine import open_engine, write_transaction
+
+    engine = open_engine(tmp_path / "e.db")
+    try:
+        with engine.connect() as conn:
+            with write_transaction(conn) as db:
+                db.execute("CREATE TABLE p (id INTEGER PRIMARY KEY)")
+                db.execute("CREATE TABLE c (pid INTEGER REFERENCES p(id) DEFERRABLE INITIALLY DEFERRED)")
+            with pytest.raises(sqlite3.IntegrityError):
+                with write_transaction(conn) as db:
+                    db.execute("INSERT INTO c VALUES (42)")  # the deferred foreign key fails at COMMIT
+            with write_transaction(conn) as db:  # not "a replica transaction is already open"
+                assert db.execute("SELECT count(*) FROM c").fetchone()[0] == 0
+    finally:
+        engine.dispose()
