@@ -264,16 +264,21 @@ def _outputs_writable(*files: Optional[str]) -> None:
             raise PermissionError(13, "its directory is not writable", file)
 
 
-def _adapter_starts(command: str, timeout: float) -> None:
-    """The adapter starts and answers a ``reset`` with one JSON line, or ``UsageError`` (exit 2): a gate
-    that could not run is not a divergence. What it answers is the lockstep's to judge."""
+def _started_adapter(command: str, timeout: float):
+    """The adapter, started and answering a ``reset`` with one JSON line (the lockstep's first driver), or
+    ``UsageError`` (exit 2): a gate that could not run is not a divergence. What it answers is the lockstep's
+    to judge."""
     from envreplica.conformance.external import AdapterError, SubprocessDriver
 
+    driver = None
     try:
-        with SubprocessDriver(command, timeout=timeout) as driver:
-            driver.handle({"id": 0, "op": "reset"})
+        driver = SubprocessDriver(command, timeout=timeout)
+        driver.handle({"id": 0, "op": "reset"})
     except AdapterError as error:
+        if driver is not None:
+            driver.close()
         raise UsageError(f"the adapter could not be run, so nothing was checked: {error}") from None
+    return driver
 
 
 def cmd_conformance(args) -> int:
@@ -338,13 +343,18 @@ def cmd_conformance(args) -> int:
             impl.close()
 
     _outputs_writable(args.junit, getattr(args, "report", None))
-    _adapter_starts(args.adapter, args.timeout)
+    started = [_started_adapter(args.adapter, args.timeout)]  # the lockstep's first driver: not started twice
     settings = lockstep_settings(args.profile, max_examples=args.max_examples, step_count=args.steps)
     console.print(f"[bold]lockstep[/]: {args.adapter!r} against the model (variant {variant.value}, "
                   f"profile {args.profile}, {settings.max_examples} examples of up to "
                   f"{settings.stateful_step_count} steps)")
-    report = run_lockstep(lambda: SubprocessDriver(args.adapter, timeout=args.timeout), variant=variant,
-                          settings=settings, out_dir=out_dir)
+    try:
+        report = run_lockstep(
+            lambda: started.pop() if started else SubprocessDriver(args.adapter, timeout=args.timeout),
+            variant=variant, settings=settings, out_dir=out_dir)
+    finally:
+        for unused in started:
+            unused.close()
     _print_lockstep(report)
     failed = failed or not report.ok
     summary.add_row(f"lockstep {variant.value}", _verdict(report.ok), f"{report.examples:,}", f"{report.steps:,}",

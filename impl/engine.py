@@ -44,9 +44,8 @@ locked" after the busy timeout (the caller's error to see).
 
 from __future__ import annotations
 
-import contextlib
 import sqlite3
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Iterator, Union
 
@@ -138,11 +137,11 @@ def _transaction(conn: Connection, begin: str) -> Iterator[sqlite3.Connection]:
         raise
 
 
-def write_transaction(conn: Connection) -> "contextlib.AbstractContextManager[sqlite3.Connection]":
+def write_transaction(conn: Connection) -> AbstractContextManager[sqlite3.Connection]:
     """``BEGIN IMMEDIATE`` ... ``COMMIT`` (``ROLLBACK`` when the block raises)."""
     return _transaction(conn, _IMMEDIATE)
 
 
-def read_transaction(conn: Connection) -> "contextlib.AbstractContextManager[sqlite3.Connection]":
+def read_transaction(conn: Connection) -> AbstractContextManager[sqlite3.Connection]:
     """``BEGIN`` (deferred: one consistent WAL snapshot) ... ``COMMIT`` (``ROLLBACK`` on error)."""
     return _transaction(conn, _DEFERRED)

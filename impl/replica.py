@@ -407,9 +407,9 @@ class SqliteReplica:
         try:
             engine = open_engine(tmp, synchronous="FULL", journal_mode="DELETE")
             try:
-                with engine.connect() as conn, write_transaction(conn):
-                    writer.stamp(conn, key_check=self.sealer.rows.key_check, created_by=created_by)
-                    Tables(conn, self.sealer.rows).insert_initial_authority()
+                with engine.connect() as conn, write_transaction(conn) as db:  # one transaction: both or neither
+                    writer.stamp(db, key_check=self.sealer.rows.key_check, created_by=created_by)
+                    Tables(db, self.sealer.rows).insert_initial_authority()
             finally:
                 engine.dispose()
             files.fsync_path(tmp)

@@ -46,7 +46,6 @@ do about it.
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections import namedtuple
 from dataclasses import dataclass
 from functools import lru_cache
@@ -479,9 +478,8 @@ class Tables:
     __slots__ = ("db", "rows", "notify", "_auth_cols", "_auth", "_digests", "_new_stream", "_projects", "_stage",
                  "_elements", "_dirty")
 
-    def __init__(self, conn, rows: RowAuthenticator) -> None:
-        # pysqlite, inside the transaction ``impl.engine`` began (it yields the driver's connection)
-        self.db = conn.connection.dbapi_connection if hasattr(conn, "exec_driver_sql") else conn
+    def __init__(self, db, rows: RowAuthenticator) -> None:
+        self.db = db  # pysqlite, inside the transaction ``impl.engine`` began (it yields the driver's connection)
         self.rows = rows
         self.notify = False  # the authority row or the live view changed
         self._auth_cols: Optional[dict] = None  # the authority row's columns but digests and tag

@@ -170,50 +170,53 @@ def _fields(old: Optional[Row], new: Optional[Row], skip=()) -> list[FieldDiff]:
     return [FieldDiff(p, old.get(p), new.get(p), p not in skip and old.get(p) != new.get(p)) for p in paths]
 
 
-def diff(before: Optional[Tables], after: Tables) -> list[TableDiff]:
-    """Table by table, the rows ``after`` adds, removes or changes against ``before`` (None: nothing before)."""
-    before = before or {}
+def _walk(old: Tables, new: Tables, judge, new_first: bool) -> list[TableDiff]:
+    """Table by table, row by row over both sides (in ``new``'s order then ``old``'s extras, or the other way
+    round): ``judge(old_row, new_row, in_old, in_new)`` gives a row's (status, fields), or None when it is the
+    same on both sides (counted as unchanged)."""
+    first, second = (new, old) if new_first else (old, new)
     out = []
-    for name in list(after) + [n for n in before if n not in after]:
-        old, new = before.get(name, {}), after.get(name, {})
+    for name in list(first) + [n for n in second if n not in first]:
+        a, b = old.get(name, {}), new.get(name, {})
+        lead, rest = (b, a) if new_first else (a, b)
         table = TableDiff(name)
-        for key in list(new) + [k for k in old if k not in new]:
-            if key not in old:
-                status, fields = "added", [FieldDiff(p, None, v, True) for p, v in new[key].items()]
-            elif key not in new:
-                status, fields = "removed", [FieldDiff(p, v, None, True) for p, v in old[key].items()]
-            elif old[key] != new[key]:
-                status, fields = "changed", _fields(old[key], new[key])
-            else:
+        for key in list(lead) + [k for k in rest if k not in lead]:
+            judged = judge(a.get(key), b.get(key), key in a, key in b)
+            if judged is None:
                 table.unchanged += 1
                 continue
-            table.rows.append(RowDiff(key, status, fields, _tokens(key, old.get(key), new.get(key)),
+            status, fields = judged
+            table.rows.append(RowDiff(key, status, fields, _tokens(key, a.get(key), b.get(key)),
                                       name in GLOBAL_TABLES))
         out.append(table)
     return out
+
+
+def diff(before: Optional[Tables], after: Tables) -> list[TableDiff]:
+    """Table by table, the rows ``after`` adds, removes or changes against ``before`` (None: nothing before)."""
+
+    def judge(old, new, had, has):
+        if not had:
+            return "added", [FieldDiff(p, None, v, True) for p, v in new.items()]
+        if not has:
+            return "removed", [FieldDiff(p, v, None, True) for p, v in old.items()]
+        return ("changed", _fields(old, new)) if old != new else None
+
+    return _walk(before or {}, after, judge, new_first=True)
 
 
 def compare(model: Tables, impl: Tables) -> list[TableDiff]:
     """The implementation's tables against the model's: rows on one side only, and fields that differ."""
-    out = []
-    for name in list(model) + [n for n in impl if n not in model]:
-        m, i = model.get(name, {}), impl.get(name, {})
-        table = TableDiff(name)
-        for key in list(m) + [k for k in i if k not in m]:
-            if key not in i:
-                status, fields = "only-model", _fields(m[key], None)
-            elif key not in m:
-                status, fields = "only-impl", _fields(None, i[key])
-            else:
-                fields = _fields(m[key], i[key], skip=_NAMES_ONLY)
-                if not any(f.changed for f in fields):
-                    table.unchanged += 1
-                    continue
-                status = "differs"
-            table.rows.append(RowDiff(key, status, fields, _tokens(key, m.get(key), i.get(key)),
-                                      name in GLOBAL_TABLES))
-        out.append(table)
-    return out
+
+    def judge(m, i, in_model, in_impl):
+        if not in_impl:
+            return "only-model", _fields(m, None)
+        if not in_model:
+            return "only-impl", _fields(None, i)
+        fields = _fields(m, i, skip=_NAMES_ONLY)
+        return ("differs", fields) if any(f.changed for f in fields) else None
+
+    return _walk(model, impl, judge, new_first=False)
 
 
 def full(tables: Tables) -> list[TableDiff]:
