@@ -142,6 +142,12 @@ class SubprocessDriver:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    def next_line(self, timeout: float) -> Optional[bytes]:
+        """The adapter's next line on standard output (None: it closed its output); ``queue.Empty`` after
+        ``timeout`` seconds. For harnesses that write ahead (``conformance.pipeline``)."""
+        line = self._lines.get(timeout=timeout)
+        return None if line is _EOF else line
+
     def handle(self, request: Any) -> dict:
         """Send one request line; return the decoded response line."""
         data = (json.dumps(request, separators=(",", ":"), ensure_ascii=True) + "\n").encode("utf-8")

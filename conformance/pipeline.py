@@ -3,14 +3,15 @@
 ``SubprocessDriver`` (``conformance.external``) sends one request and waits
 for its answer, so a benchmark through it times the pipe's round trip (two
 context switches and a wake-up per request) as much as the implementation.
-``pipelined(command, requests)`` starts the adapter process and keeps up to
-``window`` requests in flight: a writer thread writes ahead (flushing only
-when the window is full or the requests run out) while the calling thread
-reads the answers, in order, as they come. Section 5 has the adapter answer
-in order, one line per request, so nothing more is needed of it. The window
-bounds what sits unanswered in the pipes and in memory; the writer and
-reader being separate threads, neither pipe can fill up against the other
-(standard error is drained by a third).
+``pipelined(command, requests)`` starts the adapter as a ``SubprocessDriver``
+(its process, its output-line and standard-error reader threads) and keeps
+up to ``window`` requests in flight: a writer thread writes ahead (flushing
+only when the window is full or the requests run out) while the calling
+thread takes the answers, in order, as they come. Section 5 has the adapter
+answer in order, one line per request, so nothing more is needed of it. The
+window bounds what sits unanswered in the pipes and in memory; with the
+writer and the readers on separate threads, neither pipe can fill up against
+the other.
 
 Each answer is held to the rules of section 5 that let a harness keep
 count: one JSON object per line; its ``id`` the request's integer ``id``
@@ -52,7 +53,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import shlex
+import queue
 import subprocess
 import sys
 import threading
@@ -85,13 +86,6 @@ class PipelineResult:
     def requests_per_second(self) -> float:
         """Answers after the first, per second between the first answer and the last."""
         return (self.requests - 1) / self.seconds if self.requests > 1 and self.seconds > 0 else 0.0
-
-
-def _argv(command: Command) -> tuple[str, list[str]]:
-    argv = shlex.split(command) if isinstance(command, str) else list(command)
-    if not argv:
-        raise AdapterError("the adapter command is empty: give the program that serves section 5 and its arguments")
-    return (command if isinstance(command, str) else shlex.join(argv)), argv
 
 
 def _expected_id(request: Any) -> Any:
@@ -143,70 +137,28 @@ def _check_id(response: dict, request: Any, index: int, total: int, command: str
 _MISSING = object()
 
 
-class _Stderr:
-    """The last lines of a process's standard error, read by a thread."""
-
-    def __init__(self, proc: subprocess.Popen) -> None:
-        self.proc = proc
-        stream = proc.stderr
-        self.lines: collections.deque = collections.deque(maxlen=40)
-        self._thread = threading.Thread(target=self._read, args=(stream,), name="pipeline-stderr", daemon=True)
-        self._thread.start()
-
-    def _read(self, stream) -> None:
-        try:
-            for line in iter(stream.readline, b""):
-                self.lines.append(line.decode("utf-8", "replace").rstrip("\n"))
-        except (OSError, ValueError):
-            pass
-
-    def tail(self, lines: int = 15) -> str:
-        if self.proc.poll() is not None:
-            self._thread.join(timeout=0.5)  # a dead process's last words
-        return "\n".join(list(self.lines)[-lines:])
-
-
-def _stop(proc: subprocess.Popen, timeout: float) -> Optional[int]:
-    """Close the process's input and wait for it (killed after ``timeout``); its exit status."""
-    try:
-        proc.stdin.close()
-    except (OSError, ValueError):
-        pass
-    try:
-        return proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        return proc.wait()
-
-
 def pipelined(command: Command, requests: Sequence[Any], *, window: int = DEFAULT_WINDOW,
               timeout: float = DEFAULT_TIMEOUT, cwd: Optional[str] = None,
               env: Optional[dict] = None) -> PipelineResult:
     """Send every request to a new ``command`` process with up to ``window`` in flight; read the answers in order.
 
-    ``timeout`` bounds the wait for each answer (from the previous one) and for
-    the process to exit after its input closed. Raises ``AdapterError`` (see
-    the module docstring); returns the decoded answers and the rate.
+    The process, its standard error and its output lines are ``SubprocessDriver``'s; here a writer thread
+    writes ahead of the answers. ``timeout`` bounds the wait for each answer (from the previous one) and
+    for the process to exit after its input closed. Raises ``AdapterError`` (see the module docstring);
+    returns the decoded answers and the rate.
     """
     if type(window) is not int or window < 1:
         raise ValueError(f"window must be an integer >= 1 (requests in flight); got {window!r}")
     if not requests:
         raise ValueError("no requests to send: give at least one (a trace of JSON lines, one request a line)")
-    text, argv = _argv(command)
     lines = [(json.dumps(r, separators=(",", ":"), ensure_ascii=True) + "\n").encode("utf-8") for r in requests]
     total = len(lines)
     started = time.perf_counter()
-    try:
-        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                cwd=cwd, env=env)
-    except OSError as error:
-        raise AdapterError(f"could not start the adapter {text!r}: {error} (check the program's path and "
-                           f"that it is executable)") from None
-    stderr = _Stderr(proc)
+    driver = SubprocessDriver(command, timeout=timeout, cwd=cwd, env=env)
+    text, proc = driver.command, driver.proc
     slots = threading.Semaphore(window)
     stop = threading.Event()
     written = [0]
-    write_error: list = []
 
     def writer() -> None:
         out = proc.stdin
@@ -223,40 +175,24 @@ def pipelined(command: Command, requests: Sequence[Any], *, window: int = DEFAUL
                 written[0] += 1
             out.flush()
             out.close()  # end of input: the adapter exits once it has answered
-        except (BrokenPipeError, OSError, ValueError) as error:  # the adapter died; the reader reports it
-            write_error.append(error)
+        except (BrokenPipeError, OSError, ValueError):  # the adapter died; the reader reports it
+            pass
 
-    # A watchdog, so that the reader can block in readline: with no answer for ``timeout`` s it kills the process.
-    answered = [0]
-    timed_out = threading.Event()
-
-    def watchdog() -> None:
-        last, since = -1, time.monotonic()
-        while not stop.wait(0.05):
-            if answered[0] != last:
-                last, since = answered[0], time.monotonic()
-            elif time.monotonic() - since > timeout:
-                timed_out.set()
-                proc.kill()
-                return
-
-    threads = [threading.Thread(target=writer, name="pipeline-writer", daemon=True),
-               threading.Thread(target=watchdog, name="pipeline-watchdog", daemon=True)]
-    for thread in threads:
-        thread.start()
+    thread = threading.Thread(target=writer, name="pipeline-writer", daemon=True)
+    thread.start()
     responses: list = []
     first = last = None
-    readline = proc.stdout.readline
     try:
         for index, request in enumerate(requests):
-            line = readline()
-            if not line:
-                stop.set()
-                if timed_out.is_set():
-                    raise _error(index, total, f"no answer within {timeout:g} s ({written[0]} requests written, "
-                                               f"{index} answered); the process was killed "
-                                               f"(raise the timeout for a slow implementation)",
-                                 text, stderr.tail())
+            try:
+                line = driver.next_line(timeout)
+            except queue.Empty:
+                proc.kill()
+                raise _error(index, total, f"no answer within {timeout:g} s ({written[0]} requests written, "
+                                           f"{index} answered); the process was killed "
+                                           f"(raise the timeout for a slow implementation)",
+                             text, driver.stderr_tail()) from None
+            if line is None:
                 try:
                     status = proc.wait(timeout=2)
                 except subprocess.TimeoutExpired:
@@ -264,32 +200,28 @@ def pipelined(command: Command, requests: Sequence[Any], *, window: int = DEFAUL
                 how = f"exited with status {status}" if status is not None else "closed its standard output"
                 raise _error(index, total, f"the adapter {how} after answering {index} of {total} requests "
                                            f"({written[0]} written; section 5: one answer per request, until "
-                                           f"end of input)", text, stderr.tail())
+                                           f"end of input)", text, driver.stderr_tail())
             slots.release()
-            answered[0] = index + 1
-            responses.append(_decode(line, request, index, total, text, stderr.tail))
+            responses.append(_decode(line, request, index, total, text, driver.stderr_tail))
             last = time.perf_counter()
             if first is None:
                 first = last
-        stop.set()
-        rest = proc.stdout.read() if _stop(proc, timeout) is not None else b""
-        extra = [x for x in rest.split(b"\n") if x.strip()]
+        extra = []
+        try:
+            proc.wait(timeout=timeout)  # then its output ends: whatever it wrote after the last answer is queued
+            while (line := driver.next_line(timeout)) is not None:
+                if line.strip():
+                    extra.append(line)
+        except (subprocess.TimeoutExpired, queue.Empty):
+            pass  # still running: close() below kills it
         if extra:
             raise _error(total - 1, total, f"the adapter wrote {len(extra)} line(s) more than the {total} requests "
                                            f"asked for, first {_brief(extra[0])!r} (section 5: exactly one answer "
-                                           f"per request)", text, stderr.tail())
+                                           f"per request)", text, driver.stderr_tail())
     finally:
         stop.set()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        for thread in threads:
-            thread.join(timeout=1)
-        for stream in (proc.stdin, proc.stdout, proc.stderr):
-            try:
-                stream.close()
-            except (OSError, ValueError):
-                pass
+        driver.close()
+        thread.join(timeout=1)
     return PipelineResult(text, f"pipelined (window {window})", responses, total, (last or 0) - (first or 0),
                           time.perf_counter() - started)
 
@@ -299,10 +231,10 @@ def round_trip(command: Command, requests: Sequence[Any], *, timeout: float = DE
     """The baseline: the same requests one at a time through ``SubprocessDriver`` (a round trip each)."""
     if not requests:
         raise ValueError("no requests to send: give at least one (a trace of JSON lines, one request a line)")
-    text, argv = _argv(command)
     total = len(requests)
     started = time.perf_counter()
-    driver = SubprocessDriver(argv, timeout=timeout, cwd=cwd, env=env)
+    driver = SubprocessDriver(command, timeout=timeout, cwd=cwd, env=env)
+    text = driver.command
     responses: list = []
     first = last = None
     try:
