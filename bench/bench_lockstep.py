@@ -28,14 +28,11 @@ derandomized generation), or the comparison is not like for like and it says so.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import shlex
 import statistics
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 from rich.console import Console
@@ -45,6 +42,9 @@ from envreplica.conformance.drivers import ModelDriver
 from envreplica.conformance.external import SubprocessDriver
 from envreplica.conformance.lockstep import lockstep_settings, run_lockstep
 from envreplica.model.state import Variant
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from baseline import probe, worktree  # noqa: E402  (bench/baseline.py, beside this file)
 
 
 _ONE_RUN = """
@@ -57,30 +57,13 @@ print(json.dumps({"ok": r.ok, "examples": r.examples, "steps": r.steps, "seconds
 """
 
 
-def _one_run(examples: int, pythonpath: "str | None") -> dict:
-    env = dict(os.environ)
-    if pythonpath:
-        env["PYTHONPATH"] = pythonpath
-    out = subprocess.run([sys.executable, "-c", _ONE_RUN, str(examples)], env=env, cwd=tempfile.gettempdir(),
-                         check=True, capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
-
-
 def baseline(rev: str, examples: int, rounds: int) -> None:
     """This checkout's in-process lockstep beside ``rev``'s, alternating, in one run."""
-    repo = Path(__file__).resolve().parent.parent
-    with tempfile.TemporaryDirectory(prefix="envreplica-baseline-") as tmp:
-        tree = Path(tmp) / "envreplica"  # the package is the repository's root directory
-        subprocess.run(["git", "-C", str(repo), "worktree", "add", "--detach", "-f", str(tree), rev], check=True,
-                       capture_output=True)
-        try:
-            runs: dict[str, list[dict]] = {"before": [], "after": []}
-            for _ in range(rounds):
-                runs["before"].append(_one_run(examples, tmp))
-                runs["after"].append(_one_run(examples, None))
-        finally:
-            subprocess.run(["git", "-C", str(repo), "worktree", "remove", "--force", str(tree)], check=False,
-                           capture_output=True)
+    with worktree(rev) as pythonpath:
+        runs: dict[str, list[dict]] = {"before": [], "after": []}
+        for _ in range(rounds):
+            runs["before"].append(probe(_ONE_RUN, [examples], pythonpath))
+            runs["after"].append(probe(_ONE_RUN, [examples], None))
     table = Table(title=f"lockstep in process (sqlite, state read back), {examples} examples, {rev} vs this "
                         f"checkout, median of {rounds} alternating runs")
     for column in ("code", "examples", "steps", "seconds", "steps/s"):

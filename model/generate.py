@@ -43,7 +43,7 @@ from __future__ import annotations
 import enum
 import itertools
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Iterator, Optional
 
 from envreplica.model import replica as replica_ops
@@ -81,6 +81,7 @@ from envreplica.spec.domain import (
     StagedRef,
 )
 from envreplica.spec.gate import Gate
+from envreplica.spec.frozen import HashOnce, hash_once, replace
 
 
 class Mode(str, enum.Enum):
@@ -156,8 +157,9 @@ class Bounds:
         return ModelConfig(variant=self.variant, ack_page_bytes=self.ack_page_bytes)
 
 
+@hash_once
 @dataclass(frozen=True, slots=True)
-class Cloud:
+class Cloud(HashOnce):
     """The cloud's side in ``cloud`` mode."""
 
     records: FMap = EMPTY  # (projectId, key) -> BindingState: the cloud's truth
@@ -167,8 +169,9 @@ class Cloud:
     attempts: int = 0  # attempts begun; the current one is Bounds.attempts[attempts - 1]
 
 
+@hash_once
 @dataclass(frozen=True, slots=True)
-class World:
+class World(HashOnce):
     """One state of the checker: the replica, and the cloud (None in adversary mode)."""
 
     replica: State  # the replica under check
@@ -307,8 +310,9 @@ def _cloud_actions(bounds: Bounds, world: World) -> Iterator[Action]:
                     yield CloudChange(project, key, move)
 
 
+@hash_once
 @dataclass(frozen=True, slots=True)
-class CloudChange:
+class CloudChange(HashOnce):
     """A cloud-side record change (not a replica action: the replica sees it as a delivery later)."""
 
     project: str

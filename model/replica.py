@@ -49,7 +49,6 @@ from __future__ import annotations
 import re
 
 from contextvars import ContextVar
-from dataclasses import replace
 from functools import lru_cache
 from typing import Optional, Union
 
@@ -108,6 +107,7 @@ from envreplica.spec.domain import (
     Status,
     unavailable,
 )
+from envreplica.spec.frozen import replace
 from envreplica.spec.gate import MachineGate, Trigger, fire
 from envreplica.spec import wire
 

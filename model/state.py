@@ -31,6 +31,7 @@ from envreplica.spec.domain import (
     ValueRef,
 )
 from envreplica.spec.gate import Gate
+from envreplica.spec.frozen import HashOnce, hash_once
 from envreplica.spec.variants import Variant  # re-exported: the model's variants are the contract's
 
 
@@ -57,8 +58,9 @@ class ModelConfig:
     gate_engine: GateEngine = GateEngine.TABLE  # how the gate moves (same table either way)
 
 
+@hash_once
 @dataclass(frozen=True, slots=True)
-class Authority:
+class Authority(HashOnce):
     """The single authority row."""
 
     gate: Gate  # inactive / closed.idle / closed.staging / open (activated, gateOpen, attemptId)
@@ -72,8 +74,9 @@ class Authority:
 INITIAL_AUTHORITY = Authority(Gate.INACTIVE, None, 0, None, None, ())
 
 
+@hash_once
 @dataclass(frozen=True, slots=True)
-class LiveRow:
+class LiveRow(HashOnce):
     """A live record (``records`` table)."""
 
     state: BindingState  # the record as the cloud described it
@@ -83,8 +86,9 @@ class LiveRow:
         return RecordResult(self.state, self.mat)
 
 
+@hash_once
 @dataclass(frozen=True, slots=True)
-class StageRow:
+class StageRow(HashOnce):
     """A staged record (``stage_records``): ``present`` once a page or delivery named it."""
 
     state: BindingState  # the record
@@ -95,8 +99,9 @@ class StageRow:
         return RecordResult(self.state, self.mat)
 
 
+@hash_once
 @dataclass(frozen=True, slots=True)
-class StoredValue:
+class StoredValue(HashOnce):
     """A value row (``values`` / ``stage_values``): sealed at rest in ``impl``."""
 
     revision: int  # the head revision the value was fetched for
@@ -105,8 +110,9 @@ class StoredValue:
     value: str  # the plaintext (the model does not seal)
 
 
+@hash_once
 @dataclass(frozen=True, slots=True)
-class StageProject:
+class StageProject(HashOnce):
     """A project of the open attempt (``stage_projects``)."""
 
     record_version: Optional[int]  # the snapshot's record version; None before its first page
@@ -114,8 +120,9 @@ class StageProject:
     complete: bool  # the last accepted page was the final one
 
 
+@hash_once
 @dataclass(frozen=True, slots=True)
-class Receipt:
+class Receipt(HashOnce):
     """A consumed delivery (``receipts``): what it asked and what it was answered."""
 
     request: DeliveryRequest  # what the request MAC covers
@@ -132,16 +139,18 @@ class View(str, enum.Enum):
     STAGE = "stage"
 
 
+@hash_once
 @dataclass(frozen=True, slots=True)
-class ReadRequest:
+class ReadRequest(HashOnce):
     """One value-store read: what is asked of the store."""
 
     ref: ValueRef  # the reference being read
     name: str  # the parameter name (wire-protocol.md section 4)
 
 
+@hash_once
 @dataclass(frozen=True, slots=True)
-class AwaitRead:
+class AwaitRead(HashOnce):
     """A suspended materialization: the before-transaction ran, the read is in flight."""
 
     view: View  # live or staged materialization
@@ -153,8 +162,9 @@ class AwaitRead:
     request: ReadRequest  # the read in flight
 
 
+@hash_once
 @dataclass(frozen=True, slots=True)
-class PreparedDelivery:
+class PreparedDelivery(HashOnce):
     """What a delivery's first transaction decided, carried across its await window."""
 
     result: RecordResult  # the record as retained
@@ -164,8 +174,9 @@ class PreparedDelivery:
     attempt_id: Optional[str]  # the attempt it applied under (None: live)
 
 
+@hash_once
 @dataclass(frozen=True, slots=True)
-class PageInFlight:
+class PageInFlight(HashOnce):
     """A page suspended in a value-store read."""
 
     frame: PageFrame  # the page being applied
@@ -174,8 +185,9 @@ class PageInFlight:
     reader_on: bool  # whether the operation has a value store
 
 
+@hash_once
 @dataclass(frozen=True, slots=True)
-class DeliveryInFlight:
+class DeliveryInFlight(HashOnce):
     """A delivery suspended in a value-store read."""
 
     frame: ApplyFrame  # the delivery being applied
@@ -186,8 +198,9 @@ class DeliveryInFlight:
 InFlight = Union[PageInFlight, DeliveryInFlight]
 
 
+@hash_once
 @dataclass(frozen=True, slots=True)
-class State:
+class State(HashOnce):
     """The whole replica: durable tables, and the volatile operations in flight."""
 
     authority: Authority = INITIAL_AUTHORITY  # the authority row

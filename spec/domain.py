@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from envreplica.spec.frozen import HashOnce, hash_once
 from typing import Optional, Union
 
 # ---------------------------------------------------------------------------
@@ -119,15 +120,17 @@ class UnavailableReason(str, enum.Enum):
 # ---------------------------------------------------------------------------
 
 
+@hash_once
 @dataclass(frozen=True, slots=True)
-class StagedRef:
+class StagedRef(HashOnce):
     """``{"kind": "staged", "stagingId": ...}``: an immutable staged SSM parameter."""
 
     staging_id: str
 
 
+@hash_once
 @dataclass(frozen=True, slots=True)
-class LegacyRef:
+class LegacyRef(HashOnce):
     """``{"kind": "legacy", "ssmVersion": n}``: one version of a legacy SSM parameter."""
 
     ssm_version: int
@@ -136,8 +139,9 @@ class LegacyRef:
 ValueRef = Union[StagedRef, LegacyRef]
 
 
+@hash_once
 @dataclass(frozen=True, slots=True)
-class Head:
+class Head(HashOnce):
     """A record's head; ``tombstone`` holds exactly when ``value_ref`` is None."""
 
     revision: int  # moves on approve / epoch upgrade / delete / save-after-delete
@@ -146,13 +150,15 @@ class Head:
     value_ref: Optional[ValueRef]  # where the value lives; None for a tombstone
 
 
+@hash_once
 @dataclass(frozen=True, slots=True)
-class BindOmit:
+class BindOmit(HashOnce):
     """``{"kind": "omit"}``: the task binding leaves this key out."""
 
 
+@hash_once
 @dataclass(frozen=True, slots=True)
-class BindWithhold:
+class BindWithhold(HashOnce):
     """``{"kind": "withhold", "reason": r}``: the binding withholds with a reason."""
 
     reason: str
@@ -161,8 +167,9 @@ class BindWithhold:
 Binding = Optional[Union[BindOmit, BindWithhold]]
 
 
+@hash_once
 @dataclass(frozen=True, slots=True)
-class BindingState:
+class BindingState(HashOnce):
     """One record as the cloud describes it (``BindingState`` on the wire)."""
 
     key: str  # the environment variable name
@@ -172,8 +179,9 @@ class BindingState:
     listing_generation: int  # moves when only the listing changes
 
 
+@hash_once
 @dataclass(frozen=True, slots=True)
-class Materialization:
+class Materialization(HashOnce):
     """What the replica made of a record: installed, or withheld/unavailable with a reason."""
 
     kind: MatKind
@@ -195,16 +203,18 @@ def unavailable(reason: str) -> Materialization:
     return Materialization(MatKind.UNAVAILABLE, str(reason.value if isinstance(reason, enum.Enum) else reason))
 
 
+@hash_once
 @dataclass(frozen=True, slots=True)
-class RecordResult:
+class RecordResult(HashOnce):
     """``Result``: a record and its materialization."""
 
     state: BindingState
     materialization: Materialization
 
 
+@hash_once
 @dataclass(frozen=True, slots=True)
-class Cursor:
+class Cursor(HashOnce):
     """A delivery position: a stream and the last sequence consumed on it."""
 
     stream_id: str
@@ -216,8 +226,9 @@ class Cursor:
 # ---------------------------------------------------------------------------
 
 
+@hash_once
 @dataclass(frozen=True, slots=True)
-class BeginFrame:
+class BeginFrame(HashOnce):
     """Start a snapshot attempt for an exact project set; closes the gate."""
 
     stream_id: str
@@ -225,8 +236,9 @@ class BeginFrame:
     project_ids: tuple[str, ...]
 
 
+@hash_once
 @dataclass(frozen=True, slots=True)
-class PageFrame:
+class PageFrame(HashOnce):
     """One page of one project's snapshot, keys strictly ascending after ``after``."""
 
     op_id: str
@@ -238,8 +250,9 @@ class PageFrame:
     complete: bool
 
 
+@hash_once
 @dataclass(frozen=True, slots=True)
-class ApplyFrame:
+class ApplyFrame(HashOnce):
     """One ordered delta (``env.replica.apply``)."""
 
     op_id: str
@@ -254,8 +267,9 @@ class ApplyFrame:
         return DeliveryRequest(self.project_id, self.record_version, self.state, self.delivery)
 
 
+@hash_once
 @dataclass(frozen=True, slots=True)
-class DeliveryRequest:
+class DeliveryRequest(HashOnce):
     """The semantic request of a delivery: what its receipt MAC covers."""
 
     project_id: str
@@ -264,16 +278,18 @@ class DeliveryRequest:
     delivery: Cursor
 
 
+@hash_once
 @dataclass(frozen=True, slots=True)
-class ProjectVersion:
+class ProjectVersion(HashOnce):
     """One ``{"projectId", "recordVersion"}`` entry of a commit."""
 
     project_id: str
     record_version: int
 
 
+@hash_once
 @dataclass(frozen=True, slots=True)
-class CommitFrame:
+class CommitFrame(HashOnce):
     """Promote the staged view of an attempt if it is exactly what the cloud says."""
 
     attempt_id: str

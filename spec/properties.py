@@ -24,7 +24,7 @@ is defined by that read.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Callable, Optional
 
 from envreplica.spec.domain import (
@@ -38,6 +38,7 @@ from envreplica.spec.domain import (
     PageRefused,
     RefusalCode,
 )
+from envreplica.spec.frozen import replace
 from envreplica.spec.gate import GATE_NEXT, Gate
 
 # ---------------------------------------------------------------------------

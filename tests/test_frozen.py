@@ -1,0 +1,106 @@
+"""spec.frozen: the kept hash and the generated replace change no value the checker sees."""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+import sys
+
+import pytest
+
+from envreplica.checker.run import build_model
+from envreplica.model.presets import suite
+from envreplica.spec.frozen import HashOnce, hash_once, replace
+from envreplica.spec.variants import Variant
+
+
+def _reached(name: str = "tiny", limit: int = 3000) -> list:
+    """Worlds of the tiny bounds, in BFS order."""
+    worlds = []
+    for bounds in suite(name, Variant.SEED):
+        model = build_model(bounds)
+        seen, frontier = {model.init()}, [model.init()]
+        while frontier and len(seen) < limit:
+            world = frontier.pop(0)
+            for action in model.enabled(world):
+                nxt, _ = model.next(world, action)
+                if nxt not in seen:
+                    seen.add(nxt)
+                    frontier.append(nxt)
+        worlds.extend(seen)
+    return worlds
+
+
+def _values(obj, out: list) -> list:
+    """``obj`` and every frozen dataclass value reachable inside it (fields, tuples, FMaps)."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        out.append(obj)
+        for f in dataclasses.fields(obj):
+            _values(getattr(obj, f.name), out)
+    elif isinstance(obj, tuple):
+        for item in obj:
+            _values(item, out)
+    elif hasattr(obj, "items") and hasattr(obj, "sorted_items"):  # FMap
+        for k, v in obj.items():
+            _values(k, out)
+            _values(v, out)
+    return out
+
+
+def _field_tuple(obj) -> tuple:
+    return tuple(getattr(obj, f.name) for f in dataclasses.fields(obj) if f.compare)
+
+
+def test_kept_hash_is_the_hash_of_the_fields_asked_twice_or_after_pickling():
+    values = [v for w in _reached() for v in _values(w, [])]
+    kinds = {type(v) for v in values if isinstance(v, HashOnce)}
+    assert {"World", "State", "Authority", "BindingState", "LiveRow", "AwaitRead"} <= {k.__name__ for k in kinds}
+    for v in values:
+        if isinstance(v, HashOnce):
+            assert hash(v) == hash(_field_tuple(v)) == hash(v)
+            copy = pickle.loads(pickle.dumps(v))
+            assert copy == v and hash(copy) == hash(v)
+
+
+def test_every_hash_once_class_is_decorated():
+    def subclasses(cls):
+        for sub in cls.__subclasses__():
+            yield sub
+            yield from subclasses(sub)
+
+    final = [c for c in subclasses(HashOnce)  # dataclass(slots=True) leaves the class it rebuilt behind
+             if getattr(sys.modules[c.__module__], c.__name__, None) is c]
+    assert len(final) >= 30
+    for cls in final:
+        assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen, cls
+        assert cls.__hash__.__module__ == "envreplica.spec.frozen", f"{cls.__name__} lacks @hash_once"
+
+
+def test_replace_builds_what_dataclasses_replace_builds():
+    values = [v for w in _reached() for v in _values(w, [])]
+    checked = set()
+    for v in values:
+        fields = dataclasses.fields(v)
+        for i, f in enumerate(fields):
+            other = getattr(values[(hash(v) + i) % len(values)], f.name, None)
+            ours, theirs = replace(v, **{f.name: other}), dataclasses.replace(v, **{f.name: other})
+            assert ours == theirs and type(ours) is type(theirs) and hash(ours) == hash(theirs)
+            assert replace(v) == v
+        checked.add(type(v).__name__)
+    assert {"State", "Authority", "World", "Cloud"} <= checked
+
+
+def test_replace_refuses_an_unknown_field_and_hash_once_an_unprepared_class():
+    from envreplica.model.state import INITIAL
+
+    with pytest.raises(TypeError, match="bogus"):
+        replace(INITIAL, bogus=1)
+
+    @dataclasses.dataclass(frozen=True)
+    class Plain:
+        x: int
+
+    with pytest.raises(TypeError, match="must derive from HashOnce"):
+        hash_once(Plain)
+    assert replace(Plain(1), x=2) == Plain(2)  # not slots: dataclasses.replace does it
+
