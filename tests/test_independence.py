@@ -10,7 +10,8 @@ shown to fail on a planted import:
   ``try`` or an ``if``, absolute or relative) resolved to the module it
   names; none may be ``envreplica.model`` or below, nor any
   ``envreplica.*`` module outside ``impl`` and the shared contract
-  (``spec.domain``, ``spec.wire``, ``spec.variants``).
+  (``spec.domain``, ``spec.wire``, ``spec.variants``, and ``spec.frozen`` that
+  ``spec.domain`` uses).
 * ``test_importing_every_impl_module_loads_no_model_module``: a fresh
   interpreter imports every ``impl`` module and reports ``sys.modules``: no
   ``envreplica.model*`` (so no transitive import either), and no
@@ -36,9 +37,10 @@ import envreplica.impl
 
 IMPL_DIR = Path(envreplica.impl.__file__).resolve().parent
 PACKAGE = "envreplica.impl"
-#: What ``impl`` may import of envreplica beyond itself: the shared contract only.
+#: What ``impl`` may import of envreplica beyond itself: the shared contract only (``spec.frozen``, which
+#: ``spec.domain``'s value types use for their hash, holds no decision of the protocol).
 CONTRACT = frozenset({"envreplica", "envreplica.spec", "envreplica.spec.domain", "envreplica.spec.wire",
-                      "envreplica.spec.variants"})
+                      "envreplica.spec.variants", "envreplica.spec.frozen"})
 
 
 def _impl_files() -> list[Path]:
