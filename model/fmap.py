@@ -41,6 +41,16 @@ class FMap(Mapping[K, V], Generic[K, V]):
     def get(self, key, default=None):  # type: ignore[override]
         return self._d.get(key, default)
 
+    # The dict's own views: read-only, and iterated in C (Mapping's mixins iterate in Python).
+    def keys(self):  # type: ignore[override]
+        return self._d.keys()
+
+    def values(self):  # type: ignore[override]
+        return self._d.values()
+
+    def items(self):  # type: ignore[override]
+        return self._d.items()
+
     def __hash__(self) -> int:
         if self._h is None:
             self._h = hash(frozenset(self._d.items()))
