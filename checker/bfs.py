@@ -260,40 +260,43 @@ def check(
 
     on_new_state(init, init_fp, view(init), 0)
     last_report = started
-    observe_step = model.observe_step
+    # The loop's lookups, bound once (it runs once per transition).
+    observe_step, enabled, take = model.observe_step, model.enabled, model.next
+    violations, witnessed = result.violations, result.witnessed
+    transitions = 0
     while frontier:
-        if stop_on_first and result.violations:
+        if stop_on_first and violations:
             break
         st, fp, depth = frontier.popleft()
         result.depth = max(result.depth, depth)
         pending_after = [(p, marks[p.name], marks[p.name].pop(fp, None)) for p in after_sometimes
-                         if p.name not in result.witnessed]
+                         if p.name not in witnessed]
         if max_depth is not None and depth >= max_depth:
             result.complete = False
             continue
         pre = view(st)
-        for action in model.enabled(st):
-            nxt, res = model.next(st, action)
-            result.transitions += 1
+        for action in enabled(st):
+            nxt, res = take(st, action)
+            transitions += 1
             if observe_step is not None:
                 observe_step(st, action, res, nxt)
             nxt_fp = fingerprint(nxt)
             post = view(nxt)
             props, sometimes = for_step(action, res)
             for prop in props:
-                if prop.name not in result.violations and not prop.check(pre, action, res, post):
-                    result.violations[prop.name] = Violation(prop, trace(fp, Step(action, res, nxt)))
+                if prop.name not in violations and not prop.check(pre, action, res, post):
+                    violations[prop.name] = Violation(prop, trace(fp, Step(action, res, nxt)))
             for prop in sometimes:
-                if prop.name not in result.witnessed and prop.check(pre, action, res, post):
-                    result.witnessed[prop.name] = depth + 1
+                if prop.name not in witnessed and prop.check(pre, action, res, post):
+                    witnessed[prop.name] = depth + 1
             for prop, marked, earlier in pending_after:
-                if prop.name in result.witnessed:
+                if prop.name in witnessed:
                     continue
                 if earlier is None:
                     if prop.after.check(pre, action, res, post):
                         marked.setdefault(nxt_fp, (pre, action, res, post))
                 elif prop.check(earlier, pre, action, res, post):
-                    result.witnessed[prop.name] = depth + 1
+                    witnessed[prop.name] = depth + 1
                     marked.clear()
                 else:
                     marked.setdefault(nxt_fp, earlier)
@@ -305,11 +308,11 @@ def check(
                     result.complete = False
                     frontier.clear()
                     break
-        result.states = len(parent)
+        result.states, result.transitions = len(parent), transitions
         if progress is not None and time.perf_counter() - last_report > 0.2:
             last_report = time.perf_counter()
             result.seconds = last_report - started
             progress(result)
-    result.states = len(parent)
+    result.states, result.transitions = len(parent), transitions
     result.seconds = time.perf_counter() - started
     return result

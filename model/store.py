@@ -18,6 +18,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Optional, Union
 
 from envreplica.model.state import ReadRequest
@@ -27,12 +28,14 @@ from envreplica.spec.domain import (
     StagedRef,
     UnavailableReason,
 )
+from envreplica.spec.frozen import HashOnce, hash_once
 
 _SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
+@hash_once
 @dataclass(frozen=True, slots=True)
-class Found:
+class Found(HashOnce):
     """The store holds the reference: its raw text, and the version it reports (legacy)."""
 
     raw: str  # the parameter's text
@@ -116,8 +119,12 @@ def _json_number_equals(value: object, expected: int) -> bool:
     return not isinstance(value, bool) and isinstance(value, (int, float)) and value == expected
 
 
+@lru_cache(maxsize=4096)
 def interpret(org_id: str, project_id: str, state: BindingState, request: ReadRequest, answer: Answer) -> Fetched:
-    """The part of ``readMaterializedValue`` after its ``await``: what the answer means."""
+    """The part of ``readMaterializedValue`` after its ``await``: what the answer means.
+
+    A function of its arguments only, kept for the checker (which asks the same few answers again and again;
+    4,096 entries, so that the lockstep's long drawn values cannot pile up)."""
     if isinstance(answer, Raises):
         return Fetched(None, UnavailableReason.VALUE_UNAVAILABLE)
     if isinstance(answer, Missing):
@@ -179,6 +186,7 @@ def legacy_envelope(project_id: str, key: str, value: str) -> str:
     )
 
 
+@lru_cache(maxsize=4096)
 def answers(org_id: str, project_id: str, state: BindingState, request: ReadRequest,
             values: tuple[str, ...]) -> tuple[Answer, ...]:
     """Every answer class a store can give for ``request``, one representative each.
@@ -188,6 +196,7 @@ def answers(org_id: str, project_id: str, state: BindingState, request: ReadRequ
     version other than asked: ``value_version_mismatch``; nothing:
     ``value_missing``; a throw: ``value_unavailable``. (Malformed text also
     means ``value_unavailable``; the tests cover it, the checker needs one.)
+    Kept per arguments, like ``interpret``.
     """
     ref = request.ref
     out: list[Answer] = []

@@ -65,16 +65,20 @@ def hash_once(cls: type[T]) -> type[T]:
     return cls
 
 
-#: type -> its generated replacer, or dataclasses.replace where one cannot be generated
-_REPLACERS: dict[type, Callable[..., Any]] = {}
+class _Replacers(dict):
+    """type -> its generated replacer (or ``dataclasses.replace`` where none can be), made on first use."""
+
+    def __missing__(self, cls: type) -> Callable[..., Any]:
+        fn = self[cls] = _replacer(cls)
+        return fn
+
+
+_REPLACERS = _Replacers()
 
 
 def replace(obj: T, /, **changes: Any) -> T:
     """``dataclasses.replace(obj, **changes)``, without its per-call overhead on frozen slots dataclasses."""
-    fn = _REPLACERS.get(type(obj))
-    if fn is None:
-        fn = _REPLACERS[type(obj)] = _replacer(type(obj))
-    return fn(obj, **changes)
+    return _REPLACERS[type(obj)](obj, **changes)
 
 
 def _replacer(cls: type) -> Callable[..., Any]:

@@ -221,6 +221,13 @@ def receipts_are_never_rewritten(pre, action, result, post) -> bool:
     )
 
 
+def _moved_keys(before, after) -> set:
+    """The keys whose rows differ between two versions of one table (none when it is the same object)."""
+    if before is after:  # an operation leaves the tables it does not write as they were
+        return set()
+    return {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
+
+
 def resume_changes_only_its_operation(pre, action, result, post) -> bool:
     """A read that answers changes only its own operation's rows (and, for a delivery, its receipt and cursor)."""
     from envreplica.model.actions import ActionKind
@@ -232,33 +239,34 @@ def resume_changes_only_its_operation(pre, action, result, post) -> bool:
     rest = pre.inflight[: action.slot] + pre.inflight[action.slot + 1:]
     if post.inflight[: len(rest)] != rest or len(post.inflight) > len(rest) + 1:
         return False
-
-    def changed(table: str) -> set:
-        before, after = getattr(pre, table), getattr(post, table)
-        if before is after:  # an operation leaves the tables it does not write as they were
-            return set()
-        return {k for k in set(before) | set(after) if before.get(k) != after.get(k)}
-
+    if pre.projects is not post.projects and _moved_keys(pre.projects, post.projects):
+        return False
+    if pre.stage_projects is not post.stage_projects and _moved_keys(pre.stage_projects, post.stage_projects):
+        return False
+    stage_records = _moved_keys(pre.stage_records, post.stage_records)
+    stage_values = _moved_keys(pre.stage_values, post.stage_values)
+    receipts = _moved_keys(pre.receipts, post.receipts)
+    a, b = pre.authority, post.authority
     if isinstance(op, DeliveryInFlight):
         read = op.read
         scope_live = {(read.project_id, read.key)} if read.view is View.LIVE else set()
         scope_stage = {(read.attempt_id, read.project_id, read.key)} if read.view is View.STAGE else set()
         consumed = isinstance(result, ApplyOk) and not result.replayed
         cursor = op.frame.delivery
-        receipts_ok = changed("receipts") == ({(cursor.stream_id, cursor.sequence)} if consumed else set())
-        expected_seq = cursor.sequence if consumed else pre.authority.applied_sequence
-        authority_ok = post.authority == replace(pre.authority, applied_sequence=expected_seq)
+        if receipts != ({(cursor.stream_id, cursor.sequence)} if consumed else set()):
+            return False
+        expected_seq = cursor.sequence if consumed else a.applied_sequence
+        if b != replace(a, applied_sequence=expected_seq):
+            return False
     else:
         scope_live = set()
-        scope_stage = {k for k in changed("stage_records") | changed("stage_values")
-                       if k[:2] == (op.frame.attempt_id, op.frame.project_id)}
-        receipts_ok = not changed("receipts")
-        authority_ok = post.authority == pre.authority
+        scope = (op.frame.attempt_id, op.frame.project_id)
+        scope_stage = {k for k in stage_records | stage_values if k[:2] == scope}
+        if receipts or b != a:
+            return False
     return (
-        receipts_ok and authority_ok
-        and not changed("projects") and not changed("stage_projects")
-        and changed("records") <= scope_live and changed("values") <= scope_live
-        and changed("stage_records") <= scope_stage and changed("stage_values") <= scope_stage
+        _moved_keys(pre.records, post.records) <= scope_live and _moved_keys(pre.values, post.values) <= scope_live
+        and stage_records <= scope_stage and stage_values <= scope_stage
     )
 
 
@@ -269,7 +277,9 @@ def reads_change_only_materialization(pre, action, result, post) -> bool:
     if getattr(action, "kind", None) is not ActionKind.RESUME:
         return True
     for before, after in ((pre.records, post.records), (pre.stage_records, post.stage_records)):
-        if set(before) != set(after):
+        if before is after:
+            continue
+        if before.keys() != after.keys():
             return False
         if any(after[k].state != row.state for k, row in before.items()):
             return False
