@@ -561,7 +561,9 @@ def next_state(bounds: Bounds, world: World, action, cfg: Optional[ModelConfig] 
             replica_next, result = step(cfg, world.replica, action)
     else:
         replica_next, result = step(cfg, world.replica, action)
-    world2 = World(replica_next, world.cloud)
+    # A step that leaves the replica as it was (a refusal that writes nothing) returns the world itself,
+    # whose hash is already kept: the checker fingerprints it again at no cost.
+    world2 = world if replica_next is world.replica else World(replica_next, world.cloud)
     if world.cloud is not None and isinstance(action, Begin) and getattr(result, "ok", False):
         world2 = _cloud_next(bounds, world2, action)
     return world2, result
