@@ -41,6 +41,14 @@ in the same process and interleaved with it (``bench/floors.py``):
   opened with the same ``Sealer``), none of the replica's integrity checks;
   it must equal the replica's snapshot (asserted).
 
+Cryptography: the deliveries are run once more with the primitives they call
+logged (HMAC row tags and receipt MAC, the SHAKE-256 digest masks, AES-GCM),
+each logged call is made again alone, and the line prints the calls per
+delivery and their cost. Each delivery figure then ends with the rest: the
+implementation's time past the same-statement floor and that cost (Python:
+the seed's decisions, rows built and parsed, the glue), and how much of it
+an efficiency of 0.8 would leave.
+
 Ratios are ``efficiency = floor time / implementation time``: 1.0 is as fast
 as raw SQLite doing the floor's work, 0.25 means the implementation takes four
 times the floor's time. The delivery runs alternate the three (implementation,
@@ -237,6 +245,82 @@ def _per_delivery(values: list) -> str:
     return f"{lo}" if lo == hi else f"mean {statistics.mean(values):.1f} (min {lo}, max {hi})"
 
 
+class _CryptoLog:
+    """The cryptographic primitives a delivery calls, logged with their arguments, to be replayed alone."""
+
+    def __init__(self) -> None:
+        self.calls: list = []  # (label, replay: a zero-argument function doing the same computation)
+
+    def _hmac_digest(self, real):
+        def digest(key, msg, name):
+            self.calls.append((f"HMAC-{name.upper()}", lambda: real(key, msg, name)))
+            return real(key, msg, name)
+        return digest
+
+    def _hmac_new(self, real):
+        def new(key, msg=None, digestmod=None):
+            self.calls.append(("HMAC-SHA256 (receipt)", lambda: real(key, msg, digestmod).hexdigest()))
+            return real(key, msg, digestmod)
+        return new
+
+    def _shake(self, real, log):
+        class Shake:
+            def __init__(self, data=b""):
+                self._data = data
+
+            def digest(self, n):
+                log.append(("SHAKE-256 (digest masks)", lambda: real(self._data).digest(n)))
+                return real(self._data).digest(n)
+        return Shake
+
+    def _aead(self, real):
+        log = self.calls
+
+        class Aead:
+            def encrypt(self, nonce, data, aad):
+                log.append(("AES-256-GCM seal", lambda: real.encrypt(nonce, data, aad)))
+                return real.encrypt(nonce, data, aad)
+
+            def decrypt(self, nonce, data, aad):
+                log.append(("AES-256-GCM open", lambda: real.decrypt(nonce, data, aad)))
+                return real.decrypt(nonce, data, aad)
+        return Aead()
+
+
+def crypto_per_delivery(directory: Path, n: int, store: EmbeddedStore) -> tuple[dict, float]:
+    """The primitives ``n`` deliveries call ({label: calls per delivery}) and their replay's ms per delivery.
+
+    The deliveries run once (``synchronous=OFF``) with ``hmac.digest``, ``hmac.new``, ``hashlib.shake_256``
+    and the sealer's AES-GCM logged; then every logged call is made again alone, with the same arguments,
+    three times, and the fastest pass is divided by ``n``: what the cryptography of a delivery costs by itself.
+    """
+    import hashlib
+    import hmac
+
+    log = _CryptoLog()
+    sealer = Sealer(MASTER)
+    replica = SqliteReplica(directory / "crypto.db", sealer=sealer, reader=store, synchronous="OFF")
+    _open_empty(replica)
+    real = (hmac.digest, hmac.new, hashlib.shake_256, sealer._aead)
+    hmac.digest, hmac.new = log._hmac_digest(real[0]), log._hmac_new(real[1])
+    hashlib.shake_256, sealer._aead = log._shake(real[2], log.calls), log._aead(real[3])
+    try:
+        _deliver(replica, _frames(n))
+    finally:
+        hmac.digest, hmac.new, hashlib.shake_256, sealer._aead = real
+        replica.close()
+    counts: dict = {}
+    for label, _ in log.calls:
+        counts[label] = counts.get(label, 0) + 1
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        for _, again in log.calls:
+            again()
+        best = min(best, time.perf_counter() - t0)
+    return {k: v / n for k, v in sorted(counts.items())}, best / n * 1000
+
+
 def describe_recording(recording: Recording) -> list[str]:
     """The recorded statement counts per delivery, and what SQLAlchemy's events saw of them."""
     counts = [F.count_steps(steps) for steps in recording.deliveries]
@@ -353,6 +437,9 @@ def main() -> None:
         for line in describe_recording(recording):
             print(line)
         minimal_count = len(F.minimal_steps(recording.deliveries[0]))
+        calls, crypto_ms = crypto_per_delivery(directory, args.deliveries, store)
+        print("cryptography per delivery: " + ", ".join(f"{v:g} {k}" for k, v in calls.items())
+              + f"; replayed alone: {crypto_ms:.3f} ms each")
         for synchronous in ("FULL", "NORMAL"):
             f = bench_deliveries_with_floors(directory, synchronous, args.deliveries, store, recording, batches)
             rate = f.rate
@@ -362,6 +449,12 @@ def main() -> None:
                   f"efficiency {f.same_efficiency:.2f}")
             print(f"  floor, minimal single transaction ({minimal_count} statements), raw:  {f.minimal_ms:6.2f} ms "
                   f"each; efficiency {f.minimal_efficiency:.2f}")
+            rest = 1000 / rate - f.same_ms - crypto_ms
+            print(f"  the rest, past the same-statement floor and the cryptography: {rest:.2f} ms each (Python: the "
+                  f"seed's decisions, rows built and parsed, the glue"
+                  + ("; and the disk's variance" if synchronous == "FULL" else "")
+                  + f"); efficiency 0.8 would leave {max(0.0, f.same_ms / 0.8 - f.same_ms - crypto_ms) * 1000:.0f} "
+                  f"us for it")
         s = _snapshot_figures(directory, args.values, store, repeats, with_floor=True)
         print(f"snapshot setup: {args.values} values paged, fetched and committed in {s.setup:.2f} s")
         print(f"read_snapshot of {args.values} installed values: first {s.first * 1000:.1f} ms, "
