@@ -80,8 +80,8 @@ from envreplica.spec.domain import (
     ProjectVersion,
     StagedRef,
 )
-from envreplica.spec.gate import Gate
 from envreplica.spec.frozen import HashOnce, hash_once, replace
+from envreplica.spec.gate import Gate
 
 
 class Mode(str, enum.Enum):

@@ -30,8 +30,8 @@ from envreplica.spec.domain import (
     RefusalCode,
     ValueRef,
 )
-from envreplica.spec.gate import Gate
 from envreplica.spec.frozen import HashOnce, hash_once
+from envreplica.spec.gate import Gate
 from envreplica.spec.variants import Variant  # re-exported: the model's variants are the contract's
 
 

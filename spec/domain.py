@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from envreplica.spec.frozen import HashOnce, hash_once
 from typing import Optional, Union
+
+from envreplica.spec.frozen import HashOnce, hash_once
 
 # ---------------------------------------------------------------------------
 # Errors. Invalid input and corrupt state are different types; refusals are

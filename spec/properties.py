@@ -239,9 +239,7 @@ def resume_changes_only_its_operation(pre, action, result, post) -> bool:
     rest = pre.inflight[: action.slot] + pre.inflight[action.slot + 1:]
     if post.inflight[: len(rest)] != rest or len(post.inflight) > len(rest) + 1:
         return False
-    if pre.projects is not post.projects and _moved_keys(pre.projects, post.projects):
-        return False
-    if pre.stage_projects is not post.stage_projects and _moved_keys(pre.stage_projects, post.stage_projects):
+    if _moved_keys(pre.projects, post.projects) or _moved_keys(pre.stage_projects, post.stage_projects):
         return False
     stage_records = _moved_keys(pre.stage_records, post.stage_records)
     stage_values = _moved_keys(pre.stage_values, post.stage_values)
