@@ -120,7 +120,7 @@ def against_baseline(rev: str, bounds_name: str, variant: str, repeat: int) -> i
     for column in ("bounds", "states", "transitions", f"{rev} s", f"{rev} states/s", "now s", "now states/s",
                    "now transitions/s", "speed-up"):
         table.add_column(column, justify="left" if column == "bounds" else "right")
-    failed = False
+    differ = False
     for name in runs["after"][0]:
         before = [r[name] for r in runs["before"] if name in r]
         after = [r[name] for r in runs["after"]]
@@ -134,13 +134,13 @@ def against_baseline(rev: str, bounds_name: str, variant: str, repeat: int) -> i
         rate_before = statistics.median(x[0] / x[2] for x in before)
         rate_after = statistics.median(x[0] / x[2] for x in after)
         same = (before[0][0], before[0][1]) == (states, transitions)
-        failed |= not same
+        differ |= not same
         table.add_row(name, f"{states:,}" + ("" if same else f" (then {before[0][0]:,})"), f"{transitions:,}",
                       f"{t_before:.1f}", f"{rate_before:,.0f}", f"{t_after:.1f}", f"{rate_after:,.0f}",
                       f"{transitions / t_after:,.0f}", f"{rate_after / rate_before:.2f}x")
     console = Console(width=200)
     console.print(table)
-    if failed:
+    if differ:
         console.print("some bounds explored other state counts then and now: their ratio compares states/s, "
                       "not like for like")
     first = next(iter(runs["after"][0].values()))
