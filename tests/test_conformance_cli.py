@@ -100,9 +100,12 @@ def write_jsonl(path: Path, requests: list) -> Path:
 
 
 def run_cli(argv: list[str], capsys) -> tuple[int, str]:
+    """``envreplica ARGV``: its exit status, and its standard output then its standard error (so that an
+    assertion on the status shows the one-line reason of an exit 2)."""
     started = time.perf_counter()
     code = main(argv)
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out + (f"\n[stderr]\n{captured.err}" if captured.err else "")
     with capsys.disabled():
         print(f"\n  envreplica {argv[0]} ... -> exit {code} in {time.perf_counter() - started:.1f} s")
     return code, out
