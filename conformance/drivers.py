@@ -103,6 +103,7 @@ Decisions where wire-protocol.md section 5 is silent (each is tested in
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from functools import lru_cache
@@ -138,7 +139,7 @@ from envreplica.model.store import (
     legacy_parameter_name,
     staged_parameter_name,
 )
-from envreplica.impl.files import ReplicaPathError, ReplicaUnavailable
+from envreplica.impl.files import ReplicaKeyMismatch, ReplicaPathError, ReplicaUnavailable
 from envreplica.spec import wire
 from envreplica.spec.domain import (
     Crashed,
@@ -438,6 +439,7 @@ class _BaseDriver:
         nested: Optional[list] = [] if "duringFetch" in fields else None
         method = getattr(self, "_op_" + op.replace(".", "_"))
         try:
+            self._ready_for(op)
             result = method(fields, nested)
         except ReplicaError as error:  # InvalidFrame and CorruptReplica
             response = _error(rid, error.wire_type, error.message)
@@ -456,6 +458,9 @@ class _BaseDriver:
         if nested is not None:
             response["nested"] = nested
         return response
+
+    def _ready_for(self, op: str) -> None:
+        """Raise what keeps this driver from answering ``op`` now (default: nothing does)."""
 
     def _run_nested(self, requests: list, nested: list) -> None:
         for request in requests:
@@ -710,16 +715,79 @@ class SqliteDriver(_BaseDriver):
         self.sealer = Sealer(self._master_key)
         self._fresh_store()
         existed = os.path.exists(self.db_path)
-        self._replica = self._open()
-        if existed:
-            self._replica.close_gate()  # its own replica, reopened: as after a restart
+        #: Why the replica at ``db_path`` is not open: its own replica sealed under another key (a previous
+        #: process's ``reset`` with ``masterKeyHex``); requests before the next ``reset`` are answered with it.
+        self._unopened: Optional[Exception] = None
+        try:
+            self._replica = self._open()
+        except ReplicaKeyMismatch as error:
+            if not self._replaceable():  # a key of its own (a real one): refused, the file untouched
+                raise
+            self._replica, self._unopened = None, error
+        else:
+            if existed:
+                self._replica.close_gate()  # its own replica, reopened: as after a restart
 
     # -- lifecycle ----------------------------------------------------------
+
+    def _ready_for(self, op: str) -> None:
+        if self._replica is None and op != "reset" and self._unopened is not None:
+            raise ReplicaPathError(f"{self._unopened} (or send reset, which replaces this adapter's own replica "
+                                   f"with a fresh one)")
 
     def _open(self):
         from envreplica.impl.replica import SqliteReplica
 
         return SqliteReplica(self.db_path, **self._replica_options())
+
+    def _replaceable(self) -> bool:
+        """Whether the file is this driver's own replica (``created_by``) sealed under a key a ``reset``
+        sent (``writer.KEY_FROM_RESET``): test data under the harness's key, which a ``reset`` may replace.
+        Read from the main file alone when it has no write-ahead log beside it (nothing is created then:
+        a refused file is left exactly as it was), else through the log too."""
+        import sqlite3
+        from pathlib import Path
+
+        from envreplica.impl.writer import KEY_FROM_RESET
+
+        if self._created_by is None:
+            return False
+        mode = "ro" if os.path.exists(self.db_path + "-wal") else "ro&immutable=1"
+        try:
+            conn = sqlite3.connect(f"{Path(self.db_path).resolve().as_uri()}?mode={mode}", uri=True, timeout=5.0)
+            try:
+                meta = dict(conn.execute("SELECT key, value FROM store_meta").fetchall())
+            finally:
+                conn.close()
+        except sqlite3.Error:
+            return False
+        return meta.get("created_by") == self._created_by and meta.get("key_source") == KEY_FROM_RESET
+
+    def _open_for_reset(self):
+        """The replica a ``reset`` is about to empty, under the reset's key.
+
+        A ``reset`` gives a fresh, empty replica (wire-protocol.md section 5).
+        This driver's own replica sealed under a key an earlier process's
+        ``reset`` sent (``masterKeyHex``) cannot be opened under this one: the
+        file is replaced, under the exclusive lock, when it is still that
+        (``_replaceable``). A replica sealed under a configured key is
+        refused as when opening, and left as it is.
+        """
+        from envreplica.impl.files import ReplicaLock
+
+        try:
+            return self._open()
+        except ReplicaKeyMismatch:
+            holder = ReplicaLock(self.db_path, exclusive=True)
+            try:
+                if not self._replaceable():
+                    raise
+                for suffix in ("", "-wal", "-shm", "-journal"):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(self.db_path + suffix)
+            finally:
+                holder.release()
+        return self._open()
 
     def _replica_options(self) -> dict:
         """How this driver opens its replica (a subclass may open another class with them)."""
@@ -740,6 +808,7 @@ class SqliteDriver(_BaseDriver):
     def _reset(self, config: Any) -> None:
         from envreplica.impl.config import ReplicaConfig
         from envreplica.impl.sealing import Sealer
+        from envreplica.impl.writer import KEY_FROM_RESET
 
         ack, key_hex, prefix = parse_config(config)
         key = self._master_key if key_hex is None else bytes.fromhex(key_hex)
@@ -754,10 +823,13 @@ class SqliteDriver(_BaseDriver):
         self.sealer = Sealer(key)
         self._fresh_store()
         if self._replica is None:
-            self._replica = self._open()
+            self._replica = self._open_for_reset()
+            self._unopened = None
         self._replica.config = self.cfg
         self._replica.reader = self._reader()
-        self._replica.empty(self.sealer)  # every row, in place: never a file
+        # Every row, in place: never a file. A key the request sent (not this adapter's configured one) is
+        # recorded, so that a later adapter process under another key may replace this test data at its reset.
+        self._replica.empty(self.sealer, key_source=KEY_FROM_RESET if key != self._master_key else None)
         self._lives += 1
         self._last_drop = OPERATION_LOST_RESET
 

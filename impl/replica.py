@@ -446,16 +446,18 @@ class SqliteReplica:
                 f"be read under another key (move it aside and let the cloud re-send a snapshot)")
         return meta.get("replica_id", "")
 
-    def empty(self, sealer: Optional[Sealer] = None) -> None:
+    def empty(self, sealer: Optional[Sealer] = None, key_source: Optional[str] = None) -> None:
         """Delete every row, under a new ``sealer`` if given: a fresh, empty replica in the same file.
 
         The write counter keeps counting (an anchor never sees it go back).
+        ``key_source``: ``writer.KEY_FROM_RESET`` when the sealer's key came
+        from a harness's request (recorded in ``store_meta``).
         """
         sealer = self.sealer if sealer is None else sealer
         with self._lock, self._sql_errors():
             self._ensure_open()
             with write_transaction(self._conn) as conn:
-                counter = writer.wipe(conn, key_check=sealer.rows.key_check)
+                counter = writer.wipe(conn, key_check=sealer.rows.key_check, key_source=key_source)
                 Tables(conn, sealer.rows).insert_initial_authority(counter + 1)
             self.sealer = sealer
             self._floor = counter + 1

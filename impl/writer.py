@@ -457,12 +457,19 @@ def _put_meta(conn: Conn, key: str, value: str) -> None:
     _run(conn, f"INSERT OR REPLACE INTO {_q(_META)} (key, value) VALUES (?, ?)", (key, value))
 
 
-def wipe(conn: Conn, *, key_check: str) -> int:
+#: ``store_meta.key_source`` of a replica sealed under a key a harness sent (``reset``'s ``masterKeyHex``):
+#: its data is the harness's test data, so the adapter that created it may replace it under another key.
+KEY_FROM_RESET = "reset masterKeyHex"
+
+
+def wipe(conn: Conn, *, key_check: str, key_source: Optional[str] = None) -> int:
     """Delete every replica row and record ``key_check``; return the write counter the rows had.
 
     For a replica's own ``empty``: run in its write transaction on a
     registered writer's connection. The counter is read without verifying
     anything (the rows are being discarded), so a damaged replica can be emptied.
+    ``key_source`` records where the key came from (``KEY_FROM_RESET``); None
+    (the configured key) removes the record.
     """
     rows = _run(conn, f"SELECT write_counter FROM {_q(schema.authority.name)}")
     counter = rows[0][0] if rows and type(rows[0][0]) is int and rows[0][0] >= 0 else 0
@@ -470,6 +477,10 @@ def wipe(conn: Conn, *, key_check: str) -> int:
         if table is not schema.store_meta:
             _run(conn, f"DELETE FROM {_q(table.name)}")
     _put_meta(conn, "key_check", key_check)
+    if key_source is None:
+        _run(conn, f"DELETE FROM {_q(_META)} WHERE key = ?", ("key_source",))
+    else:
+        _put_meta(conn, "key_source", key_source)
     return counter
 
 

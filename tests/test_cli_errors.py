@@ -92,6 +92,36 @@ def test_a_replica_made_under_one_key_is_refused_under_another(tmp_path):
     assert snapshot_of(tmp_path) == before
 
 
+def _lines(*requests: dict) -> str:
+    return "".join(json.dumps(r) + "\n" for r in requests)
+
+
+def test_a_replica_sealed_under_a_resets_key_is_replaced_by_the_next_adapters_reset(tmp_path):
+    """A ``reset`` with ``masterKeyHex`` seals the adapter's own replica under the harness's key; the next
+    adapter process (under its configured key) answers ``replica unavailable`` until its ``reset``, which
+    gives a fresh replica (wire-protocol.md section 5). A key of its own stays protected (the test above)."""
+    env = {ENV_KEY: REAL_KEY}
+    first = envreplica("adapter", "--db", "r.db", cwd=tmp_path, env_extra=env, stdin=_lines(
+        {"id": 1, "op": "reset", "config": {"masterKeyHex": "6b" * 32}}, {"id": 2, "op": "status"}))
+    assert first.returncode == 0 and [json.loads(x)["ok"] for x in first.stdout.splitlines()] == [True, True]
+    second = envreplica("adapter", "--db", "r.db", cwd=tmp_path, env_extra=env, stdin=_lines(
+        {"id": 1, "op": "status"}, {"id": 2, "op": "reset"}, {"id": 3, "op": "status"}))
+    assert second.returncode == 0, second.stderr
+    before, reset, after = [json.loads(x) for x in second.stdout.splitlines()]
+    assert before["ok"] is False and before["error"]["type"] == "unsupported", before
+    assert before["error"]["message"].startswith("replica unavailable:") and "another master key" in before[
+        "error"]["message"] and "send reset" in before["error"]["message"], before
+    assert reset == {"id": 2, "ok": True, "result": {}} and after["ok"] is True
+    # the new replica is sealed under the configured key: a third process opens it at once
+    third = envreplica("adapter", "--db", "r.db", cwd=tmp_path, env_extra=env)
+    assert third.returncode == 0 and json.loads(third.stdout)["ok"] is True, third.stderr
+    # and a replica sealed under the configured key is still refused under another, untouched
+    kept = snapshot_of(tmp_path)
+    one_line_error(envreplica("adapter", "--db", "r.db", cwd=tmp_path, env_extra={ENV_KEY: "7c" * 32}),
+                   "another master key")
+    assert snapshot_of(tmp_path) == kept
+
+
 # ---------------------------------------------------------------------------
 # Paths: nothing destroys a user's data
 # ---------------------------------------------------------------------------
