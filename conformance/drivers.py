@@ -71,7 +71,12 @@ Decisions where wire-protocol.md section 5 is silent (each is tested in
   (``forbid_test_key``, set with ``--store ssm``) refuses a ``masterKeyHex``
   that is the public test key (``invalid``).
 * A driver starts with its replica as it finds it: a new one when nothing is
-  at its path, else its own replica reopened as after ``restart``.
+  at its path, else its own replica reopened as after ``restart``. A
+  ``masterKeyHex`` other than the configured key is recorded in the file
+  (``store_meta.key_source``); a later driver under another key finds that
+  replica unopenable and answers every request but ``reset`` "replica
+  unavailable", and its ``reset`` replaces the file with a fresh replica.
+  A replica under a configured key is refused at startup, untouched.
 * ``store.off`` is for operations that start after it: a page or delivery
   already inside its read (``store.off`` nested in its ``duringFetch``) keeps
   reading through the store it started with, as the seed's operations take
