@@ -37,13 +37,12 @@ import gc
 import statistics
 import sys
 import time
-from collections import deque
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
-from envreplica.checker.bfs import check
+from envreplica.checker.bfs import check, reachable
 from envreplica.checker.reference import check_reference
 from envreplica.checker.run import build_model
 from envreplica.model.presets import suite
@@ -57,7 +56,7 @@ from baseline import probe, worktree  # noqa: E402  (bench/baseline.py, beside t
 #: Run in each tree's interpreter: the whole check of each bound of a suite, as JSON.
 _ONE_SUITE = """
 import json, sys
-from envreplica.checker.bfs import check
+from envreplica.checker.bfs import check, reachable
 from envreplica.checker.run import build_model
 from envreplica.model.presets import suite
 from envreplica.model.state import Variant
@@ -76,17 +75,7 @@ def _verdicts(result) -> dict:
 
 def python_floor(bounds, sample: int = 5000, rounds: int = 20) -> float:
     """Microseconds per transition of CPython's least per-transition work, on ``sample`` states of ``bounds``."""
-    model = build_model(bounds)
-    first = model.init()
-    states, frontier, seen = [first], deque([first]), {first}
-    while frontier and len(states) < sample:
-        world = frontier.popleft()
-        for action in model.enabled(world):
-            nxt, _ = model.next(world, action)
-            if nxt not in seen:
-                seen.add(nxt)
-                states.append(nxt)
-                frontier.append(nxt)
+    states = reachable(build_model(bounds), sample)
     visited: dict = {}
     started = time.perf_counter()
     for n in range(rounds):

@@ -63,6 +63,7 @@ Run: ``.venv/bin/python bench/bench_impl.py [--deliveries N] [--values N] [--bat
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import sqlite3
@@ -70,6 +71,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -246,45 +248,54 @@ def _per_delivery(values: list) -> str:
 
 
 class _CryptoLog:
-    """The cryptographic primitives a delivery calls, logged with their arguments, to be replayed alone."""
+    """The cryptographic primitives a delivery calls, logged with their arguments, to be replayed alone.
+
+    ``with log.logging(sealer):`` puts logging stand-ins in place of ``hmac.digest``, ``hmac.new``,
+    ``hashlib.shake_256`` and ``sealer``'s AES-GCM, and puts the real ones back after.
+    """
 
     def __init__(self) -> None:
         self.calls: list = []  # (label, replay: a zero-argument function doing the same computation)
 
-    def _hmac_digest(self, real):
-        def digest(key, msg, name):
-            self.calls.append((f"HMAC-{name.upper()}", lambda: real(key, msg, name)))
-            return real(key, msg, name)
-        return digest
+    def _log(self, label: str, replay) -> None:
+        self.calls.append((label, replay))
 
-    def _hmac_new(self, real):
-        def new(key, msg=None, digestmod=None):
-            self.calls.append(("HMAC-SHA256 (receipt)", lambda: real(key, msg, digestmod).hexdigest()))
-            return real(key, msg, digestmod)
-        return new
+    @contextlib.contextmanager
+    def logging(self, sealer: Sealer):
+        import hashlib
+        import hmac
+        from unittest import mock
 
-    def _shake(self, real, log):
+        digest, new, shake, aead, log = hmac.digest, hmac.new, hashlib.shake_256, sealer._aead, self._log
+
+        def logged_digest(key, msg, name):
+            log(f"HMAC-{name.upper()}", lambda: digest(key, msg, name))
+            return digest(key, msg, name)
+
+        def logged_new(key, msg=None, digestmod=None):
+            log("HMAC-SHA256 (receipt)", lambda: new(key, msg, digestmod).hexdigest())
+            return new(key, msg, digestmod)
+
         class Shake:
             def __init__(self, data=b""):
                 self._data = data
 
             def digest(self, n):
-                log.append(("SHAKE-256 (digest masks)", lambda: real(self._data).digest(n)))
-                return real(self._data).digest(n)
-        return Shake
-
-    def _aead(self, real):
-        log = self.calls
+                log("SHAKE-256 (digest masks)", lambda: shake(self._data).digest(n))
+                return shake(self._data).digest(n)
 
         class Aead:
             def encrypt(self, nonce, data, aad):
-                log.append(("AES-256-GCM seal", lambda: real.encrypt(nonce, data, aad)))
-                return real.encrypt(nonce, data, aad)
+                log("AES-256-GCM seal", lambda: aead.encrypt(nonce, data, aad))
+                return aead.encrypt(nonce, data, aad)
 
             def decrypt(self, nonce, data, aad):
-                log.append(("AES-256-GCM open", lambda: real.decrypt(nonce, data, aad)))
-                return real.decrypt(nonce, data, aad)
-        return Aead()
+                log("AES-256-GCM open", lambda: aead.decrypt(nonce, data, aad))
+                return aead.decrypt(nonce, data, aad)
+
+        with mock.patch.object(hmac, "digest", logged_digest), mock.patch.object(hmac, "new", logged_new), \
+                mock.patch.object(hashlib, "shake_256", Shake), mock.patch.object(sealer, "_aead", Aead()):
+            yield self
 
 
 def crypto_per_delivery(directory: Path, n: int, store: EmbeddedStore) -> tuple[dict, float]:
@@ -294,24 +305,16 @@ def crypto_per_delivery(directory: Path, n: int, store: EmbeddedStore) -> tuple[
     and the sealer's AES-GCM logged; then every logged call is made again alone, with the same arguments,
     three times, and the fastest pass is divided by ``n``: what the cryptography of a delivery costs by itself.
     """
-    import hashlib
-    import hmac
-
     log = _CryptoLog()
     sealer = Sealer(MASTER)
     replica = SqliteReplica(directory / "crypto.db", sealer=sealer, reader=store, synchronous="OFF")
     _open_empty(replica)
-    real = (hmac.digest, hmac.new, hashlib.shake_256, sealer._aead)
-    hmac.digest, hmac.new = log._hmac_digest(real[0]), log._hmac_new(real[1])
-    hashlib.shake_256, sealer._aead = log._shake(real[2], log.calls), log._aead(real[3])
     try:
-        _deliver(replica, _frames(n))
+        with log.logging(sealer):
+            _deliver(replica, _frames(n))
     finally:
-        hmac.digest, hmac.new, hashlib.shake_256, sealer._aead = real
         replica.close()
-    counts: dict = {}
-    for label, _ in log.calls:
-        counts[label] = counts.get(label, 0) + 1
+    counts = Counter(label for label, _ in log.calls)
     best = float("inf")
     for _ in range(3):
         t0 = time.perf_counter()

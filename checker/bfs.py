@@ -46,7 +46,8 @@ benchmark and the equivalence tests.
 What every search of a ``Model`` shares is here too, so the parallel
 searches (``checker.parallel``, ``checker.ray_search``) use it rather than
 repeat it: ``fingerprint_function``, ``view_function``, ``step_table``,
-``path_to``, ``replay`` and ``replay_to``.
+``path_to``, ``replay`` and ``replay_to``. ``reachable`` lists the states
+themselves, for benchmarks and tests that need real ones.
 
 Leaves out on purpose: partial-order reduction, disk spilling, and
 parallel search (``checker.parallel``). The state counts are what they are, and the
@@ -218,6 +219,24 @@ def replay_to(model: Model, fingerprint: Callable[[Hashable], int], actions, end
             f"replaying {len(actions)} actions from init() reached fingerprint {reached:#x}, "
             f"not {end_fp:#x}: the model's next() must be a function of (state, action)")
     return steps
+
+
+def reachable(model: Model, limit: Optional[int] = None) -> list:
+    """The states reachable from ``model.init()``, in breadth-first order (the first ``limit`` of them).
+
+    No property is evaluated: the states themselves, for benchmarks and tests that need real ones.
+    """
+    first = model.init()
+    states, frontier, seen = [first], deque([first]), {first}
+    while frontier and (limit is None or len(states) < limit):
+        st = frontier.popleft()
+        for action in model.enabled(st):
+            nxt, _ = model.next(st, action)
+            if nxt not in seen:
+                seen.add(nxt)
+                states.append(nxt)
+                frontier.append(nxt)
+    return states if limit is None else states[:limit]
 
 
 def check(

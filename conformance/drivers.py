@@ -108,7 +108,6 @@ Decisions where wire-protocol.md section 5 is silent (each is tested in
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 from functools import lru_cache
@@ -736,7 +735,7 @@ class SqliteDriver(_BaseDriver):
     # -- lifecycle ----------------------------------------------------------
 
     def _ready_for(self, op: str) -> None:
-        if self._replica is None and op != "reset" and self._unopened is not None:
+        if self._unopened is not None and op != "reset":
             raise ReplicaPathError(f"{self._unopened} (or send reset, which replaces this adapter's own replica "
                                    f"with a fresh one)")
 
@@ -747,24 +746,15 @@ class SqliteDriver(_BaseDriver):
 
     def _replaceable(self) -> bool:
         """Whether the file is this driver's own replica (``created_by``) sealed under a key a ``reset``
-        sent (``writer.KEY_FROM_RESET``): test data under the harness's key, which a ``reset`` may replace.
-        Read from the main file alone when it has no write-ahead log beside it (nothing is created then:
-        a refused file is left exactly as it was), else through the log too."""
-        import sqlite3
-        from pathlib import Path
-
+        sent (``writer.KEY_FROM_RESET``): test data under the harness's key, which a ``reset`` may replace."""
+        from envreplica.impl.files import current_meta
         from envreplica.impl.writer import KEY_FROM_RESET
 
         if self._created_by is None:
             return False
-        mode = "ro" if os.path.exists(self.db_path + "-wal") else "ro&immutable=1"
         try:
-            conn = sqlite3.connect(f"{Path(self.db_path).resolve().as_uri()}?mode={mode}", uri=True, timeout=5.0)
-            try:
-                meta = dict(conn.execute("SELECT key, value FROM store_meta").fetchall())
-            finally:
-                conn.close()
-        except sqlite3.Error:
+            meta = current_meta(self.db_path)
+        except (ReplicaPathError, ReplicaUnavailable):
             return False
         return meta.get("created_by") == self._created_by and meta.get("key_source") == KEY_FROM_RESET
 
@@ -778,7 +768,7 @@ class SqliteDriver(_BaseDriver):
         (``_replaceable``). A replica sealed under a configured key is
         refused as when opening, and left as it is.
         """
-        from envreplica.impl.files import ReplicaLock
+        from envreplica.impl.files import ReplicaLock, remove_replica
 
         try:
             return self._open()
@@ -787,9 +777,7 @@ class SqliteDriver(_BaseDriver):
             try:
                 if not self._replaceable():
                     raise
-                for suffix in ("", "-wal", "-shm", "-journal"):
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(self.db_path + suffix)
+                remove_replica(self.db_path)
             finally:
                 holder.release()
         return self._open()

@@ -57,9 +57,11 @@ __all__ = [
     "ReplicaPathError",
     "ReplicaUnavailable",
     "create_private",
+    "current_meta",
     "fsync_path",
     "probe",
     "refuse_unusable",
+    "remove_replica",
     "sqlite_error",
 ]
 
@@ -150,6 +152,27 @@ def probe(path: Union[str, Path]) -> Probe:
             return _probe_sqlite(path, "?mode=ro")
         except sqlite3.Error as error:
             raise sqlite_error(error, path) from None
+
+
+def current_meta(path: Union[str, Path]) -> dict:
+    """A replica's ``store_meta`` as SQLite reads it now: through its write-ahead log when one is beside
+    the file (``probe`` reads the main file alone), else from the main file, creating nothing."""
+    path = Path(path)
+    options = "?mode=ro" if Path(f"{path}-wal").exists() else "?mode=ro&immutable=1"
+    try:
+        return _probe_sqlite(path, options).meta
+    except sqlite3.Error as error:
+        raise sqlite_error(error, path) from None
+
+
+def remove_replica(path: Union[str, Path]) -> None:
+    """Remove a replica's file with its write-ahead log, index and journal (those first: a removal cut
+    short never leaves a log beside another database at the path). For a caller holding its lock."""
+    for suffix in ("-wal", "-shm", "-journal", ""):
+        try:
+            os.unlink(f"{path}{suffix}")
+        except FileNotFoundError:
+            pass
 
 
 def _probe_sqlite(path: Path, options: str) -> Probe:

@@ -48,9 +48,9 @@ def hash_once(cls: type[T]) -> type[T]:
     if not issubclass(cls, HashOnce):
         raise TypeError(f"hash_once: {cls.__name__} must derive from HashOnce (the hash is kept in its slot)")
     names = tuple(f.name for f in dataclasses.fields(cls) if f.compare and (f.hash is None or f.hash))
-    get: Callable[[Any], Any] = operator.attrgetter(*names) if names else (lambda self: ())
-    if len(names) == 1:
-        get = (lambda one: lambda self: (one(self),))(get)
+    # attrgetter of two or more names gives the field tuple; one name gives the bare value, so wrap it
+    get: Callable[[Any], Any] = operator.attrgetter(*names) if len(names) > 1 else (
+        lambda self: tuple(getattr(self, n) for n in names))
     store = object.__setattr__
 
     def __hash__(self) -> int:

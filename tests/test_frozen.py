@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from envreplica.checker.bfs import reachable
 from envreplica.checker.run import build_model
 from envreplica.model.presets import suite
 from envreplica.spec.frozen import HashOnce, hash_once, replace
@@ -16,19 +17,7 @@ from envreplica.spec.variants import Variant
 
 def _reached(name: str = "tiny", limit: int = 3000) -> list:
     """Worlds of the tiny bounds, in BFS order."""
-    worlds = []
-    for bounds in suite(name, Variant.SEED):
-        model = build_model(bounds)
-        seen, frontier = {model.init()}, [model.init()]
-        while frontier and len(seen) < limit:
-            world = frontier.pop(0)
-            for action in model.enabled(world):
-                nxt, _ = model.next(world, action)
-                if nxt not in seen:
-                    seen.add(nxt)
-                    frontier.append(nxt)
-        worlds.extend(seen)
-    return worlds
+    return [w for bounds in suite(name, Variant.SEED) for w in reachable(build_model(bounds), limit)]
 
 
 def _values(obj, out: list) -> list:

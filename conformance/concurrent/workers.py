@@ -36,6 +36,7 @@ Leaves out on purpose: restarts and kills (``reliability.crash``), and
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import random
@@ -48,6 +49,7 @@ from typing import Any, Callable
 from envreplica.conformance.concurrent.history import BATCH_OPS, BROADCAST_OPS, PROCESS_OPS, History, Op
 from envreplica.conformance.concurrent.linearize import impl_state
 from envreplica.conformance.concurrent.scenarios import Scenario
+from envreplica.impl.files import remove_replica
 from envreplica.impl.valuestores import EmbeddedStore
 
 __all__ = ["BeginJitter", "HarnessError", "Latency", "LatencyStore", "WorkerPool"]
@@ -357,11 +359,9 @@ class WorkerPool:
         for conn in self._conns:
             conn.close()
         self._procs, self._conns = [], []
-        for suffix in ("", "-wal", "-shm", ".lock"):
-            try:
-                os.unlink(f"{self.path}{suffix}")
-            except FileNotFoundError:
-                pass
+        remove_replica(self.path)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(f"{self.path}.lock")
 
     def __enter__(self) -> "WorkerPool":
         return self
