@@ -25,7 +25,7 @@ What it does:
 * ``Sealer.rows``: the row tags, set digests and key check of integrity at
   rest (``impl.integrity``), from their own HKDF subkeys.
 * The text of a value (``TextEncoding``). Any JSON string can arrive,
-  including one with a lone surrogate (``"\ud800"``, which JavaScript's
+  including one with a lone surrogate (``"\\ud800"``, which JavaScript's
   ``JSON.stringify`` writes). ``NODE_UTF8`` is what the seed's Node does:
   ``cipher.update(value, "utf8")`` encodes each lone surrogate as U+FFFD, so
   the value served is not the value fetched (finding F3, variant ``seed``).

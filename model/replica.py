@@ -377,7 +377,7 @@ def stored_text(cfg: ModelConfig, value: str) -> str:
 
     The seed seals with Node (``sealProjectEnvValueForStorage``:
     ``cipher.update(value, "utf8")``), and Node's UTF-8 encoding writes each
-    lone surrogate, a legal JSON string (``"\ud800"``), as U+FFFD: the value
+    lone surrogate, a legal JSON string (``"\\ud800"``), as U+FFFD: the value
     served is not the value fetched (finding F3). A high surrogate followed by
     a low one is a pair, one character, as in JavaScript. FIX(F3): ``fixed``
     keeps the text exactly.

@@ -62,3 +62,22 @@ def test_non_editable_install_is_one_namespaced_package(tmp_path: Path) -> None:
     module = Path(out.strip()).resolve()
     assert module.is_relative_to(venv.resolve()), module
     assert not module.is_relative_to(REPO), module
+
+
+def test_every_docstring_is_valid_utf_8() -> None:
+    """``help()`` and pydoc print docstrings as UTF-8: a lone surrogate in one (``"\\ud800"`` written
+    unescaped in a docstring) makes ``help(module)`` raise UnicodeEncodeError, and Cython refuses the file."""
+    import ast
+
+    bad = []
+    for package in SUBPACKAGES:
+        for path in sorted((REPO / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                    doc = ast.get_docstring(node, clean=False) or ""
+                    try:
+                        doc.encode("utf-8")
+                    except UnicodeEncodeError as error:
+                        where = getattr(node, "lineno", 1)
+                        bad.append(f"{path.relative_to(REPO)}:{where} {getattr(node, 'name', '<module>')}: {error}")
+    assert not bad, "docstrings that are not valid UTF-8 (escape the backslash: ``\"\\\\ud800\"``):\n" + "\n".join(bad)
