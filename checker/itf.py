@@ -176,6 +176,8 @@ def load(path: Path) -> dict:
     doc = json.loads(Path(path).read_text())
     if not isinstance(doc, dict) or "states" not in doc:
         raise ValueError(f"{path}: not an ITF trace (no 'states'); write one with `envreplica check`")
+    if not isinstance(doc["states"], list) or not doc["states"] or not all(isinstance(s, dict) for s in doc["states"]):
+        raise ValueError(f"{path}: not an ITF trace ('states' is not a non-empty list of objects)")
     return doc
 
 

@@ -12,7 +12,10 @@ and what to do>``, and exit status 2. Exit statuses of every command:
   refused or failed, a replica that does not verify);
 * 2: the command could not run as asked (the errors above);
 * 3: an internal error (a bug in envreplica): its traceback, then one line
-  ``envreplica <command>: internal error: ...`` saying so.
+  ``envreplica <command>: internal error: ...`` saying so;
+* 130: interrupted (Ctrl-C, SIGINT): one line saying so, no traceback (128 +
+  SIGINT, as a shell reports it). A replica's committed transactions stay
+  committed; one in progress is rolled back.
 
 A Python traceback is printed only for a bug; ``ENVREPLICA_TRACEBACK=1``
 shows the traceback of a user error too.
@@ -20,14 +23,19 @@ shows the traceback of a user error too.
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import sys
+from pathlib import Path
 from typing import Any, Callable
 
-__all__ = ["UsageError", "USER_ERROR_EXIT", "INTERNAL_ERROR_EXIT", "guarded", "user_errors"]
+__all__ = ["UsageError", "USER_ERROR_EXIT", "INTERNAL_ERROR_EXIT", "INTERRUPTED_EXIT", "guarded", "input_file",
+           "user_errors"]
 
 USER_ERROR_EXIT = 2
 INTERNAL_ERROR_EXIT = 3
+INTERRUPTED_EXIT = 130  # 128 + SIGINT
 
 
 class UsageError(Exception):
@@ -62,6 +70,11 @@ def guarded(prog: str, fn: Callable[[Any], int], args: Any) -> int:
             raise
         print(f"{prog}: {_line(error)}", file=sys.stderr)
         return USER_ERROR_EXIT
+    except KeyboardInterrupt:
+        if os.environ.get("ENVREPLICA_TRACEBACK"):
+            raise
+        print(f"{prog}: interrupted (Ctrl-C) before it finished; its output above is incomplete", file=sys.stderr)
+        return INTERRUPTED_EXIT
     except Exception as error:  # a bug: the traceback, then one line that says so (exit 3, not 1: not a finding)
         import traceback
 
@@ -69,3 +82,19 @@ def guarded(prog: str, fn: Callable[[Any], int], args: Any) -> int:
         print(f"{prog}: internal error: {type(error).__name__}: {_line(error)} (a bug in envreplica, not in what "
               f"it checked; please report it with the traceback above)", file=sys.stderr)
         return INTERNAL_ERROR_EXIT
+
+
+def input_file(path: Path, what: str) -> Path:
+    """``path`` if it names a regular file to read (``what``: what the command wants there).
+
+    A missing path or a directory raises the ``OSError`` that names it; anything else that is not a regular
+    file (a FIFO, a device, a socket) a ``UsageError``: reading a FIFO would wait for a writer forever.
+    """
+    path = Path(path)
+    st = path.stat()  # FileNotFoundError, a symlink loop...: one line (guarded)
+    if stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(errno.EISDIR, "Is a directory", str(path))
+    if not stat.S_ISREG(st.st_mode):
+        raise UsageError(f"{path} is not a regular file (a FIFO, a device or a socket); give {what}")
+    return path
+

@@ -24,7 +24,9 @@ self-contained HTML page to step through (``check --report`` / ``conformance --r
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import signal
 import sys
 from typing import Optional
 from pathlib import Path
@@ -34,7 +36,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from envreplica.checker import itf
-from envreplica.cli.errors import UsageError, guarded
+from envreplica.cli.errors import INTERRUPTED_EXIT, UsageError, guarded, input_file
 from envreplica.checker.coverage import UNREACHABLE, Coverage, print_coverage_table
 from envreplica.checker.run import run
 from envreplica.model.presets import PRESETS, suite
@@ -78,6 +80,17 @@ def cmd_check(args) -> int:
     suite(args.bounds, Variant(args.variant))  # an unknown name stops here (exit 2), before any stage starts
     _outputs_writable(getattr(args, "report", None))
     background = None if args.model_only or args.serial else _model_check_in_background(args)
+    try:
+        return _gate(args, started, background)
+    finally:
+        if background is not None:
+            background.stop()  # after an interrupt or an error here, the child does not run on alone
+
+
+def _gate(args, started: float, background: Optional["_BackgroundModelCheck"]) -> int:
+    """The gate's stages in this process, the model check's from ``background`` (or here when None)."""
+    import time
+
     if background is None:
         model_rc = _model_check(args)
         model_seconds = time.perf_counter() - started
@@ -187,6 +200,8 @@ class _BackgroundModelCheck:
         import time
 
         rc = self.process.wait()
+        if rc in (INTERRUPTED_EXIT, -signal.SIGINT):  # Ctrl-C reached the child, whatever this process saw
+            raise KeyboardInterrupt
         seconds = time.perf_counter() - self.started  # if the child died before reporting its own
         self.output.seek(0)
         lines = self.output.read().splitlines(keepends=True)
@@ -194,6 +209,18 @@ class _BackgroundModelCheck:
         if lines and lines[-1].startswith(_MODEL_SECONDS):
             seconds = float(lines.pop()[len(_MODEL_SECONDS):])
         return rc, "".join(lines), seconds
+
+    def stop(self) -> None:
+        """End the child if it still runs (idempotent)."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=5)
+            except Exception:  # noqa: BLE001 - it did not end: kill it
+                self.process.kill()
+                self.process.wait()
+        if not self.output.closed:
+            self.output.close()
 
 
 def _model_check_in_background(args) -> Optional[_BackgroundModelCheck]:
@@ -488,7 +515,7 @@ def cmd_diagram(args) -> int:
     from envreplica.cli.errors import USER_ERROR_EXIT
     from envreplica.spec import diagram
 
-    trace = Path(args.trace) if args.trace else None
+    trace = input_file(Path(args.trace), "a trace to draw (.itf.json or .jsonl)") if args.trace else None
     output = Path(args.output) if args.output else None
     try:
         data = diagram.gate_diagram(args.format, trace)
@@ -517,12 +544,27 @@ def cmd_diagram(args) -> int:
     return 0
 
 
+_REPLAY_INPUT = "an .itf.json trace (written by `envreplica check` or `envreplica conformance`) or a .jsonl of adapter requests"
+
+
 def cmd_replay(args) -> int:
-    if Path(args.file).suffix == ".jsonl":
+    path = input_file(Path(args.file), _REPLAY_INPUT)
+    if path.suffix == ".jsonl":
         return _replay_requests(args)
-    doc = itf.load(Path(args.file))
+    try:
+        doc = itf.load(path)
+    except UnicodeDecodeError as error:
+        raise UsageError(f"{path}: not UTF-8 text ({error.reason}); give {_REPLAY_INPUT}") from None
+    except ValueError as error:  # not JSON (json.JSONDecodeError), or JSON that is no ITF trace
+        detail = f"not JSON ({error})" if isinstance(error, json.JSONDecodeError) else str(error)
+        raise UsageError(f"{detail if detail.startswith(str(path)) else f'{path}: {detail}'}; give {_REPLAY_INPUT}"
+                         ) from None
     meta = doc.get("#meta", {})
-    replayed = itf.replay(doc)
+    try:
+        replayed = itf.replay(doc)
+    except (KeyError, TypeError, IndexError, AttributeError, ValueError) as error:  # ENVREPLICA_TRACEBACK=1 shows it
+        raise UsageError(f"{path}: its states do not fit an ITF trace of this model ({type(error).__name__}: "
+                         f"{error}); give {_REPLAY_INPUT}") from error
     console.print(f"replaying {args.file}: {meta.get('description', '')} "
                   f"(variant {meta.get('variant', 'fixed')})")
     for i, (action, result, st) in enumerate(replayed.steps):
@@ -566,7 +608,13 @@ def _replay_requests(args) -> int:
     import shutil
 
     variant = Variant(args.variant or Variant.FIXED.value)
-    requests = read_requests(Path(args.file))
+    try:
+        requests = read_requests(Path(args.file))
+    except ValueError as error:  # a line that is not JSON, or not UTF-8
+        raise UsageError(f"{error}; give a .jsonl of adapter requests, one JSON object per line") from None
+    if not requests:
+        raise UsageError(f"{args.file} holds no requests, so there is nothing to replay; give a .jsonl of adapter "
+                         f"requests, one JSON object per line (`envreplica conformance --out` writes them)")
     scratch = None
     if args.adapter:
         from envreplica.conformance.external import SubprocessDriver
@@ -599,6 +647,7 @@ def cmd_report(args) -> int:
     from envreplica.report import ReportInputError, write_trace_report
 
     out = Path(args.output) if args.output else Path(Path(args.file).name.split(".")[0] + ".html")
+    input_file(Path(args.file), "an .itf.json trace, or a lockstep .jsonl with its .itf.json beside it")
     try:
         path = write_trace_report(Path(args.file), out, adapter=args.adapter, timeout=args.timeout)
     except ReportInputError as error:
@@ -611,8 +660,13 @@ def cmd_verify(args) -> int:
     """Check a replica at rest: SQLite's integrity, then every row, set and seal under the master key."""
     from envreplica.impl.anchor import FileAnchor
     from envreplica.impl.replica import SqliteReplica
+    from envreplica.impl import files
     from envreplica.impl.sealing import Sealer, load_master_key
 
+    found = files.probe(args.db)  # the path first: a wrong path is the error to report, with or without a key
+    if found.kind is files.PathKind.MISSING:
+        raise files.ReplicaPathError(f"{args.db}: no replica there (the file does not exist)")
+    files.refuse_unusable(found, what="the replica to verify")
     if args.test_key:
         print("envreplica verify: opening with the public TEST key (--test-key)", file=sys.stderr)
         from envreplica.conformance.drivers import TEST_MASTER_KEY

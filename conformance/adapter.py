@@ -74,7 +74,10 @@ def _respond(driver: Driver, line: Any) -> dict:
     try:
         request = _decode(line)
     except (ValueError, RecursionError) as error:
-        reason = "it is not UTF-8" if isinstance(error, UnicodeDecodeError) else "it is not a JSON value"
+        reason = ("it is not UTF-8" if isinstance(error, UnicodeDecodeError)
+                  else "it nests arrays or objects deeper than this adapter's JSON parser goes (Python's recursion "
+                       "limit), so not even its id could be read" if isinstance(error, RecursionError)
+                  else "it is not a JSON value")
         return {"id": None, "ok": False, "error": {
             "type": "invalid", "message": f"invalid request: the line could not be read: {reason}. "
                                           "Send one JSON object per line."}}

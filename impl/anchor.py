@@ -33,6 +33,7 @@ from __future__ import annotations
 import fcntl
 import os
 import re
+import stat
 from pathlib import Path
 from typing import Protocol, Union, runtime_checkable
 
@@ -41,6 +42,7 @@ from envreplica.impl.files import ReplicaIOError, ReplicaPathError
 __all__ = ["Anchor", "FileAnchor"]
 
 _LINE = re.compile(r"envreplica-anchor 1 ([0-9a-f]{32}) ([0-9]{1,20})\n?")
+_MAX_READ = 256  # more than one anchor line: a longer file is not an anchor
 
 
 @runtime_checkable
@@ -65,6 +67,28 @@ class FileAnchor:
             raise ReplicaPathError(f"{self.path} is a directory; --anchor names a file (created if absent)")
         if not self.path.parent.is_dir():
             raise ReplicaPathError(f"{self.path}: its directory {self.path.parent} does not exist; create it first")
+        self._check_existing()
+
+    def _check_existing(self) -> None:
+        """An existing file must be a regular file holding one anchor line, or nothing: checked here, before
+        the replica is opened or created, so that a wrong ``--anchor`` leaves no new replica behind."""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return
+        if not stat.S_ISREG(st.st_mode):
+            raise ReplicaPathError(f"{self.path} is not a regular file; --anchor names a file (created if absent)")
+        try:
+            with open(self.path, "rb") as f:
+                text = f.read(_MAX_READ).decode("ascii", "replace")
+        except OSError as error:
+            raise ReplicaIOError(f"{self.path}: the anchor cannot be read ({error.strerror})") from None
+        if text.strip() and _LINE.fullmatch(text) is None:
+            raise ReplicaPathError(self._not_an_anchor())
+
+    def _not_an_anchor(self) -> str:
+        return (f"{self.path} is not an envreplica anchor file (its content is not one anchor line); point "
+                f"--anchor at the replica's own anchor file")
 
     def __repr__(self) -> str:
         return f"FileAnchor({str(self.path)!r})"
@@ -76,13 +100,12 @@ class FileAnchor:
             raise ReplicaIOError(f"{self.path}: the anchor cannot be opened ({error.strerror})") from None
 
     def _recorded(self, fd: int, replica_id: str) -> int:
-        text = os.pread(fd, 256, 0).decode("ascii", "replace")
+        text = os.pread(fd, _MAX_READ, 0).decode("ascii", "replace")
         if not text.strip():
             return 0
         found = _LINE.fullmatch(text)
         if found is None:
-            raise ReplicaPathError(f"{self.path} is not an envreplica anchor file (its content is not one anchor "
-                                   f"line); point --anchor at the replica's own anchor file")
+            raise ReplicaPathError(self._not_an_anchor())
         if found.group(1) != replica_id:
             raise ReplicaPathError(f"{self.path} anchors another replica (id {found.group(1)}, not {replica_id}); "
                                    f"each replica needs its own anchor file")

@@ -145,9 +145,14 @@ def probe(path: Union[str, Path]) -> Probe:
     try:
         # immutable: no lock, no -wal/-shm created beside someone else's file. A replica is created
         # whole in rollback-journal mode, so its store_meta is in the main file; if the file is
-        # being written (a torn read), read it again the ordinary (read-only) way.
+        # being written (a torn read), read it again the ordinary (read-only) way. A process writing
+        # the file keeps its write-ahead log (or, in rollback mode, its journal) beside it: with
+        # neither, the main file is all there is and a failure means a damaged file, which is refused
+        # as it is (a read-only open would make the -wal and -shm of a file about to be refused).
         return _probe_sqlite(path, "?mode=ro&immutable=1")
-    except sqlite3.Error:
+    except sqlite3.Error as error:
+        if not any(os.path.lexists(f"{path}{suffix}") for suffix in ("-wal", "-journal")):
+            raise sqlite_error(error, path) from None
         try:
             return _probe_sqlite(path, "?mode=ro")
         except sqlite3.Error as error:

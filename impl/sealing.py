@@ -144,7 +144,7 @@ def _parse_key_hex(text: str, source: str) -> bytes:
     """64 hex characters -> 32 bytes; the error names ``source``, never the text."""
     if _KEY_HEX.fullmatch(text) is None:
         raise KeyConfigError(
-            f"{source} must be exactly 64 hexadecimal characters (0-9, a-f) encoding "
+            f"{source} must be exactly 64 hexadecimal characters (0-9, a-f or A-F) encoding "
             f"a {MASTER_KEY_BYTES}-byte key; the value given is not (it has "
             f"{len(text)} characters; its content is not shown). "
             f"Generate a key with: {GENERATE_HINT}"
@@ -155,7 +155,8 @@ def _parse_key_hex(text: str, source: str) -> bytes:
 def _read_key_file(path: str) -> bytes:
     source = f"{ENV_KEY_FILE} ({path!r})"
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        # O_NONBLOCK: a FIFO opens at once (and is refused below) instead of waiting for a writer forever.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
         raise KeyConfigError(
             f"{source} must name a readable file holding the master key; opening it "
@@ -196,8 +197,8 @@ def _read_key_file(path: str) -> bytes:
     if text is None or _KEY_HEX.fullmatch(text) is None:
         n = len(raw)
         raise KeyConfigError(
-            f"{source} must contain exactly 64 hexadecimal characters (0-9, a-f) and "
-            f"an optional trailing newline; it does not ({n} bytes; the content is "
+            f"{source} must contain exactly 64 hexadecimal characters (0-9, a-f or A-F) and "
+            f"an optional trailing newline (\\n or \\r\\n); it does not ({n} bytes; the content is "
             f"not shown). Generate a key with: {GENERATE_HINT} > {path} && chmod 600 {path}"
         )
     return bytes.fromhex(text)

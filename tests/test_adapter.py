@@ -537,6 +537,15 @@ def test_serve_bytes_and_bad_utf8():
     assert second["id"] is None and "UTF-8" in second["error"]["message"]
 
 
+def test_serve_answers_json_nested_past_the_parser_and_goes_on():
+    deep = '{"id": 1, "x": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    out = io.StringIO()
+    assert serve(ModelDriver("fixed"), io.StringIO(deep + "\n" + '{"id": 2, "op": "status"}\n'), out) == 2
+    first, second = (json.loads(line) for line in out.getvalue().splitlines())
+    assert first["id"] is None and first["error"]["type"] == "invalid" and "nests" in first["error"]["message"]
+    assert second["id"] == 2 and second["ok"] is True
+
+
 def test_register_adds_adapter_subcommand():
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers(dest="command"))

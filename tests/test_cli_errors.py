@@ -183,6 +183,7 @@ def test_migrate_errors_are_one_line(tmp_path):
 
 def test_verify_and_diagram_errors_are_one_line(tmp_path):
     one_line_error(envreplica("verify", "--db", "absent.db", "--test-key", cwd=tmp_path), "no replica there")
+    one_line_error(envreplica("verify", "--db", "absent.db", cwd=tmp_path), "no replica there")  # path before key
     one_line_error(envreplica("diagram", "--output", str(tmp_path), cwd=tmp_path))
 
 
@@ -253,3 +254,106 @@ def test_a_bug_is_exit_3_with_its_traceback_and_one_line(monkeypatch, capsys):
     err = capsys.readouterr().err
     assert "Traceback" in err
     assert err.rstrip().splitlines()[-1].startswith("envreplica check: internal error: KeyError")
+
+
+# ---------------------------------------------------------------------------
+# Ctrl-C, FIFOs, files of the wrong kind, a refused file left as it was
+# ---------------------------------------------------------------------------
+
+
+def test_ctrl_c_ends_in_one_line_and_exit_130_and_loses_nothing(tmp_path):
+    from adapter_requests import BOOT, delivery, put, rec
+
+    requests = [*BOOT[1:], put("A", value="kept-after-ctrl-c"), delivery(rec("A"), sequence=1, version=1)]
+    proc = subprocess.Popen([PY, "-m", "envreplica.cli.main", "adapter", "--db", "r.db"], cwd=tmp_path,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, ENV_KEY: REAL_KEY})
+    for i, request in enumerate(requests):
+        proc.stdin.write(json.dumps({"id": i, **request}) + "\n")
+        proc.stdin.flush()
+        assert json.loads(proc.stdout.readline())["ok"]
+    proc.send_signal(signal.SIGINT)  # waiting for the next request
+    assert proc.wait(30) == 130
+    err = proc.stderr.read()
+    assert "Traceback" not in err and err.strip().splitlines() == [
+        "envreplica adapter: interrupted (Ctrl-C) before it finished; its output above is incomplete"]
+    again = envreplica("adapter", "--db", "r.db", cwd=tmp_path, env_extra={ENV_KEY: REAL_KEY},
+                       stdin=json.dumps({"id": 1, "op": "receipts"}) + "\n")
+    assert [(r["sequence"], r["ok"]) for r in json.loads(again.stdout)["result"]] == [(1, True)]
+
+
+def test_a_bug_free_interrupt_is_exit_130_in_every_command(capsys):
+    from envreplica.cli.errors import INTERRUPTED_EXIT, guarded
+
+    def interrupted(_args):
+        raise KeyboardInterrupt
+
+    assert guarded("envreplica check", interrupted, None) == INTERRUPTED_EXIT == 130
+    assert capsys.readouterr().err == ("envreplica check: interrupted (Ctrl-C) before it finished; its output above "
+                                       "is incomplete\n")
+
+
+def test_a_fifo_is_refused_at_once_never_read(tmp_path):
+    os.mkfifo(tmp_path / "key.fifo", 0o600)
+    os.mkfifo(tmp_path / "trace.jsonl")
+    os.mkfifo(tmp_path / "anchor")
+    quick = dict(cwd=tmp_path, timeout=30)  # reading a FIFO would wait for a writer forever
+    one_line_error(envreplica("adapter", "--db", "r.db", env_extra={ENV_KEY_FILE: "key.fifo"}, **quick),
+                   "must be a regular file")
+    for args in (["replay", "trace.jsonl"], ["diagram", "--trace", "trace.jsonl"], ["report", "trace.jsonl"]):
+        one_line_error(envreplica(*args, **quick), "trace.jsonl is not a regular file")
+    one_line_error(envreplica("adapter", "--db", "r.db", "--anchor", "anchor", "--test-key", **quick),
+                   "anchor is not a regular file")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["anchor", "key.fifo", "trace.jsonl"]
+
+
+def test_replay_of_a_file_of_the_wrong_kind_is_exit_2(tmp_path):
+    (tmp_path / "t.itf.json").write_text("hi\n")
+    (tmp_path / "s.itf.json").write_text('{"states": 3}')
+    (tmp_path / "u.itf.json").write_bytes(b"\xff\xfe")
+    (tmp_path / "bad.jsonl").write_text("nope\n")
+    (tmp_path / "empty.jsonl").write_text("")
+    one_line_error(envreplica("replay", "t.itf.json", cwd=tmp_path), "t.itf.json: not JSON")
+    one_line_error(envreplica("replay", "s.itf.json", cwd=tmp_path), "not an ITF trace")
+    one_line_error(envreplica("replay", "u.itf.json", cwd=tmp_path), "not UTF-8 text")
+    one_line_error(envreplica("replay", "bad.jsonl", cwd=tmp_path), "bad.jsonl:1: not a JSON line")
+    one_line_error(envreplica("replay", "empty.jsonl", cwd=tmp_path), "holds no requests")
+
+
+def test_a_wrong_anchor_creates_no_replica(tmp_path):
+    (tmp_path / "anchor").write_text("not an anchor\n")
+    one_line_error(envreplica("adapter", "--db", "r.db", "--anchor", "anchor", "--test-key", cwd=tmp_path),
+                   "is not an envreplica anchor file")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["anchor"]
+
+
+def test_a_damaged_replica_is_refused_and_left_as_it_was(tmp_path):
+    assert envreplica("adapter", "--db", "good.db", "--test-key", cwd=tmp_path).returncode == 0
+    whole = (tmp_path / "good.db").read_bytes()
+    for size in (300, 2000, len(whole) // 2):
+        damaged = tmp_path / f"cut{size}.db"
+        damaged.write_bytes(whole[:size])
+        for args in (["verify", "--test-key"], ["adapter", "--test-key"], ["migrate"]):
+            proc = envreplica(args[0], "--db", damaged.name, *args[1:], cwd=tmp_path)
+            assert proc.returncode == 2 and "Traceback" not in proc.stderr, (args, proc.stderr)
+            assert not Path(f"{damaged}-wal").exists() and not Path(f"{damaged}-shm").exists(), (size, args)
+            assert damaged.read_bytes() == whole[:size]
+
+
+def test_checks_background_model_check_interrupted_is_an_interrupt_of_the_gate():
+    """A Ctrl-C the parent missed (Python drops one raised inside a gc callback) still ends the gate at 130."""
+    import tempfile
+
+    from envreplica.cli.main import _BackgroundModelCheck
+
+    child = _BackgroundModelCheck.__new__(_BackgroundModelCheck)
+    child.started, child.output = time.perf_counter(), tempfile.TemporaryFile(mode="w+", encoding="utf-8")
+    child.process = subprocess.Popen([PY, "-c", "import sys; sys.exit(130)"])
+    with pytest.raises(KeyboardInterrupt):
+        child.join()
+    child.stop()  # idempotent once the child ended
+    running = _BackgroundModelCheck.__new__(_BackgroundModelCheck)
+    running.output = tempfile.TemporaryFile(mode="w+", encoding="utf-8")
+    running.process = subprocess.Popen([PY, "-c", "import time; time.sleep(60)"])
+    running.stop()  # an interrupted gate does not leave its model check running on
+    assert running.process.returncode is not None and running.output.closed
