@@ -20,6 +20,14 @@ model, so the first table shows only what the search gained; this one shows
 what the model's own speed-ups add (a hash kept once computed, a generated
 ``replace``: ``spec/frozen.py``).
 
+``--cython`` runs the same comparison between this checkout's committed code
+(``HEAD``) as it is and the same code compiled by Cython (``bench/baseline.py``'s
+``compiled``: the model, the properties, the wire types and the search,
+untyped; needs ``pip install cython`` and a C compiler). It measures what
+compiling the model without rewriting it would give, towards issue 10's goal
+of five times the states/s in one process; the state and transition counts
+must be the same.
+
 Both modes end with CPython's floor per transition on the first bound: the
 least work any explicit-state search of this model must do per transition in
 Python (one map update, one ``State`` and one ``World`` built, the world
@@ -27,7 +35,7 @@ hashed, one visited-set lookup) on real states of the bound, with the
 states/s it would allow at the bound's transitions per state if the
 protocol's logic, the enabled actions and every property cost nothing.
 
-Run: ``.venv/bin/python bench/bench_checker.py [--bounds NAME] [--variant V] [--repeat N] [--baseline REV]``.
+Run: ``.venv/bin/python bench/bench_checker.py [--bounds NAME] [--variant V] [--repeat N] [--baseline REV | --cython]``.
 """
 
 from __future__ import annotations
@@ -51,7 +59,20 @@ from envreplica.spec.frozen import replace
 from envreplica.spec.variants import Variant
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from baseline import probe, worktree  # noqa: E402  (bench/baseline.py, beside this file)
+from baseline import CompileError, compiled, probe, worktree  # noqa: E402  (bench/baseline.py, beside this file)
+
+#: What ``--cython`` compiles: every module a check runs per transition (the protocol, its frames and
+#: values, the properties, the coverage hooks and the search).
+COMPILED = ["spec/frozen.py", "spec/domain.py", "spec/wire.py", "spec/gate.py", "spec/properties.py",
+            "model/fmap.py", "model/state.py", "model/rules.py", "model/store.py", "model/replica.py",
+            "model/actions.py", "model/generate.py", "checker/bfs.py", "checker/run.py", "checker/coverage.py"]
+
+#: Run in the compiled tree's interpreter: which of ``COMPILED`` were imported as extension modules.
+_WHICH_COMPILED = """
+import importlib, json, sys
+names = ["envreplica." + m[:-3].replace("/", ".") for m in sys.argv[1:]]
+print(json.dumps({n: importlib.import_module(n).__file__.endswith(".so") for n in names}))
+"""
 
 #: Run in each tree's interpreter: the whole check of each bound of a suite, as JSON.
 _ONE_SUITE = """
@@ -99,15 +120,42 @@ def _print_floor(bounds, console: Console, per_state: float) -> None:
 
 def against_baseline(rev: str, bounds_name: str, variant: str, repeat: int) -> int:
     """Each bound's whole check, this checkout vs ``rev``, alternating ``repeat`` times, in subprocesses."""
-    runs: dict[str, list[dict]] = {"before": [], "after": []}
     with worktree(rev) as pythonpath:
-        for _ in range(repeat):
-            runs["before"].append(probe(_ONE_SUITE, [bounds_name, variant], pythonpath))
-            runs["after"].append(probe(_ONE_SUITE, [bounds_name, variant], None))
-    table = Table(title=f"checker (model and search): {rev} vs this checkout, bounds {bounds_name}, variant "
+        return _alternate(pythonpath, rev, "now", "this checkout", bounds_name, variant, repeat)
+
+
+def against_compiled(bounds_name: str, variant: str, repeat: int) -> int:
+    """Each bound's whole check, ``HEAD`` interpreted vs ``HEAD`` compiled by Cython, alternating."""
+    try:
+        with compiled("HEAD", COMPILED) as pythonpath:
+            loaded = probe(_WHICH_COMPILED, COMPILED, pythonpath)
+            interpreted = [name for name, so in loaded.items() if not so]
+            if interpreted:
+                print(f"the compiled tree imported these as Python, not compiled: {', '.join(interpreted)}",
+                      file=sys.stderr)
+                return 1
+            return _alternate(pythonpath, "interpreted", "Cython", "the same code compiled by Cython (HEAD)",
+                              bounds_name, variant, repeat, before_first=False, must_agree=True)
+    except CompileError as error:
+        print(error, file=sys.stderr)
+        return 2
+
+
+def _alternate(pythonpath: str, before: str, after: str, after_is: str, bounds_name: str, variant: str,
+               repeat: int, before_first: bool = True, must_agree: bool = False) -> int:
+    """The whole check with ``pythonpath``'s code and with this checkout's, alternating, as a table.
+
+    ``before_first``: ``pythonpath``'s code is the "before" column (else this checkout's is). ``must_agree``:
+    the two are the same model, so a bound whose state or transition counts differ fails (exit code 1).
+    """
+    runs: dict[str, list[dict]] = {"before": [], "after": []}
+    for _ in range(repeat):
+        runs["before"].append(probe(_ONE_SUITE, [bounds_name, variant], pythonpath if before_first else None))
+        runs["after"].append(probe(_ONE_SUITE, [bounds_name, variant], None if before_first else pythonpath))
+    table = Table(title=f"checker (model and search): {before} vs {after_is}, bounds {bounds_name}, variant "
                         f"{variant}, median of {repeat} alternating runs, each in its own process")
-    for column in ("bounds", "states", "transitions", f"{rev} s", f"{rev} states/s", "now s", "now states/s",
-                   "now transitions/s", "speed-up"):
+    for column in ("bounds", "states", "transitions", f"{before} s", f"{before} states/s", f"{after} s",
+                   f"{after} states/s", f"{after} transitions/s", "speed-up"):
         table.add_column(column, justify="left" if column == "bounds" else "right")
     differ = False
     for name in runs["after"][0]:
@@ -129,12 +177,15 @@ def against_baseline(rev: str, bounds_name: str, variant: str, repeat: int) -> i
                       f"{transitions / t_after:,.0f}", f"{rate_after / rate_before:.2f}x")
     console = Console(width=200)
     console.print(table)
-    if differ:
+    if differ and must_agree:
+        console.print("[bold red]the two explored other state or transition counts: they are not the same "
+                      "model[/]")
+    elif differ:
         console.print("some bounds explored other state counts then and now: their ratio compares states/s, "
                       "not like for like")
     first = next(iter(runs["after"][0].values()))
     _print_floor(suite(bounds_name, Variant(variant))[0], console, first[1] / first[0])
-    return 0
+    return 1 if differ and must_agree else 0
 
 
 def main() -> int:
@@ -142,8 +193,13 @@ def main() -> int:
     parser.add_argument("--bounds", default="default")
     parser.add_argument("--variant", default="fixed", choices=[v.value for v in Variant])
     parser.add_argument("--repeat", type=int, default=1, help="interleaved runs of each search (median)")
-    parser.add_argument("--baseline", metavar="REV", help="the whole check against git revision REV instead")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--baseline", metavar="REV", help="the whole check against git revision REV instead")
+    mode.add_argument("--cython", action="store_true",
+                      help="the whole check of HEAD interpreted against HEAD compiled by Cython instead")
     args = parser.parse_args()
+    if args.cython:
+        return against_compiled(args.bounds, args.variant, args.repeat)
     if args.baseline:
         return against_baseline(args.baseline, args.bounds, args.variant, args.repeat)
     table = Table(title=f"checker: reference vs fast, bounds {args.bounds}, variant {args.variant}, "

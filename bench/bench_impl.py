@@ -57,7 +57,15 @@ rotated, and the efficiency printed is the median of the batches' ratios;
 the snapshot alternates one implementation read and one floor read,
 ``--repeats`` times, and compares the medians.
 
-Run: ``.venv/bin/python bench/bench_impl.py [--deliveries N] [--values N] [--batches N]`` (about 20 s).
+``--cython N`` runs this benchmark ``N`` times with this checkout's committed
+code (``HEAD``) and ``N`` times with the same code compiled by Cython
+(``bench/baseline.py``'s ``compiled``: ``impl``, the wire and domain types,
+the model; untyped; needs ``pip install cython`` and a C compiler),
+alternating, each in its own process: what compiling the implementation as
+it is would give the delivery and snapshot figures.
+
+Run: ``.venv/bin/python bench/bench_impl.py [--deliveries N] [--values N] [--batches N] [--cython N]`` (about 20 s
+a run).
 """
 
 from __future__ import annotations
@@ -102,6 +110,14 @@ from envreplica.spec.domain import (
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import floors as F  # noqa: E402  (bench/floors.py, beside this file)
+from baseline import CompileError, compiled  # noqa: E402  (bench/baseline.py)
+
+#: What ``--cython`` compiles: the implementation and every module of the package its hot path calls.
+COMPILED = ["impl/anchor.py", "impl/config.py", "impl/decisions.py", "impl/engine.py", "impl/files.py",
+            "impl/integrity.py", "impl/replica.py", "impl/rows.py", "impl/schema.py", "impl/sealing.py",
+            "impl/tables.py", "impl/valuestores.py", "impl/writer.py", "spec/frozen.py", "spec/domain.py",
+            "spec/wire.py", "spec/gate.py", "model/fmap.py", "model/state.py", "model/rules.py", "model/store.py",
+            "model/replica.py"]
 
 MASTER = bytes(range(32))
 ORG, STREAM, ATTEMPT, PROJECT = "org", "s1", "a1", "p1"
@@ -418,13 +434,43 @@ def bench_snapshot(directory: Path, n: int, store: EmbeddedStore, repeats: int =
     return f.setup, f.first, f.impl, f.model
 
 
-def main() -> None:
+def against_compiled(rounds: int, args: list[str]) -> int:
+    """This benchmark ``rounds`` times with ``HEAD`` interpreted and compiled by Cython, alternating."""
+    import subprocess
+
+    try:
+        with compiled("HEAD", COMPILED) as pythonpath:
+            for n in range(rounds):
+                for label, path in (("HEAD compiled by Cython", pythonpath), ("HEAD interpreted", None)):
+                    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+                    if path:
+                        env["PYTHONPATH"] = path
+                    print(f"== round {n + 1} of {rounds}: {label}", flush=True)
+                    where = subprocess.run([sys.executable, "-c", "import envreplica.impl.replica as r; "
+                                            "print(r.__file__)"], env=env, capture_output=True, text=True,
+                                           check=True).stdout.strip()
+                    if where.endswith(".py") == bool(path):
+                        print(f"impl.replica came from {where}: not the tree asked for", file=sys.stderr)
+                        return 1
+                    subprocess.run([sys.executable, __file__, *args], env=env, check=True)
+    except CompileError as error:
+        print(error, file=sys.stderr)
+        return 2
+    return 0
+
+
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--deliveries", type=int, default=500, help="deliveries per synchronous setting")
     parser.add_argument("--values", type=int, default=1000, help="installed values in the snapshot")
     parser.add_argument("--batches", type=int, default=5,
                         help="interleaved batches of the deliveries (implementation, same statements, minimal)")
+    parser.add_argument("--cython", type=int, metavar="N",
+                        help="N runs each of HEAD as it is and compiled by Cython, alternating, in subprocesses")
     args = parser.parse_args()
+    if args.cython:
+        return against_compiled(args.cython, [f"--deliveries={args.deliveries}", f"--values={args.values}",
+                                              f"--batches={args.batches}"])
     batches = max(1, min(args.batches, args.deliveries))
     repeats = 7
 
@@ -466,7 +512,8 @@ def main() -> None:
               f"{repeats} {s.floor * 1000:.1f} ms; efficiency {s.floor / s.impl:.2f}")
         print(f"model read_snapshot of the same state: median of {repeats} {s.model * 1000:.2f} ms; "
               f"implementation / model = {s.impl / s.model:.0f}x")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())
