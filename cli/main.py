@@ -776,7 +776,9 @@ def main(argv=None) -> int:
     rp.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for each adapter response")
     rp.set_defaults(func=cmd_report)
     v = sub.add_parser("verify", help="check a replica at rest (integrity, tags, digests, seals); exit 1 if tampered")
-    v.add_argument("--db", required=True, metavar="PATH", help="the replica's SQLite file")
+    from envreplica.impl.files import path_option
+
+    v.add_argument("--db", required=True, metavar="PATH", type=path_option, help="the replica's SQLite file")
     v.add_argument("--anchor", metavar="FILE", help="the replica's rollback anchor file, if it has one")
     v.add_argument("--test-key", action="store_true", help="open with the public test key (conformance replicas)")
     v.set_defaults(func=cmd_verify)

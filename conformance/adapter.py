@@ -123,8 +123,11 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="what answers the requests: the SQLite implementation or the model")
     parser.add_argument("--variant", default=Variant.FIXED.value, choices=[v.value for v in Variant],
                         help="protocol variant (default: fixed)")
-    parser.add_argument("--db", help="the replica file: created if absent, or reopened if this adapter created it "
-                                     "(default: a file in a fresh temporary directory, removed at exit)")
+    from envreplica.impl.files import path_option
+
+    parser.add_argument("--db", type=path_option,
+                        help="the replica file: created if absent, or reopened if this adapter created it "
+                             "(default: a file in a fresh temporary directory, removed at exit)")
     parser.add_argument("--store", choices=["embedded", "ssm"], default="embedded",
                         help="value store: in-process (default) or AWS SSM Parameter Store")
     parser.add_argument("--test-key", action="store_true",

@@ -1074,7 +1074,9 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
                      "restores the backup), 2 for a bad path, a file of the wrong kind, a store in use or a "
                      "malformed key. Migrating to schema version 2 needs the master key "
                      "(ENVREPLICA_MASTER_KEY or ENVREPLICA_MASTER_KEY_FILE)."))
-    p.add_argument("--db", required=True, metavar="PATH", help="the replica's SQLite file")
+    from envreplica.impl.files import path_option
+
+    p.add_argument("--db", required=True, metavar="PATH", type=path_option, help="the replica's SQLite file")
     p.add_argument("--backup-dir", metavar="DIR", default=None,
                    help="where to write <name>.v<from>.bak (default: next to the store)")
     p.add_argument("--evidence", metavar="FILE", default=None,

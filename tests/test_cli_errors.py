@@ -357,3 +357,11 @@ def test_checks_background_model_check_interrupted_is_an_interrupt_of_the_gate()
     running.process = subprocess.Popen([PY, "-c", "import time; time.sleep(60)"])
     running.stop()  # an interrupted gate does not leave its model check running on
     assert running.process.returncode is not None and running.output.closed
+
+
+@pytest.mark.parametrize("command", ["verify", "migrate", "adapter"])
+def test_an_empty_db_path_is_named_as_such(tmp_path, command):
+    proc = envreplica(command, "--db", "", cwd=tmp_path, stdin="")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "argument --db: '' is an empty path" in proc.stderr.splitlines()[-1]  # not ". is a directory"
+    assert list(tmp_path.iterdir()) == []
