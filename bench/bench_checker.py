@@ -21,7 +21,7 @@ what the model's own speed-ups add (a hash kept once computed, a generated
 ``replace``: ``spec/frozen.py``).
 
 ``--cython`` runs the same comparison between this checkout's committed code
-(``HEAD``) as it is and the same code compiled by Cython (``bench/baseline.py``'s
+(``HEAD``, in a worktree) as it is and the same code compiled by Cython (``bench/baseline.py``'s
 ``compiled``: the model, the properties, the wire types and the search,
 untyped; needs ``pip install cython`` and a C compiler). It measures what
 compiling the model without rewriting it would give, towards issue 10's goal
@@ -46,6 +46,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 from rich.console import Console
 from rich.table import Table
@@ -121,37 +122,40 @@ def _print_floor(bounds, console: Console, per_state: float) -> None:
 def against_baseline(rev: str, bounds_name: str, variant: str, repeat: int) -> int:
     """Each bound's whole check, this checkout vs ``rev``, alternating ``repeat`` times, in subprocesses."""
     with worktree(rev) as pythonpath:
-        return _alternate(pythonpath, rev, "now", "this checkout", bounds_name, variant, repeat)
+        return _alternate(pythonpath, None, rev, "now", "this checkout", bounds_name, variant, repeat)
 
 
 def against_compiled(bounds_name: str, variant: str, repeat: int) -> int:
-    """Each bound's whole check, ``HEAD`` interpreted vs ``HEAD`` compiled by Cython, alternating."""
+    """Each bound's whole check, ``HEAD`` interpreted vs ``HEAD`` compiled by Cython, alternating.
+
+    Both sides are worktrees of ``HEAD`` (one compiled), so uncommitted changes in this checkout are in neither.
+    """
     try:
-        with compiled("HEAD", COMPILED) as pythonpath:
+        with worktree("HEAD") as plain, compiled("HEAD", COMPILED) as pythonpath:
             loaded = probe(_WHICH_COMPILED, COMPILED, pythonpath)
             interpreted = [name for name, so in loaded.items() if not so]
             if interpreted:
                 print(f"the compiled tree imported these as Python, not compiled: {', '.join(interpreted)}",
                       file=sys.stderr)
                 return 1
-            return _alternate(pythonpath, "interpreted", "Cython", "the same code compiled by Cython (HEAD)",
-                              bounds_name, variant, repeat, before_first=False, must_agree=True)
+            return _alternate(plain, pythonpath, "interpreted", "Cython", "the same code compiled by Cython (HEAD)",
+                              bounds_name, variant, repeat, must_agree=True)
     except CompileError as error:
         print(error, file=sys.stderr)
         return 2
 
 
-def _alternate(pythonpath: str, before: str, after: str, after_is: str, bounds_name: str, variant: str,
-               repeat: int, before_first: bool = True, must_agree: bool = False) -> int:
-    """The whole check with ``pythonpath``'s code and with this checkout's, alternating, as a table.
+def _alternate(before_path: Optional[str], after_path: Optional[str], before: str, after: str, after_is: str,
+               bounds_name: str, variant: str, repeat: int, must_agree: bool = False) -> int:
+    """The whole check with ``before_path``'s code and with ``after_path``'s, alternating, as a table.
 
-    ``before_first``: ``pythonpath``'s code is the "before" column (else this checkout's is). ``must_agree``:
-    the two are the same model, so a bound whose state or transition counts differ fails (exit code 1).
+    A path is a ``PYTHONPATH`` entry (``bench/baseline.py``), or None for this checkout. ``must_agree``: the two
+    are the same model, so a bound whose state or transition counts differ fails (exit code 1).
     """
     runs: dict[str, list[dict]] = {"before": [], "after": []}
     for _ in range(repeat):
-        runs["before"].append(probe(_ONE_SUITE, [bounds_name, variant], pythonpath if before_first else None))
-        runs["after"].append(probe(_ONE_SUITE, [bounds_name, variant], None if before_first else pythonpath))
+        runs["before"].append(probe(_ONE_SUITE, [bounds_name, variant], before_path))
+        runs["after"].append(probe(_ONE_SUITE, [bounds_name, variant], after_path))
     table = Table(title=f"checker (model and search): {before} vs {after_is}, bounds {bounds_name}, variant "
                         f"{variant}, median of {repeat} alternating runs, each in its own process")
     for column in ("bounds", "states", "transitions", f"{before} s", f"{before} states/s", f"{after} s",

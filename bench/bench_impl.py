@@ -58,7 +58,7 @@ the snapshot alternates one implementation read and one floor read,
 ``--repeats`` times, and compares the medians.
 
 ``--cython N`` runs this benchmark ``N`` times with this checkout's committed
-code (``HEAD``) and ``N`` times with the same code compiled by Cython
+code (``HEAD``, in a worktree) and ``N`` times with the same code compiled by Cython
 (``bench/baseline.py``'s ``compiled``: ``impl``, the wire and domain types,
 the model; untyped; needs ``pip install cython`` and a C compiler),
 alternating, each in its own process: what compiling the implementation as
@@ -110,7 +110,7 @@ from envreplica.spec.domain import (
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import floors as F  # noqa: E402  (bench/floors.py, beside this file)
-from baseline import CompileError, compiled  # noqa: E402  (bench/baseline.py)
+from baseline import CompileError, compiled, worktree  # noqa: E402  (bench/baseline.py)
 
 #: What ``--cython`` compiles: the implementation and every module of the package its hot path calls.
 COMPILED = ["impl/anchor.py", "impl/config.py", "impl/decisions.py", "impl/engine.py", "impl/files.py",
@@ -435,21 +435,23 @@ def bench_snapshot(directory: Path, n: int, store: EmbeddedStore, repeats: int =
 
 
 def against_compiled(rounds: int, args: list[str]) -> int:
-    """This benchmark ``rounds`` times with ``HEAD`` interpreted and compiled by Cython, alternating."""
+    """This benchmark ``rounds`` times with ``HEAD`` interpreted and compiled by Cython, alternating.
+
+    Both sides are worktrees of ``HEAD`` (one compiled), so uncommitted changes in this checkout are in neither.
+    """
     import subprocess
 
     try:
-        with compiled("HEAD", COMPILED) as pythonpath:
+        with worktree("HEAD") as plain, compiled("HEAD", COMPILED) as pythonpath:
             for n in range(rounds):
-                for label, path in (("HEAD compiled by Cython", pythonpath), ("HEAD interpreted", None)):
+                for label, path in (("HEAD compiled by Cython", pythonpath), ("HEAD interpreted", plain)):
                     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-                    if path:
-                        env["PYTHONPATH"] = path
+                    env["PYTHONPATH"] = path
                     print(f"== round {n + 1} of {rounds}: {label}", flush=True)
                     where = subprocess.run([sys.executable, "-c", "import envreplica.impl.replica as r; "
                                             "print(r.__file__)"], env=env, capture_output=True, text=True,
                                            check=True).stdout.strip()
-                    if where.endswith(".py") == bool(path):
+                    if where.endswith(".py") == (path == pythonpath) or not where.startswith(path):
                         print(f"impl.replica came from {where}: not the tree asked for", file=sys.stderr)
                         return 1
                     subprocess.run([sys.executable, __file__, *args], env=env, check=True)
