@@ -46,13 +46,24 @@ def worktree(rev: str) -> Iterator[str]:
                            capture_output=True)
 
 
+#: Run with a tree first on ``PYTHONPATH``: the file each module (given as ``model/replica.py``) was imported from.
+_WHERE_IMPORTED = """
+import importlib, json, sys
+names = {m: "envreplica." + m[:-3].replace("/", ".") for m in sys.argv[1:]}
+print(json.dumps({m: importlib.import_module(n).__file__ for m, n in names.items()}))
+"""
+
+
 class CompileError(RuntimeError):
     """Cython is missing, or could not compile a module (the message says which, and what to install)."""
 
 
 @contextlib.contextmanager
 def compiled(rev: str, modules: list[str]) -> Iterator[str]:
-    """``worktree(rev)`` with ``modules`` (paths such as ``model/replica.py``) compiled in place by Cython."""
+    """``worktree(rev)`` with ``modules`` (paths such as ``model/replica.py``) compiled in place by Cython.
+
+    Each module is checked to import as an extension from that tree (``CompileError`` if not).
+    """
     if importlib.util.find_spec("Cython") is None:
         raise CompileError("Cython is not installed in this environment: pip install cython (and a C compiler: "
                            "apt install gcc python3-dev), then run this again")
@@ -64,6 +75,10 @@ def compiled(rev: str, modules: list[str]) -> Iterator[str]:
         if done.returncode != 0:
             raise CompileError(f"Cython could not compile {rev}'s {' '.join(modules)}:\n{done.stdout[-2000:]}"
                                f"{done.stderr[-2000:]}")
+        found = probe(_WHERE_IMPORTED, modules, pythonpath)
+        stray = {m: where for m, where in found.items() if not where.startswith(str(tree)) or where.endswith(".py")}
+        if stray:
+            raise CompileError(f"the compiled tree imported these from elsewhere, or as Python: {stray}")
         yield pythonpath
 
 

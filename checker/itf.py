@@ -173,7 +173,14 @@ def write(path: Path, steps, description: str, meta: Optional[dict] = None) -> P
 
 
 def load(path: Path) -> dict:
-    doc = json.loads(Path(path).read_text())
+    """The ITF document at ``path``; ``ValueError`` naming the path and what is wrong (not UTF-8, not JSON,
+    not a trace)."""
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path}: not UTF-8 text ({error.reason})") from None
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path}: not JSON ({error})") from None
     if not isinstance(doc, dict) or "states" not in doc:
         raise ValueError(f"{path}: not an ITF trace (no 'states'); write one with `envreplica check`")
     if not isinstance(doc["states"], list) or not doc["states"] or not all(isinstance(s, dict) for s in doc["states"]):

@@ -24,7 +24,6 @@ self-contained HTML page to step through (``check --report`` / ``conformance --r
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import sys
@@ -212,11 +211,13 @@ class _BackgroundModelCheck:
 
     def stop(self) -> None:
         """End the child if it still runs (idempotent)."""
+        import subprocess
+
         if self.process.poll() is None:
             self.process.terminate()
             try:
                 self.process.wait(timeout=5)
-            except Exception:  # noqa: BLE001 - it did not end: kill it
+            except subprocess.TimeoutExpired:  # it did not end: kill it
                 self.process.kill()
                 self.process.wait()
         if not self.output.closed:
@@ -544,7 +545,8 @@ def cmd_diagram(args) -> int:
     return 0
 
 
-_REPLAY_INPUT = "an .itf.json trace (written by `envreplica check` or `envreplica conformance`) or a .jsonl of adapter requests"
+_REPLAY_INPUT = ("an .itf.json trace (written by `envreplica check` or `envreplica conformance`) or a .jsonl of "
+                 "adapter requests")
 
 
 def cmd_replay(args) -> int:
@@ -553,12 +555,8 @@ def cmd_replay(args) -> int:
         return _replay_requests(args)
     try:
         doc = itf.load(path)
-    except UnicodeDecodeError as error:
-        raise UsageError(f"{path}: not UTF-8 text ({error.reason}); give {_REPLAY_INPUT}") from None
-    except ValueError as error:  # not JSON (json.JSONDecodeError), or JSON that is no ITF trace
-        detail = f"not JSON ({error})" if isinstance(error, json.JSONDecodeError) else str(error)
-        raise UsageError(f"{detail if detail.startswith(str(path)) else f'{path}: {detail}'}; give {_REPLAY_INPUT}"
-                         ) from None
+    except ValueError as error:  # not UTF-8, not JSON, or no ITF trace: the line names which
+        raise UsageError(f"{error}; give {_REPLAY_INPUT}") from None
     meta = doc.get("#meta", {})
     try:
         replayed = itf.replay(doc)
@@ -663,10 +661,8 @@ def cmd_verify(args) -> int:
     from envreplica.impl import files
     from envreplica.impl.sealing import Sealer, load_master_key
 
-    found = files.probe(args.db)  # the path first: a wrong path is the error to report, with or without a key
-    if found.kind is files.PathKind.MISSING:
-        raise files.ReplicaPathError(f"{args.db}: no replica there (the file does not exist)")
-    files.refuse_unusable(found, what="the replica to verify")
+    # the path first: a wrong path is the error to report, with or without a key
+    files.refuse_unusable(files.probe(args.db), what="the replica to verify", missing_ok=False)
     if args.test_key:
         print("envreplica verify: opening with the public TEST key (--test-key)", file=sys.stderr)
         from envreplica.conformance.drivers import TEST_MASTER_KEY

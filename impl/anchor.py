@@ -35,7 +35,7 @@ import os
 import re
 import stat
 from pathlib import Path
-from typing import Protocol, Union, runtime_checkable
+from typing import Optional, Protocol, Union, runtime_checkable
 
 from envreplica.impl.files import ReplicaIOError, ReplicaPathError
 
@@ -80,15 +80,20 @@ class FileAnchor:
             raise ReplicaPathError(f"{self.path} is not a regular file; --anchor names a file (created if absent)")
         try:
             with open(self.path, "rb") as f:
-                text = f.read(_MAX_READ).decode("ascii", "replace")
+                self._parse(f.read(_MAX_READ))
         except OSError as error:
             raise ReplicaIOError(f"{self.path}: the anchor cannot be read ({error.strerror})") from None
-        if text.strip() and _LINE.fullmatch(text) is None:
-            raise ReplicaPathError(self._not_an_anchor())
 
-    def _not_an_anchor(self) -> str:
-        return (f"{self.path} is not an envreplica anchor file (its content is not one anchor line); point "
-                f"--anchor at the replica's own anchor file")
+    def _parse(self, data: bytes) -> Optional[re.Match]:
+        """The anchor line in ``data`` (None for an empty file), or ``ReplicaPathError`` for anything else."""
+        text = data.decode("ascii", "replace")
+        if not text.strip():
+            return None
+        found = _LINE.fullmatch(text)
+        if found is None:
+            raise ReplicaPathError(f"{self.path} is not an envreplica anchor file (its content is not one anchor "
+                                   f"line); point --anchor at the replica's own anchor file")
+        return found
 
     def __repr__(self) -> str:
         return f"FileAnchor({str(self.path)!r})"
@@ -100,12 +105,9 @@ class FileAnchor:
             raise ReplicaIOError(f"{self.path}: the anchor cannot be opened ({error.strerror})") from None
 
     def _recorded(self, fd: int, replica_id: str) -> int:
-        text = os.pread(fd, _MAX_READ, 0).decode("ascii", "replace")
-        if not text.strip():
-            return 0
-        found = _LINE.fullmatch(text)
+        found = self._parse(os.pread(fd, _MAX_READ, 0))
         if found is None:
-            raise ReplicaPathError(self._not_an_anchor())
+            return 0
         if found.group(1) != replica_id:
             raise ReplicaPathError(f"{self.path} anchors another replica (id {found.group(1)}, not {replica_id}); "
                                    f"each replica needs its own anchor file")

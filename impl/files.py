@@ -34,6 +34,7 @@ semantics, and checking the owner uid of an existing file.
 
 from __future__ import annotations
 
+import argparse
 import enum
 import errno
 import fcntl
@@ -122,8 +123,6 @@ def path_option(text: str) -> str:
     """``--db PATH`` as given, for ``argparse`` (``type=``): an empty string names no file (``Path("")`` is the
     current directory, which would be refused as "." is a directory, a confusing line)."""
     if not text.strip():
-        import argparse
-
         raise argparse.ArgumentTypeError(f"{text!r} is an empty path; give the replica's file, for example "
                                          f"--db /var/lib/envreplica/replica.db")
     return text
@@ -204,12 +203,15 @@ def _probe_sqlite(path: Path, options: str) -> Probe:
         conn.close()
 
 
-def refuse_unusable(found: Probe, *, what: str) -> None:
+def refuse_unusable(found: Probe, *, what: str, missing_ok: bool = True) -> None:
     """Raise ``ReplicaPathError`` for a path that holds something no replica command may open.
 
-    ``what`` names the command's use ("the adapter's replica", ...).
+    ``what`` names the command's use ("the adapter's replica", ...). ``missing_ok``: nothing at the path
+    (its directory there) is fine, a replica will be created; else it is refused too.
     """
     path = found.path
+    if found.kind is PathKind.MISSING and not missing_ok:
+        raise ReplicaPathError(f"{path}: no replica there (the file does not exist)")
     if found.kind is PathKind.NO_DIRECTORY:
         raise ReplicaPathError(f"{path}: its directory {path.parent} does not exist; create it first "
                                f"(mkdir -p {path.parent}) or choose another path for {what}")

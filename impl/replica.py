@@ -351,10 +351,7 @@ class SqliteReplica:
         self._engine = None
         self._conn = None
         found = files.probe(self.path)
-        if found.kind is PathKind.MISSING and not create:
-            raise ReplicaPathError(f"{self.path}: no replica there (the file does not exist)")
-        if found.kind is not PathKind.MISSING:
-            files.refuse_unusable(found, what="a replica")
+        files.refuse_unusable(found, what="a replica", missing_ok=create)
         if created_by is not None and found.kind is PathKind.REPLICA and found.meta.get("created_by") != created_by:
             raise ReplicaPathError(
                 f"{self.path} is an envreplica replica that {created_by} did not create; {created_by} opens only "

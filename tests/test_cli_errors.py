@@ -192,10 +192,12 @@ def test_verify_and_diagram_errors_are_one_line(tmp_path):
 # ---------------------------------------------------------------------------
 
 
-def test_a_killed_adapter_loses_nothing_and_reopens_its_replica(tmp_path):
+def _adapter_after_a_delivery(tmp_path, value: str) -> subprocess.Popen:
+    """An adapter on ``r.db`` under a real key that has booted and installed ``value`` by a live delivery
+    (every answer checked ok), waiting for its next request."""
     from adapter_requests import BOOT, delivery, put, rec
 
-    requests = [*BOOT[1:], put("A", value="kept-after-kill"), delivery(rec("A"), sequence=1, version=1)]
+    requests = [*BOOT[1:], put("A", value=value), delivery(rec("A"), sequence=1, version=1)]
     proc = subprocess.Popen([PY, "-m", "envreplica.cli.main", "adapter", "--db", "r.db"], cwd=tmp_path,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, ENV_KEY: REAL_KEY})
@@ -205,9 +207,17 @@ def test_a_killed_adapter_loses_nothing_and_reopens_its_replica(tmp_path):
             proc.stdin.flush()
             response = json.loads(proc.stdout.readline())
             assert response["ok"] and response["result"].get("ok", True), response
-    finally:
-        proc.send_signal(signal.SIGKILL)
+    except BaseException:
+        proc.kill()
         proc.wait(30)
+        raise
+    return proc
+
+
+def test_a_killed_adapter_loses_nothing_and_reopens_its_replica(tmp_path):
+    proc = _adapter_after_a_delivery(tmp_path, "kept-after-kill")
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(30)
     time.sleep(0.1)
     lines = [{"id": 1, "op": "receipts"}, {"id": 2, "op": "status"}]
     again = envreplica("adapter", "--db", "r.db", cwd=tmp_path, env_extra={ENV_KEY: REAL_KEY},
@@ -262,16 +272,7 @@ def test_a_bug_is_exit_3_with_its_traceback_and_one_line(monkeypatch, capsys):
 
 
 def test_ctrl_c_ends_in_one_line_and_exit_130_and_loses_nothing(tmp_path):
-    from adapter_requests import BOOT, delivery, put, rec
-
-    requests = [*BOOT[1:], put("A", value="kept-after-ctrl-c"), delivery(rec("A"), sequence=1, version=1)]
-    proc = subprocess.Popen([PY, "-m", "envreplica.cli.main", "adapter", "--db", "r.db"], cwd=tmp_path,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, ENV_KEY: REAL_KEY})
-    for i, request in enumerate(requests):
-        proc.stdin.write(json.dumps({"id": i, **request}) + "\n")
-        proc.stdin.flush()
-        assert json.loads(proc.stdout.readline())["ok"]
+    proc = _adapter_after_a_delivery(tmp_path, "kept-after-ctrl-c")
     proc.send_signal(signal.SIGINT)  # waiting for the next request
     assert proc.wait(30) == 130
     err = proc.stderr.read()
@@ -282,7 +283,7 @@ def test_ctrl_c_ends_in_one_line_and_exit_130_and_loses_nothing(tmp_path):
     assert [(r["sequence"], r["ok"]) for r in json.loads(again.stdout)["result"]] == [(1, True)]
 
 
-def test_a_bug_free_interrupt_is_exit_130_in_every_command(capsys):
+def test_an_interrupt_is_exit_130_with_one_line_in_every_command(capsys):
     from envreplica.cli.errors import INTERRUPTED_EXIT, guarded
 
     def interrupted(_args):
