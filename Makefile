@@ -4,13 +4,18 @@ VENV  := .venv
 BIN   := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: check test nightly diagrams clean
+# The TypeScript adapter kit's packages (Node 20+; better-sqlite3 compiles once). Without Node, the kit's tests skip
+# (under CI they fail: .ci/run installs Node).
+KIT       := adapters/typescript
+KIT_STAMP := $(KIT)/node_modules/.installed
+
+.PHONY: check test nightly diagrams clean kit
 
 check: $(STAMP)
 	$(BIN)/envreplica check
 
 # pytest-xdist: one worker per CPU, each test file on one worker (its module fixtures computed once).
-test: $(STAMP)
+test: $(STAMP) kit
 	$(BIN)/pytest -p no:cacheprovider -n auto --dist loadfile -m "not nightly" tests
 
 # The full-size runs CI leaves out (tests marked nightly), for a nightly job.
@@ -28,6 +33,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $@
 
+kit:
+	@if command -v npm >/dev/null 2>&1; then $(MAKE) --no-print-directory $(KIT_STAMP); \
+	else echo "note: no Node.js here, so the TypeScript kit's tests will skip (Node 20+ runs them)"; fi
+
+$(KIT_STAMP): $(KIT)/package.json $(KIT)/package-lock.json
+	cd $(KIT) && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
 clean:
-	rm -rf $(VENV) build dist *.egg-info .hypothesis .pytest_cache
+	rm -rf $(VENV) build dist *.egg-info .hypothesis .pytest_cache $(KIT)/node_modules
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -77,7 +77,7 @@ def action_json(action) -> dict:
     """An action as wire JSON (the adapter's request shapes, plus model-only ops).
 
     A ``CrashAfter`` is its action's request with ``crashAfterCommit``
-    (docs/adapter-extensions.md), also on a ``resume``.
+    (docs/protocol.md section 6), also on a ``resume``.
     """
     if isinstance(action, CrashAfter):
         return {**action_json(action.action), "crashAfterCommit": action.commit}

@@ -1,4 +1,4 @@
-"""The ``envreplica`` command: check, conformance, simulate, diagram, replay, adapter, migrate.
+"""The ``envreplica`` command: check, conformance, simulate, diagram, replay, report, verify, schema, adapter, migrate.
 
 ``check`` is the full gate: it model-checks a named bounds suite under a
 variant (the invariant table and the coverage table; each property's
@@ -9,7 +9,7 @@ shortest counterexample written as an ITF trace; a violation, or a
 stage of ``conformance.concurrent`` (several processes on one file, each
 history linearizable against the model), and prints one summary table with
 one exit status (``--model-only`` skips both, ``--no-concurrent`` the last). ``conformance --adapter COMMAND``
-holds any implementation speaking wire-protocol.md section 5 against the
+holds any implementation speaking docs/protocol.md section 5 against the
 model: saved traces first (``--traces DIR``), then generated ones; a
 divergence is printed as the shrunk readable steps and written as JSON lines
 and ITF (``--out``), optionally as JUnit XML (``--junit``), and exits 1.
@@ -19,6 +19,7 @@ highlighted. ``replay`` reruns a trace and shows where it parts: an ITF trace on
 the model, or a ``.jsonl`` file of adapter requests on the model and an
 implementation (the built-in SQLite one, or ``--adapter COMMAND``). ``report`` writes a trace as one
 self-contained HTML page to step through (``check --report`` / ``conformance --report``: the whole run).
+``schema`` prints the contract (docs/protocol.md) as JSON Schema, or one definition of it.
 """
 
 from __future__ import annotations
@@ -689,6 +690,24 @@ def cmd_verify(args) -> int:
     return 0
 
 
+def cmd_schema(args) -> int:
+    """The contract's JSON Schema: the whole document, or one definition as a standalone schema."""
+    from envreplica.spec import schema
+
+    if args.list:
+        sys.stdout.write("".join(f"{name}\n" for name in schema.definitions()))
+        return 0
+    if args.name is None:
+        text = schema.shipped_path().read_text(encoding="utf-8")
+    else:
+        try:
+            text = schema.render(schema.standalone(args.name))
+        except KeyError as error:
+            raise UsageError(f"{error.args[0]} (envreplica schema --list prints them)") from None
+    sys.stdout.write(text)
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="envreplica", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -778,6 +797,13 @@ def main(argv=None) -> int:
     v.add_argument("--anchor", metavar="FILE", help="the replica's rollback anchor file, if it has one")
     v.add_argument("--test-key", action="store_true", help="open with the public test key (conformance replicas)")
     v.set_defaults(func=cmd_verify)
+    sc = sub.add_parser("schema", help="print the contract's JSON Schema (draft 2020-12), or one definition of it",
+                        description="The contract of docs/protocol.md as JSON Schema: frames, results, value-store "
+                                    "envelopes, adapter requests and responses, the state document.")
+    sc.add_argument("name", nargs="?", help="one definition, printed as a standalone schema (e.g. PageFrame, "
+                                            "Request, Response, StateDocument); default: the whole document")
+    sc.add_argument("--list", action="store_true", help="print the definitions' names, one per line")
+    sc.set_defaults(func=cmd_schema)
     from envreplica.conformance import adapter
 
     adapter.register(sub)

@@ -1,4 +1,4 @@
-"""The conformance adapter: JSON lines over stdio (wire-protocol.md section 5).
+"""The conformance adapter: JSON lines over stdio (docs/protocol.md section 5).
 
 ``serve`` reads one request per line from ``stdin`` and writes exactly one
 response per line to ``stdout``, flushing after each, until end of input. A
@@ -31,7 +31,7 @@ cannot produce), ``store.fail`` answers ``unsupported``, and ``reset`` does not
 delete parameters. The model keeps its own store, so ``--impl model`` takes
 ``--store embedded`` only.
 
-Beside section 5 the adapter offers the ops of ``docs/adapter-extensions.md``
+Beside section 5 the adapter offers the ops of docs/protocol.md section 6
 (``ready``, ``diagnostics``, ``crashAfterCommit`` on ``page`` / ``delivery``)
 and, because it shows every stored value in plaintext, ``state`` only with
 ``--test-key`` (or ``--impl model``): otherwise ``state`` is ``unsupported``
@@ -175,7 +175,7 @@ def build_driver(args: argparse.Namespace, tmpdir: Optional[str] = None) -> Driv
         from envreplica.impl.anchor import FileAnchor
 
         anchor = FileAnchor(args.anchor)
-    # ``state`` (docs/adapter-extensions.md) shows every value in plaintext: offered only with --test-key.
+    # ``state`` (docs/protocol.md section 6) shows every value in plaintext: offered only with --test-key.
     options = dict(master_key=key, exclusive=True, created_by=files.CREATED_BY_ADAPTER, anchor=anchor,
                    on_test_key=_warn_test_key, offer_state=bool(args.test_key))
     if args.store != "ssm":

@@ -1,4 +1,4 @@
-"""Drivers: one adapter request in, one adapter response out (wire-protocol.md section 5).
+"""Drivers: one adapter request in, one adapter response out (docs/protocol.md section 5).
 
 A ``Driver`` answers exactly one request of the conformance adapter with
 exactly one response, ``{"id", "ok": true, "result"}`` or ``{"id", "ok":
@@ -18,7 +18,7 @@ Both drivers share the request checks, frame parsing (``spec.wire``) and
 result encoding (``spec.wire.encode``) below, so the same request gives the
 same JSON from both whenever the two replicas agree.
 
-Decisions where wire-protocol.md section 5 is silent (each is tested in
+Decisions where docs/protocol.md section 5 is silent (each is tested in
 ``tests/test_adapter.py``):
 
 * What section 5 fixes: a request whose ``op`` is a string the adapter does
@@ -87,7 +87,7 @@ Decisions where wire-protocol.md section 5 is silent (each is tested in
   ``store_on``; the process still has no store after it reopens).
 * ``close`` is the seed's ``closeProjectEnvReplicaGate``.
 * The ops ``ready``, ``diagnostics``, ``state`` and the field
-  ``crashAfterCommit`` are docs/adapter-extensions.md's,
+  ``crashAfterCommit`` are docs/protocol.md section 6's,
   checked by the same rules (an undeclared key is ``invalid``;
   ``crashAfterCommit`` with ``duringFetch`` is ``invalid``). ``ModelDriver``
   answers ``ready`` at once (single-threaded: nothing moves while it would
@@ -144,7 +144,7 @@ from envreplica.model.store import (
     staged_parameter_name,
 )
 from envreplica.impl.files import ReplicaKeyMismatch, ReplicaPathError, ReplicaUnavailable
-from envreplica.spec import wire
+from envreplica.spec import schema, wire
 from envreplica.spec.domain import (
     Crashed,
     Diagnosis,
@@ -182,7 +182,7 @@ TEST_MASTER_KEY_HEX = TEST_MASTER_KEY.hex()
 OPERATION_LOST_RESTART = "operation lost: the replica restarted inside its value-store read"
 OPERATION_LOST_RESET = "operation lost: the replica was reset inside its value-store read"
 OPERATION_LOST_CRASH = "operation lost: the replica crashed (crashAfterCommit) inside its value-store read"
-#: Why ``state`` is not offered (docs/adapter-extensions.md): it shows every value in plaintext.
+#: Why ``state`` is not offered (docs/protocol.md section 6): it shows every value in plaintext.
 STATE_NOT_OFFERED = ("unsupported: op 'state' shows every stored value in plaintext, so this adapter offers it "
                      "only when it runs with the public test key (--test-key: test data only); nothing was done")
 
@@ -199,31 +199,14 @@ class Driver(Protocol):
 # Request checks, shared by every driver.
 # ---------------------------------------------------------------------------
 
-#: op -> (required fields, optional fields), beside "id" and "op".
+#: op -> (required fields, optional fields), beside "id" and "op": the contract's op table (``spec.schema.OPS``).
 OPS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "reset": ((), ("config",)),
-    "store.put": (("projectId", "key", "ref", "raw"), ("reportedVersion",)),
-    "store.fail": (("projectId", "key", "ref", "mode"), ()),
-    "store.off": ((), ()),
-    "begin": (("frame", "keptPolicyEpochs", "orgId"), ()),
-    "page": (("frame",), ("duringFetch", "crashAfterCommit")),
-    "delivery": (("frame",), ("duringFetch", "crashAfterCommit")),
-    "commit": (("frame",), ()),
-    "close": ((), ()),
-    "status": ((), ()),
-    "snapshot": (("projectIds",), ()),
-    "receipts": ((), ()),
-    "restart": ((), ()),
-    # docs/adapter-extensions.md: optional ops (an adapter that does not offer one answers unsupported).
-    "ready": (("timeoutMs",), ()),
-    "diagnostics": (("projectIds",), ()),
-    "state": ((), ()),
-}
+    op: (spec.required, spec.optional) for op, spec in schema.OPS.items()}
 
-#: The ops of docs/adapter-extensions.md (beside section 5's table), and its optional field.
+#: The optional field of docs/protocol.md section 6 (crash right after the k-th write commit).
 CRASH_FIELD = "crashAfterCommit"
-#: The longest ``ready`` wait a request may ask for (docs/adapter-extensions.md).
-MAX_READY_TIMEOUT_MS = 60000
+#: The longest ``ready`` wait a request may ask for (docs/protocol.md section 6).
+MAX_READY_TIMEOUT_MS = schema.MAX_READY_TIMEOUT_MS
 
 _CONFIG_KEYS = ("ackPageBytes", "masterKeyHex", "prefix")
 _MASTER_KEY_HEX = re.compile(r"[0-9a-fA-F]{64}")
@@ -296,7 +279,7 @@ def check_request(request: Any) -> tuple[str, dict]:
     if CRASH_FIELD in request:
         if "duringFetch" in request:
             raise _bad("request.crashAfterCommit", "is not allowed together with duringFetch "
-                       "(docs/adapter-extensions.md)", "both keys", "Send one or the other.")
+                       "(docs/protocol.md section 6)", "both keys", "Send one or the other.")
         _count(request[CRASH_FIELD], "request.crashAfterCommit", minimum=1)
     if op == "ready":
         timeout = request["timeoutMs"]
@@ -466,9 +449,20 @@ class _BaseDriver:
     def _ready_for(self, op: str) -> None:
         """Raise what keeps this driver from answering ``op`` now (default: nothing does)."""
 
+    #: How deep the request being handled is nested in ``duringFetch`` requests (0: a line of input).
+    _depth = 0
+
     def _run_nested(self, requests: list, nested: list) -> None:
-        for request in requests:
-            nested.append(self.handle(request))
+        self._depth += 1
+        try:
+            for request in requests:
+                nested.append(self.handle(request) if self._depth <= schema.MAX_NESTING else _error(
+                    _request_id(request), "invalid",
+                    f"invalid request: duringFetch nests deeper than {schema.MAX_NESTING} requests (the contract's "
+                    f"limit, docs/protocol.md section 5); nothing was done. Nest at most {schema.MAX_NESTING} "
+                    f"levels."))
+        finally:
+            self._depth -= 1
 
 
 # ---------------------------------------------------------------------------
@@ -488,7 +482,7 @@ def stand_in_mac(request: Any) -> str:
 
     The model keeps no key; ``"sha256:"`` and the SHA-256 of the request's
     canonical JSON names each distinct request once, which is all the harness
-    compares (docs/adapter-extensions.md: MACs are compared as names).
+    compares (docs/protocol.md section 6: MACs are compared as names).
     """
     import hashlib
 
@@ -642,7 +636,7 @@ class ModelDriver(_BaseDriver):
         self._last_drop = OPERATION_LOST_RESTART
         return result
 
-    # -- docs/adapter-extensions.md ----------------------------------------------
+    # -- docs/protocol.md section 6 ----------------------------------------------
 
     def _op_ready(self, fields, nested):
         # The model is single-threaded: nothing can change while it would wait, so it answers at once.
@@ -687,7 +681,7 @@ class SqliteDriver(_BaseDriver):
     (``--store ssm``). ``offer_state`` says whether the ``state`` op is
     answered (default: when ``master_key`` is the public test key and the
     store may hold test data); otherwise it is ``unsupported``
-    (docs/adapter-extensions.md: it shows every value in plaintext).
+    (docs/protocol.md section 6: it shows every value in plaintext).
     """
 
     def __init__(self, variant: Union[str, Variant], db_path: Union[str, os.PathLike], *,
@@ -761,7 +755,7 @@ class SqliteDriver(_BaseDriver):
     def _open_for_reset(self):
         """The replica a ``reset`` is about to empty, under the reset's key.
 
-        A ``reset`` gives a fresh, empty replica (wire-protocol.md section 5).
+        A ``reset`` gives a fresh, empty replica (docs/protocol.md section 5).
         This driver's own replica sealed under a key an earlier process's
         ``reset`` sent (``masterKeyHex``) cannot be opened under this one: the
         file is replaced, under the exclusive lock, when it is still that
@@ -956,7 +950,7 @@ class SqliteDriver(_BaseDriver):
         self._restart(OPERATION_LOST_RESTART)
         return Done()
 
-    # -- docs/adapter-extensions.md ----------------------------------------------
+    # -- docs/protocol.md section 6 ----------------------------------------------
 
     def _op_ready(self, fields, nested):
         try:

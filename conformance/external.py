@@ -2,7 +2,7 @@
 
 ``SubprocessDriver(command)`` starts ``command`` (split with ``shlex``, no
 shell) with its standard input and output as pipes and speaks
-wire-protocol.md section 5: one request as one JSON line, one response line
+docs/protocol.md section 5: one request as one JSON line, one response line
 back, in order. A reader thread turns the output into lines, so every wait
 for a response has a timeout; the process's standard error is kept (its last
 lines) to explain a failure.
@@ -20,7 +20,7 @@ Typical use::
     driver.close()
 
 **Tables, not only answers** (``StateProbe``). The adapter protocol's
-``state`` op (docs/adapter-extensions.md) reads every table of an
+``state`` op (docs/protocol.md section 6) reads every table of an
 implementation. After each step that may have moved the replica, the
 lockstep asks the external adapter for ``state`` out of band (not a trace
 step: its ids come from ``STATE_ID_BASE`` up, never reused by a step) and
@@ -441,7 +441,7 @@ class StateProbe:
 # Which extensions an external adapter offers
 # ---------------------------------------------------------------------------
 
-#: The requests of docs/adapter-extensions.md the lockstep generates (``state`` is ``StateProbe``'s).
+#: The requests of docs/protocol.md section 6 the lockstep generates (``state`` is ``StateProbe``'s).
 GENERATED_EXTENSIONS = ("ready", "diagnostics", "crashAfterCommit")
 
 _PROBE_PAGE = {"opId": "probe", "attemptId": "probe", "projectId": "probe", "after": None, "recordVersion": 0,

@@ -1,4 +1,4 @@
-"""Throughput of an adapter: many requests in flight through the JSON-lines pipe (wire-protocol.md section 5).
+"""Throughput of an adapter: many requests in flight through the JSON-lines pipe (docs/protocol.md section 5).
 
 ``SubprocessDriver`` (``conformance.external``) sends one request and waits
 for its answer, so a benchmark through it times the pipe's round trip (two

@@ -21,7 +21,7 @@ like any test, with the run's examples, steps and seconds as properties.
 
 Options (``pytest --help``, group "envreplica conformance gate"):
 
-* ``--envreplica-adapter CMD``: the adapter command (wire-protocol.md section 5);
+* ``--envreplica-adapter CMD``: the adapter command (docs/protocol.md section 5);
 * ``--envreplica-variant NAME``: the model variant (repeatable; default ``fixed``);
 * ``--envreplica-profile dev|ci|nightly``: the example budget (default ``ci``);
 * ``--envreplica-max-examples N``, ``--envreplica-steps N``: override the profile's;
@@ -60,7 +60,7 @@ _NOTES = pytest.StashKey[list]()  # lines for the terminal summary
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("envreplica", "envreplica conformance gate")
     group.addoption("--envreplica-adapter", metavar="CMD", default=None,
-                    help="hold this adapter command (wire-protocol.md section 5) against the envreplica model: "
+                    help="hold this adapter command (docs/protocol.md section 5) against the envreplica model: "
                          "adds the test items envreplica::conformance[VARIANT]")
     group.addoption("--envreplica-variant", action="append", default=None, choices=VARIANTS, metavar="NAME",
                     help=f"model variant to hold the adapter against, repeatable (one item each): "

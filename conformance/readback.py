@@ -1,4 +1,4 @@
-"""The ``state`` document of docs/adapter-extensions.md, to and from the model's ``State``.
+"""The ``state`` document of docs/protocol.md section 6, to and from the model's ``State``.
 
 What it does: an implementation reports its tables as the ``state``
 document (JSON: ``SqliteReplica.export_state``, or an adapter's ``state``
@@ -70,7 +70,7 @@ STATE_TABLES: dict[str, tuple[str, ...]] = {"authority": (), **{t: key for t, (_
 _AUTHORITY_KEYS = ("activated", "gateOpen", "attemptId", "streamId", "appliedSequence", "orgId", "policyEpochs")
 _DOC_KEYS = ("authority",) + tuple(_TABLES)
 
-_FIX = "An implementation's state document must have exactly the shape of docs/adapter-extensions.md"
+_FIX = "An implementation's state document must have exactly the shape of docs/protocol.md section 6"
 
 
 class StateDocError(ValueError):

@@ -2,7 +2,7 @@
 
 What it holds: ``ReplicaConfig``, the constants of one ``SqliteReplica``
 (not state): the ``Variant`` of the shared contract (``spec.variants``), the
-seed's ``MAX_PROJECT_ENV_ACK_PAGE_BYTES`` (wire-protocol.md section 2,
+seed's ``MAX_PROJECT_ENV_ACK_PAGE_BYTES`` (docs/protocol.md section 2,
 default 262144) and the credential-store prefix of parameter names
 (section 4, default ``/envreplica``). Each value is checked when the config
 is built, so a replica never runs on a bound or prefix it cannot use.
@@ -21,9 +21,9 @@ from envreplica.spec.variants import Variant
 
 __all__ = ["ReplicaConfig", "DEFAULT_ACK_PAGE_BYTES", "DEFAULT_PREFIX"]
 
-#: The seed's ``MAX_PROJECT_ENV_ACK_PAGE_BYTES`` (wire-protocol.md section 2).
+#: The seed's ``MAX_PROJECT_ENV_ACK_PAGE_BYTES`` (docs/protocol.md section 2).
 DEFAULT_ACK_PAGE_BYTES = 262144
-#: The credential-store prefix of parameter names (wire-protocol.md section 4).
+#: The credential-store prefix of parameter names (docs/protocol.md section 4).
 DEFAULT_PREFIX = "/envreplica"
 
 
@@ -33,7 +33,7 @@ class ReplicaConfig:
 
     variant: Variant = Variant.FIXED  # the seed as written, or with its fixes (docs/findings.md)
     ack_page_bytes: int = DEFAULT_ACK_PAGE_BYTES  # the largest page acknowledgement, in UTF-8 bytes
-    prefix: str = DEFAULT_PREFIX  # parameter names start with it (wire-protocol.md section 4)
+    prefix: str = DEFAULT_PREFIX  # parameter names start with it (docs/protocol.md section 4)
 
     def __post_init__(self) -> None:
         if not isinstance(self.variant, Variant):

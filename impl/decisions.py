@@ -180,7 +180,7 @@ def _is_number(value: Any, expected: float) -> bool:
     return type(value) is float and value == expected
 
 
-#: The exact keys of each envelope (wire-protocol.md section 4).
+#: The exact keys of each envelope (docs/protocol.md section 4).
 _STAGED_ENVELOPE = frozenset(("v", "kind", "orgId", "projectId", "key", "stagingId", "value"))
 _LEGACY_ENVELOPE = frozenset(("v", "kind", "projectId", "key", "value"))
 

@@ -28,7 +28,7 @@ shows as a divergence instead of agreeing with itself.
   before/read/after, and a final transaction. Write transactions begin with
   ``BEGIN IMMEDIATE``, read-only ones with a plain ``BEGIN`` (``impl.engine``).
   ``after_commit``, when set, is called right after each write transaction
-  commits (the crash hook of docs/adapter-extensions.md: what it raises ends
+  commits (the crash hook of docs/protocol.md section 6: what it raises ends
   the operation there).
 * A refusal is a normal return from inside its transaction, so whatever that
   transaction wrote commits (a page refused with ``snapshot_version_conflict``
@@ -66,7 +66,7 @@ shows as a divergence instead of agreeing with itself.
 * A delivery receipt stores the HMAC of the canonical semantic request
   (``canonical_json(frame.request())``), never the request.
 * ``export_state`` reads every table back, verified, values opened, as the
-  ``state`` document of docs/adapter-extensions.md (JSON); turning it into
+  ``state`` document of docs/protocol.md section 6 (JSON); turning it into
   the model's shape is the harness's business (``conformance.readback``).
 
 Leaves out on purpose: notifications to other processes (a waiter re-checks
@@ -1095,7 +1095,7 @@ class SqliteReplica:
     def export_state(self) -> dict:
         """Every table, each row and set verified and each value opened: the ``state`` document.
 
-        The shape is docs/adapter-extensions.md's ``state`` (JSON-ready: dicts,
+        The shape is docs/protocol.md section 6's ``state`` (JSON-ready: dicts,
         lists, strings, integers, booleans, None), every list sorted by its
         primary key. Receipts carry their ``requestMac``. Holds plaintext: a
         test and verification read, never logged. A tamper raises

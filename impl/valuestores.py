@@ -1,6 +1,6 @@
 """Value stores the implementation reads: an embedded one, and AWS SSM Parameter Store.
 
-Models: the seed's ``ProjectEnvReplicaValueReader`` (wire-protocol.md section
+Models: the seed's ``ProjectEnvReplicaValueReader`` (docs/protocol.md section
 4) as a small interface, ``ValueReader``, with two readers:
 
 - ``EmbeddedStore``: an in-process, thread-safe store that needs no cloud

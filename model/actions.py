@@ -8,7 +8,7 @@ committed.
 
 Crashes: ``CrashAfter(action, k)`` runs a page, delivery or resumed read and
 kills the process right after that run's k-th write commit (counted as
-``model.replica`` marks them, i.e. as ``docs/adapter-extensions.md`` says):
+``model.replica`` marks them, i.e. as docs/protocol.md section 6 says):
 the state is what the committed prefix left, then ``restart``; the result is
 ``Crashed(k)``. A run that ends or suspends (``Pending``) before its k-th
 commit returns exactly what the plain action returns. ``run_until_crash`` is

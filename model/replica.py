@@ -23,7 +23,7 @@ store, an unusable legacy name) is not a window.
 
 Write commits (``_commit``): each seed ``db.transaction(...)`` that may write
 ends with a commit marker, at the seed's transaction boundary, counted as
-``docs/adapter-extensions.md`` (``crashAfterCommit``) counts them: a page's
+docs/protocol.md section 6 (``crashAfterCommit``) counts them: a page's
 prepare transaction, then one after-transaction of ``materializeStage`` per
 key whose before-read found it awaiting a value; a delivery's prepare
 transaction, the after-transaction of its materialization when that ran, and

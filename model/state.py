@@ -35,9 +35,9 @@ from envreplica.spec.gate import Gate
 from envreplica.spec.variants import Variant  # re-exported: the model's variants are the contract's
 
 
-#: The seed's ``MAX_PROJECT_ENV_ACK_PAGE_BYTES`` default (wire-protocol.md section 2).
+#: The seed's ``MAX_PROJECT_ENV_ACK_PAGE_BYTES`` default (docs/protocol.md section 2).
 DEFAULT_ACK_PAGE_BYTES = 262144
-#: The credential-store prefix of parameter names (wire-protocol.md section 4).
+#: The credential-store prefix of parameter names (docs/protocol.md section 4).
 DEFAULT_PREFIX = "/envreplica"
 
 
@@ -145,7 +145,7 @@ class ReadRequest(HashOnce):
     """One value-store read: what is asked of the store."""
 
     ref: ValueRef  # the reference being read
-    name: str  # the parameter name (wire-protocol.md section 4)
+    name: str  # the parameter name (docs/protocol.md section 4)
 
 
 @hash_once

@@ -74,7 +74,7 @@ def legacy_parameter_name(prefix: str, project_id: str, key: str) -> Optional[st
 
     The seed's ``projectEnvParameterName`` returns null for a key that is not a
     parameter path segment (``isParameterPathSegment``, the ``Segment`` rule of
-    wire-protocol.md): a valid env-var key such as ``_TOKEN`` or one longer than
+    docs/protocol.md): a valid env-var key such as ``_TOKEN`` or one longer than
     64 characters has no legacy name, and reads as ``value_reference_invalid``.
     """
     if not _SEGMENT.match(key):

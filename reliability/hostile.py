@@ -100,7 +100,7 @@ DEFAULT_COMMAND = (sys.executable, "-m", "envreplica.conformance.adapter", "--im
                    "--db", "{db}")
 
 #: Section 5's op table: op -> (required fields, optional fields), beside ``id`` and ``op``. Written from
-#: wire-protocol.md, not imported from ``conformance.drivers``: the harness holds an adapter to the
+#: docs/protocol.md, not imported from ``conformance.drivers``: the harness holds an adapter to the
 #: contract, so it must not share the reference adapter's reading of it.
 SECTION5_OPS: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]] = MappingProxyType({
     "reset": ((), ("config",)),

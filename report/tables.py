@@ -4,14 +4,14 @@ Models: ``Tables`` is table name -> row key (a tuple of strings) -> field path
 -> shown value (``values.show``, uncapped: capping is the template's). It is
 read from a model-checker ITF state (``from_itf_state``: the ``REPLICA_VARS``
 of ``checker.itf``) or from a ``state`` document of
-docs/adapter-extensions.md (``from_state_doc``: the lockstep's tables, keyed by
+docs/protocol.md section 6 (``from_state_doc``: the lockstep's tables, keyed by
 ``readback.STATE_TABLES``). ``diff`` says, table by table, which rows were
 added, removed or changed (and which fields); ``compare`` holds an
 implementation's tables against the model's, field by field.
 
 Leaves out on purpose: unchanged rows in a diff (they are counted), and
 ``requestMac`` in ``compare`` (an implementation's MAC is its own: the
-lockstep compares MACs as names, docs/adapter-extensions.md).
+lockstep compares MACs as names, docs/protocol.md section 6).
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def from_itf_state(state: dict) -> Tables:
 
 
 def from_state_doc(doc: Any) -> Tables:
-    """The tables of a ``state`` document (docs/adapter-extensions.md), rows keyed by primary key."""
+    """The tables of a ``state`` document (docs/protocol.md section 6), rows keyed by primary key."""
     from envreplica.conformance.readback import STATE_TABLES
 
     tables: Tables = {}

@@ -12,8 +12,8 @@ Models: two kinds of file, told apart by their ``vars``:
   the built-in SQLite one), it replays them there too and reads its
   tables, so the parting step can show both sides table by table.
 
-Each step names the seed function it runs (``SEED_FUNCTIONS``, from
-``/work/shared/seeds/000_*``: ``project-env-replica.ts``).
+Each step names the seed function it runs (``SEED_FUNCTIONS``: the functions
+of the seed's ``project-env-replica.ts``).
 
 Leaves out on purpose: judging. The verdicts shown are the trace's own
 (``#meta``); a replay that does not reproduce the recorded model responses

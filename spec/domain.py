@@ -1,6 +1,6 @@
 """The value types of the replica protocol: records, frames, results, errors.
 
-Models: the JSON shapes of ``wire-protocol.md`` sections 1-3 as immutable,
+Models: the JSON shapes of ``docs/protocol.md`` sections 1-3 as immutable,
 hashable Python values, so that the model, the checker and the conformance
 driver share one vocabulary with the seed (``project-env-replica.ts``).
 
@@ -26,7 +26,7 @@ from envreplica.spec.frozen import HashOnce, hash_once
 class ReplicaError(Exception):
     """Base of the two failures that are not results."""
 
-    #: the wire name of the error type (``wire-protocol.md`` section 5)
+    #: the wire name of the error type (``docs/protocol.md`` section 5)
     wire_type = "error"
 
     def __init__(self, message: str) -> None:
@@ -38,7 +38,7 @@ class ReplicaError(Exception):
 
 
 class InvalidFrame(ReplicaError):
-    """A frame or argument breaks a rule of ``wire-protocol.md``; nothing changes."""
+    """A frame or argument breaks a rule of ``docs/protocol.md``; nothing changes."""
 
     wire_type = "invalid"
 

@@ -1,6 +1,6 @@
 """The JSON wire: parsing frames into ``spec.domain`` values, and encoding them back.
 
-Models: the JSON shapes and validation rules of ``wire-protocol.md`` sections
+Models: the JSON shapes and validation rules of ``docs/protocol.md`` sections
 1-3. ``parse_*`` turns JSON-decoded Python values (``dict``, ``list``, ``str``,
 ``int``, ``bool``, ``None``, as ``json.loads`` returns them) into the typed
 values of ``spec.domain``, enforcing every rule of section 1 (the regexes of
@@ -39,7 +39,7 @@ Leaves out on purpose:
   validator cannot tell ``1.0`` from ``1``; ``canonical_json`` and
   ``json_bytes_len`` refuse floats (``TypeError``) because no wire value has
   one, and JavaScript prints them differently from Python.
-* Lengths not fixed by ``wire-protocol.md``: commit ``versions`` and the
+* Lengths not fixed by ``docs/protocol.md``: commit ``versions`` and the
   snapshot read's ``projectIds`` have no upper bound here.
 """
 

@@ -1,4 +1,4 @@
-"""Adapter requests (wire-protocol.md section 5) as small builders, for hand-written scenarios.
+"""Adapter requests (docs/protocol.md section 5) as small builders, for hand-written scenarios.
 
 Shared by ``tests/test_adapter.py`` (the adapter suite) and
 ``tests/impl_mutants.py`` (each mutant's scenario). Defaults describe one

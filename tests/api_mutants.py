@@ -1,4 +1,4 @@
-"""Deliberately broken SQLite replicas in the API that docs/adapter-extensions.md exposes.
+"""Deliberately broken SQLite replicas in the API that docs/protocol.md section 6 exposes.
 
 Each ``ImplMutant`` here is one realistic 1-3 line bug in a method of
 ``SqliteReplica`` that section 5's ops never call: readiness

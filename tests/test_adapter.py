@@ -1,4 +1,4 @@
-"""The conformance adapter (wire-protocol.md section 5) on the model and on SQLite.
+"""The conformance adapter (docs/protocol.md section 5) on the model and on SQLite.
 
 One suite, parametrised over the drivers: every case runs a list of JSON
 requests through ``Driver.handle`` of the driver under test and of the model,
@@ -6,7 +6,7 @@ asserts that the two answer with identical JSON, and asserts the specific
 refusal code, materialization reason or error the case is about. The SQLite
 parameters are skipped only while ``impl/replica.py`` does not exist.
 
-The ops of docs/adapter-extensions.md are held the way the lockstep holds
+The ops of docs/protocol.md section 6 are held the way the lockstep holds
 them: a diagnosis by its ``reason``, a ``state`` document table by table
 with receipt MACs as names (``external.state_doc_difference``); everything
 else as identical JSON.
@@ -90,7 +90,7 @@ def play(kind: str, requests: list, tmp_path: Path) -> list[dict]:
 
 
 def _judged(request: Any, response: dict, states: list) -> dict:
-    """``response`` as it is held against the model's (docs/adapter-extensions.md): a diagnosis by its
+    """``response`` as it is held against the model's (docs/protocol.md section 6): a diagnosis by its
     ``reason`` (its message is free text); a ``state`` document apart, table by table (into ``states``)."""
     response = json.loads(json.dumps(response))
     op_name = request.get("op") if isinstance(request, dict) else None
@@ -335,7 +335,7 @@ INVALID: dict[str, tuple[dict, str]] = {
     "store_fail_mode": (fail("sometimes"), "request.mode must be 'missing' or 'error'"),
     "reset_bad_config": (reset(ackPageBytes=-1), "request.config.ackPageBytes must be a Count"),
     "reset_bad_key": (reset(masterKeyHex="00"), "request.config.masterKeyHex must be 64 hexadecimal"),
-    # docs/adapter-extensions.md: the same rules for the extension ops and field.
+    # docs/protocol.md section 6: the same rules for the extension ops and field.
     "ready_timeout_too_long": (ready(60001), "request.timeoutMs must be a Count of milliseconds from 0 to 60000"),
     "ready_timeout_bool": (ready(True), "request.timeoutMs must be a Count"),
     "ready_timeout_float": (op("ready", timeoutMs=1.5), "request.timeoutMs must be a Count"),
@@ -605,7 +605,7 @@ def test_every_value_is_handled_alike_and_never_sticks_the_stream(variant, value
 
 
 # ---------------------------------------------------------------------------
-# docs/adapter-extensions.md: ready, diagnostics, state, crashAfterCommit
+# docs/protocol.md section 6: ready, diagnostics, state, crashAfterCommit
 # ---------------------------------------------------------------------------
 
 

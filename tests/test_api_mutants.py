@@ -1,6 +1,6 @@
 """Test the tester on the extension API: the lockstep's ``ci`` profile must catch every mutant of
 ``tests/api_mutants.py`` (readiness, ``diagnose``, the ``after_commit`` hook), thanks to the ops
-``ready``, ``diagnostics`` and ``crashAfterCommit`` of docs/adapter-extensions.md.
+``ready``, ``diagnostics`` and ``crashAfterCommit`` of docs/protocol.md section 6.
 
 As ``tests/test_conformance_mutants.py`` does for the storage mutants: each
 scenario runs clean on the real ``SqliteDriver`` and diverges on its mutant

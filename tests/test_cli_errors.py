@@ -99,7 +99,7 @@ def _lines(*requests: dict) -> str:
 def test_a_replica_sealed_under_a_resets_key_is_replaced_by_the_next_adapters_reset(tmp_path):
     """A ``reset`` with ``masterKeyHex`` seals the adapter's own replica under the harness's key; the next
     adapter process (under its configured key) answers ``replica unavailable`` until its ``reset``, which
-    gives a fresh replica (wire-protocol.md section 5). A key of its own stays protected (the test above)."""
+    gives a fresh replica (docs/protocol.md section 5). A key of its own stays protected (the test above)."""
     env = {ENV_KEY: REAL_KEY}
     first = envreplica("adapter", "--db", "r.db", cwd=tmp_path, env_extra=env, stdin=_lines(
         {"id": 1, "op": "reset", "config": {"masterKeyHex": "6b" * 32}}, {"id": 2, "op": "status"}))

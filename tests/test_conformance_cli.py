@@ -6,7 +6,7 @@ every variant; a tiny wrapper script that flips one field of commit results
 must be caught (exit 1, the shrunk trace printed and written as JSON lines
 and ITF, a JUnit failure). The adapter's tables are held too: with
 ``--test-key`` its ``state`` answers are compared table by table after each
-step (docs/adapter-extensions.md), a wrapper whose ``state`` shows other
+step (docs/protocol.md section 6), a wrapper whose ``state`` shows other
 values, or one MAC for two requests, is caught naming the table, and an
 adapter without the test key (``state`` unsupported) or without the
 extensions at all is held to its responses, the report saying so. Example counts are kept small (``--max-examples``):
@@ -244,7 +244,7 @@ def test_check_runs_model_check_then_lockstep(tmp_path, capsys):
 
 
 # ---------------------------------------------------------------------------
-# Tables: an external adapter's ``state``, held table by table (docs/adapter-extensions.md)
+# Tables: an external adapter's ``state``, held table by table (docs/protocol.md section 6)
 # ---------------------------------------------------------------------------
 
 
@@ -408,7 +408,7 @@ def test_state_documents_are_compared_table_by_table_with_macs_as_names():
                                                                                     "message": "x"}}))
 
 
-#: Wraps the real adapter as one written to section 5 alone: no docs/adapter-extensions.md at all.
+#: Wraps the real adapter as one written to section 5 alone: no docs/protocol.md section 6 at all.
 SECTION5_ONLY_ADAPTER = textwrap.dedent("""
     import sys
 

@@ -16,7 +16,7 @@ Then what the model cannot say: no plaintext on disk, a moved sealed blob
 fails closed, a reopened file holds exactly what was committed, a constraint
 violation is ``CorruptReplica``, readiness wakes its waiter, the crash hook
 ``after_commit`` is called after exactly the write commits
-docs/adapter-extensions.md counts, and two processes hammering one file
+docs/protocol.md section 6 counts, and two processes hammering one file
 leave it intact.
 """
 
@@ -797,7 +797,7 @@ def test_constraint_violation_is_corrupt_and_rolls_back_its_transaction(twin):
 
 
 # ---------------------------------------------------------------------------
-# The crash hook: after_commit, counted as docs/adapter-extensions.md says
+# The crash hook: after_commit, counted as docs/protocol.md section 6 says
 # ---------------------------------------------------------------------------
 
 REC_C = BindingState("C_KEY", Head(1, 1, False, StagedRef("9b2e4f1a-3c5d-4e6f-8a7b-0c1d2e3f4a5b")), None, 1, 0)
@@ -1050,7 +1050,7 @@ def test_malformed_state_documents_are_refused_clearly(twin, spoil, fragment):
     spoil(bad)
     with pytest.raises(StateDocError) as error:
         doc_to_state(bad, store_on=True)
-    assert fragment in str(error.value) and "docs/adapter-extensions.md" in str(error.value), str(error.value)
+    assert fragment in str(error.value) and "docs/protocol.md section 6" in str(error.value), str(error.value)
 
 
 def test_receipt_mac_covers_the_semantic_request():

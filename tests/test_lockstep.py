@@ -59,7 +59,23 @@ def sqlite_factory(directory: Path, variant: str):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("variant", [Variant.FIXED.value, Variant.SEED.value])
-def test_ci_lockstep_against_sqlite(variant, scratch, tmp_path, capsys):
+def test_ci_lockstep_against_sqlite(variant, scratch, tmp_path, capsys, monkeypatch):
+    """The ci run agrees and covers; and every request and response of it, on both drivers (the model and the
+    SQLite implementation, nested exchanges included), follows the contract's JSON Schema (``schema_check``)."""
+    from envreplica.conformance import drivers
+    from schema_check import Contract
+
+    contracts = {"ModelDriver": Contract(), "SqliteDriver": Contract()}
+    handle = drivers._BaseDriver.handle
+
+    def recording(self, request):
+        response = handle(self, request)
+        if self._depth == 0:  # nested exchanges are checked inside their outer one
+            side = "SqliteDriver" if isinstance(self, SqliteDriver) else "ModelDriver"
+            contracts[side].exchange(request, response)
+        return response
+
+    monkeypatch.setattr(drivers._BaseDriver, "handle", recording)
     started = time.perf_counter()
     report = run_lockstep(sqlite_factory(scratch, variant), variant=variant,
                           settings=lockstep_settings("ci"), out_dir=tmp_path / "traces")
@@ -67,6 +83,10 @@ def test_ci_lockstep_against_sqlite(variant, scratch, tmp_path, capsys):
         print(f"\nlockstep ci [{variant}]: {report.examples} examples, {report.steps} steps, "
               f"{report.steps_per_second:.0f} steps/s, {time.perf_counter() - started:.1f} s")
     assert report.ok, report.failure
+    for side, contract in contracts.items():
+        assert contract.problems == [], (side, contract.problems[:5])
+        assert contract.responses > 10_000, side
+    assert {"PageResult", "ApplyResult", "Snapshot", "Crashed", "Diagnosis"} <= contracts["SqliteDriver"].results_seen
     assert report.examples >= PROFILE_EXAMPLES["ci"]
     missing = report.coverage.unreached(exempt=EXEMPT)
     assert not missing, f"the ci profile left reachable items unreached: {missing}"
@@ -229,7 +249,7 @@ def test_bare_machine_runs_as_a_testcase():
 
 
 def test_compare_holds_a_diagnosis_by_its_reason():
-    """``diagnostics`` (docs/adapter-extensions.md): the reason must agree, the message is free text;
+    """``diagnostics`` (docs/protocol.md section 6): the reason must agree, the message is free text;
     every other result (``ready``, a crash) is compared exactly."""
     diag = {"id": 1, "ok": True, "result": {"reason": "gate_closed", "message": "serving gate is closed"}}
     assert compare_responses(diag, dict(diag, result={"reason": "gate_closed", "message": "closed, sorry"})) is None

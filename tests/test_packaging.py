@@ -37,7 +37,7 @@ def test_non_editable_install_is_one_namespaced_package(tmp_path: Path) -> None:
         src,
         ignore=shutil.ignore_patterns(
             ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__",
-            ".hypothesis", ".pytest_cache", "out",
+            ".hypothesis", ".pytest_cache", "out", "node_modules",
         ),
     )
     venv = tmp_path / "venv"
@@ -50,6 +50,8 @@ def test_non_editable_install_is_one_namespaced_package(tmp_path: Path) -> None:
     # (a) one package with every subpackage under it
     for sub in SUBPACKAGES:
         assert (site / "envreplica" / sub / "__init__.py").is_file(), f"envreplica/{sub} missing"
+    # the contract's JSON Schema ships with the package (envreplica schema prints it)
+    assert (site / "envreplica" / "spec" / "contract.schema.json").is_file()
     # (b) no generic top-level names, and no editable redirection into the repo
     leaked = [name for name in GENERIC if (site / name).exists() or (site / f"{name}.py").exists()]
     assert not leaked, f"generic top-level names in site-packages: {leaked}"

@@ -700,7 +700,7 @@ def test_rewriting_an_earlier_receipt_is_caught():
 
 
 # ---------------------------------------------------------------------------
-# Crash points: write commits counted as docs/adapter-extensions.md says
+# Crash points: write commits counted as docs/protocol.md section 6 says
 # ---------------------------------------------------------------------------
 
 

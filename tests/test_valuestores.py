@@ -423,7 +423,7 @@ def test_the_model_reads_the_envelopes_as_the_seed_does():
 
 
 def test_parameter_names_are_the_models():
-    """Both encodings name parameters alike (wire-protocol.md section 4): a store written for one reads for the other."""
+    """Both encodings name parameters alike (docs/protocol.md section 4): a store written for one reads for the other."""
     for key in (KEY, "_TOKEN", "A" * 100):
         assert staged_parameter_name(PREFIX, PROJECT, key, STAGING_ID) == model_store.staged_parameter_name(
             PREFIX, PROJECT, key, STAGING_ID)

@@ -12,7 +12,9 @@ step names must exist: the JUnit XML parses, the log says PASS, the traces
 directory exists (empty when the implementation agrees), the HTML report
 when ``envreplica conformance`` has ``--report``. A second run with an adapter
 that flips the ``ok`` of commit results fails with exit 1, traces written and
-a JUnit failure.
+a JUnit failure. The workflow's second job, ``typescript``, runs the same way
+with the seed's own file through envreplica's TypeScript kit (this checkout
+standing for its ``.envreplica``).
 """
 
 from __future__ import annotations
@@ -42,9 +44,9 @@ def _workflow() -> dict:
     return doc
 
 
-def _job(doc: dict) -> dict:
-    (job,) = doc["jobs"].values()
-    return job
+def _job(doc: dict, name: str = "conformance") -> dict:
+    assert set(doc["jobs"]) == {"conformance", "typescript"}
+    return doc["jobs"][name]
 
 
 def _has_report_flag() -> bool:
@@ -55,8 +57,8 @@ def _has_report_flag() -> bool:
 class Runner:
     """Runs a workflow's ``run:`` steps locally in ``workspace``."""
 
-    def __init__(self, doc: dict, workspace: Path, overrides: dict[str, str]):
-        self.doc, self.job = doc, _job(doc)
+    def __init__(self, doc: dict, workspace: Path, overrides: dict[str, str], job: str = "conformance"):
+        self.doc, self.job = doc, _job(doc, job)
         self.workspace = workspace
         self.summary = workspace.parent / f"{workspace.name}-summary.md"
         self.env = dict(os.environ)
@@ -100,8 +102,8 @@ class Runner:
         return done
 
 
-def _upload_paths(doc: dict) -> list[str]:
-    (upload,) = [s for s in _job(doc)["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact@")]
+def _upload_paths(doc: dict, job: str = "conformance") -> list[str]:
+    (upload,) = [s for s in _job(doc, job)["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact@")]
     assert upload.get("if") == "always()", "artifacts must be uploaded when the gate fails too"
     return [line.strip() for line in upload["with"]["path"].splitlines() if line.strip()]
 
@@ -166,3 +168,40 @@ def test_workflow_gate_step_fails_on_a_divergence(tmp_path):
     assert "**FAIL: the implementation parts from the model" in runner.summary.read_text()
     if runner.report:
         assert (workspace / "out" / "report.html").exists()
+
+
+def test_typescript_job_shape():
+    doc = _workflow()
+    job = _job(doc, "typescript")
+    uses = [s["uses"].split("@")[0] for s in job["steps"] if "uses" in s]
+    assert uses == ["actions/checkout", "actions/checkout", "actions/setup-python", "actions/setup-node",
+                    "actions/upload-artifact"]
+    (envreplica,) = [s for s in job["steps"] if s.get("with", {}).get("path") == ".envreplica"]
+    assert envreplica["uses"].startswith("actions/checkout@")
+    setup_node = [s for s in job["steps"] if str(s.get("uses", "")).startswith("actions/setup-node@")][0]
+    assert setup_node["with"]["node-version"] == "20"
+    (install,) = [s for s in job["steps"] if s.get("id") == "install"]
+    assert "pip install ./.envreplica" in install["run"] and "npm ci" in install["run"]
+    assert set(_upload_paths(doc, "typescript")) >= {"out/junit.xml", "out/conformance/", "out/report.html"}
+
+
+def test_typescript_job_runs_locally_on_the_seed(tmp_path):
+    from typescript_kit import ROOT, require_kit, seed_source
+
+    require_kit()
+    doc = _workflow()
+    workspace = tmp_path / "host"
+    (workspace / "lib").mkdir(parents=True)
+    (workspace / "lib" / "project-env-replica.ts").write_text(seed_source().read_text(encoding="utf-8"))
+    (workspace / ".envreplica").symlink_to(ROOT)  # what the job checks out, with the kit's packages installed
+    runner = Runner(doc, workspace, {"ENVREPLICA_MAX_EXAMPLES": SMALL, "ENVREPLICA_VARIANT": "seed"}, job="typescript")
+    done = runner.run_all()
+    assert list(done) == ["gate"]
+    gate = done["gate"]
+    assert gate.returncode == 0, gate.stdout[-3000:] + gate.stderr[-2000:]
+    log = (workspace / "out" / "conformance.log").read_text()
+    assert "envreplica-ts-adapter.js --source lib/project-env-replica.ts" in log
+    assert "PASS: the implementation agrees with the model (variant seed)" in log
+    assert "tables: compared table by table" in log
+    for path in _upload_paths(doc, "typescript"):
+        assert (workspace / path).exists(), path

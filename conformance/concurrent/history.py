@@ -42,7 +42,7 @@ __all__ = [
 
 
 class OpKind(str, enum.Enum):
-    """The adapter ops a concurrent batch may hold (wire-protocol.md section 5)."""
+    """The adapter ops a concurrent batch may hold (docs/protocol.md section 5)."""
 
     BEGIN = "begin"
     PAGE = "page"
@@ -222,7 +222,7 @@ def history_to_json(history: History) -> dict:
 
 
 def _state_doc(state: State) -> Any:
-    """The tables read back as the ``state`` document (docs/adapter-extensions.md), values by length only."""
+    """The tables read back as the ``state`` document (docs/protocol.md section 6), values by length only."""
     from envreplica.conformance.readback import state_to_doc
 
     doc = state_to_doc(state, lambda mac: mac)  # receipts read back already carry their MAC

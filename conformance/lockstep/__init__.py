@@ -1,7 +1,7 @@
 """Lockstep conformance: Hypothesis drives the model and an implementation with the same requests.
 
 ``LockstepMachine`` is a ``hypothesis.stateful.RuleBasedStateMachine``. Each
-rule builds ONE request of the conformance adapter (wire-protocol.md section
+rule builds ONE request of the conformance adapter (docs/protocol.md section
 5) and sends it to the model (``ModelDriver``) and to the implementation (any
 ``Driver``). The two responses must be equal: the same keys, ``id``, ``ok``
 and ``result`` exactly (as JSON: ``true`` is not ``1``), the error ``type``
@@ -35,7 +35,7 @@ the value store holds). Rule kinds (``KINDS``, weighted by ``RULE_WEIGHTS``):
   older and conflicting records, strangers); ``close``, ``restart``;
   ``read`` (status, snapshot, receipts); ``store`` (put/fail/off); ``invalid``
   (requests and frames the wire rejects).
-* ``ready`` and ``diagnostics`` (docs/adapter-extensions.md) are reads;
+* ``ready`` and ``diagnostics`` (docs/protocol.md section 6) are reads;
   about 5 % of pages and deliveries carry ``crashAfterCommit`` (k = 1..3),
   after which the implementation, reopened from disk, must equal the
   model's crash successor; a delivery that crashed before its receipt is
@@ -79,7 +79,7 @@ step.
 Left out on purpose:
 
 * the tables of an external implementation that does not offer the
-  ``state`` op (docs/adapter-extensions.md): one that does is asked for them
+  ``state`` op (docs/protocol.md section 6): one that does is asked for them
   out of band after each step and held table by table against the model's
   (``external.StateProbe``; receipt MACs as names); one that answers it
   ``unsupported`` is held to its responses only, and the report says so

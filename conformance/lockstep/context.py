@@ -65,7 +65,7 @@ class _Run:
         #: An external implementation's tables, read with the ``state`` op (``external.StateProbe``).
         self.state_probe = StateProbe()
         self.external = False  # a driver of this run reads its tables over the protocol
-        #: docs/adapter-extensions.md requests the implementation offers (an external one is asked once).
+        #: docs/protocol.md section 6 requests the implementation offers (an external one is asked once).
         self.offers: dict[str, bool] = {name: True for name in GENERATED_EXTENSIONS}
         self._probed = False
 
@@ -107,7 +107,7 @@ class _Run:
         missing = [name for name, yes in self.offers.items() if not yes]
         if not missing:
             return ""
-        return (f"extensions: the adapter does not offer {', '.join(missing)} (docs/adapter-extensions.md); "
+        return (f"extensions: the adapter does not offer {', '.join(missing)} (docs/protocol.md section 6); "
                 f"not generated, so not held")
 
     def discard(self) -> None:

@@ -59,7 +59,7 @@ _ERROR_TYPES = ("invalid", "corrupt", "unsupported")
 #: external implementation's tables (``external.StateProbe``), not a request under test.
 OUT_OF_BAND_OPS = frozenset({"state"})
 
-#: ``crashAfterCommit`` (docs/adapter-extensions.md): a page / delivery that died right after its
+#: ``crashAfterCommit`` (docs/protocol.md section 6): a page / delivery that died right after its
 #: 1st, 2nd or 3rd write commit, and a delivery that crashed before its receipt, sent again.
 RESENT_ITEM = "half-applied delivery re-sent"
 CRASH_ITEMS = tuple(f"{op} after commit {k}" for op in ("page", "delivery") for k in (1, 2, 3)) + (RESENT_ITEM,)

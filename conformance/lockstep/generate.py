@@ -340,7 +340,7 @@ class _Gen:
     @staticmethod
     def ready_or_diagnostics(d: _Draw, v: _View) -> dict:
         """``ready`` with a short wait, or ``diagnostics`` of the ids a snapshot would ask for
-        (docs/adapter-extensions.md), as ``project_ids`` draws them: sorted, in a task's order, one
+        (docs/protocol.md section 6), as ``project_ids`` draws them: sorted, in a task's order, one
         twice, one missing, a stranger."""
         wait = d.weighted([(3, 0), (1, 1), (1, 5), (8, None)])  # a wait that times out: 5 ms is enough
         if wait is not None:

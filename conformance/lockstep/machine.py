@@ -76,7 +76,7 @@ CRASH_PERCENT = 10
 
 
 def _expected_commits(v: _View, request: dict) -> int:
-    """About how many write commits a page / delivery will make (docs/adapter-extensions.md):
+    """About how many write commits a page / delivery will make (docs/protocol.md section 6):
     the prepare, one per record to fetch, and a delivery's final transaction."""
     frame = request["frame"]
     if request["op"] == "page":

@@ -144,7 +144,7 @@ class LockstepReport:
     #: How the implementation's tables were held: read back in process, table by table through the
     #: ``state`` op (an external adapter), or not at all (the adapter answered ``state`` unsupported).
     tables: str = ""
-    #: The docs/adapter-extensions.md requests an external adapter does not offer (not generated), or "".
+    #: The docs/protocol.md section 6 requests an external adapter does not offer (not generated), or "".
     extensions: str = ""
     checks: int = 0  # state read-backs compared with the model's
     checks_skipped: int = 0  # read-backs skipped because neither side had written since the last

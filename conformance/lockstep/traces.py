@@ -119,6 +119,9 @@ def describe_response(response: Any) -> str:
     """One line for a response: ok, a refusal code, materializations, or an error."""
     if not isinstance(response, dict):
         return _short(response)
+    if set(response) == {"driver-error"}:
+        # The adapter died or stopped answering: what happened and its last lines of standard error, in full.
+        return "NO ANSWER: " + str(response["driver-error"]).replace("\n", "\n         ")
     if response.get("ok") is False:
         err = response.get("error") or {}
         text = f"ERROR {err.get('type')}: {_short(err.get('message'), 120)}"

@@ -1,0 +1,532 @@
+"""The contract as JSON Schema (draft 2020-12), generated from ``spec``'s own definitions.
+
+Models: every JSON shape an implementation exchanges with the harness
+(``docs/protocol.md``): the value types, the four frames, the results and
+reads, the value store's two envelopes, every adapter request and response,
+and the ``state`` document. The schema is built here from the definitions
+the rest of ``spec`` already holds (``spec.wire``'s string patterns, Count
+bound and list limits, ``spec.domain``'s refusal codes, materialization
+kinds and diagnosis reasons) and from the adapter's op table, ``OPS``, which
+the drivers read too. ``schema_document()`` is the whole contract;
+``envreplica schema NAME`` prints one definition as a standalone schema.
+The shipped copy (``spec/contract.schema.json``) and the TypeScript kit's
+types are generated from it, and tests hold the parser of ``spec.wire``,
+the drivers and the kit to it.
+
+Leaves out on purpose (``BEYOND_THE_SCHEMA``): the rules JSON Schema cannot
+state. They are each checked by ``spec.wire`` or by the adapter, listed in
+``docs/protocol.md`` section "Beyond the schema", and each has a test
+(``tests/test_schema.py``).
+
+Every definition has an ``$id`` relative to ``BASE`` and refers to the others
+by those ids (``{"$ref": "Head"}``), so that one definition can be printed
+alone with what it needs.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Optional
+
+from envreplica.spec import wire
+from envreplica.spec.domain import DiagnosisReason, MatKind, RefusalCode
+
+__all__ = [
+    "BASE",
+    "DIALECT",
+    "OPS",
+    "OpSpec",
+    "BEYOND_THE_SCHEMA",
+    "RESULT_OF_OP",
+    "definitions",
+    "schema_document",
+    "standalone",
+    "shipped_path",
+    "MAX_NESTING",
+    "request_definition",
+    "DEFAULT_ACK_PAGE_BYTES",
+    "DEFAULT_PREFIX",
+    "MAX_READY_TIMEOUT_MS",
+    "TEST_MASTER_KEY_HEX",
+    "constants",
+]
+
+#: The JSON Schema dialect of every document here.
+DIALECT = "https://json-schema.org/draft/2020-12/schema"
+#: The base of every ``$id``: an identifier, not an address to fetch (``.invalid`` is reserved, RFC 2606).
+BASE = "https://envreplica.invalid/schema/1/"
+#: The seed's ``MAX_PROJECT_ENV_ACK_PAGE_BYTES`` default: the acknowledgement page-size bound, in bytes.
+DEFAULT_ACK_PAGE_BYTES = 262144
+#: The value store's parameter-name prefix unless a ``reset`` sets another.
+DEFAULT_PREFIX = "/envreplica"
+#: The longest ``ready`` wait a request may ask for, in milliseconds.
+MAX_READY_TIMEOUT_MS = 60000
+#: The public test master key (bytes 0x00..0x1f) in hex: anyone can open what is sealed under it.
+TEST_MASTER_KEY_HEX = bytes(range(32)).hex()
+#: How deep ``duringFetch`` may nest (a request inside a request inside ...); deeper is ``invalid``.
+MAX_NESTING = 32
+
+JSON = dict[str, Any]
+
+
+def _ref(name: str) -> JSON:
+    return {"$ref": name}
+
+
+def _pattern(p: Any) -> JSON:
+    """A string type of ``spec.wire``: its regex anchored so that every dialect reads it alike.
+
+    ``$`` also matches before a final newline in Python's ``re`` (which ``jsonschema`` uses) and in PCRE;
+    ``(?![\\s\\S])`` is the end of the string in ECMA-262, Python and PCRE alike.
+    """
+    return {"type": "string", "pattern": f"^(?:{p.regex.pattern})(?![\\s\\S])"}
+
+
+def _count(minimum: int = 0) -> JSON:
+    return {"type": "integer", "minimum": minimum, "maximum": wire.MAX_COUNT}
+
+
+def _obj(properties: Mapping[str, JSON], *, optional: tuple[str, ...] = (), description: str = "",
+         **extra: Any) -> JSON:
+    """An exact object: every property required but ``optional``; no other key."""
+    out: JSON = {"type": "object"}
+    if description:
+        out["description"] = description
+    out["properties"] = dict(properties)
+    out["required"] = [k for k in properties if k not in optional]
+    out["additionalProperties"] = False
+    out.update(extra)
+    return out
+
+
+def _nullable(schema: JSON) -> JSON:
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+def _enum(values: Any, description: str) -> JSON:
+    return {"type": "string", "enum": [v.value for v in values], "description": description}
+
+
+# ---------------------------------------------------------------------------
+# The value types, frames, results and reads (docs/protocol.md sections 1-3).
+# ---------------------------------------------------------------------------
+
+
+def _value_types() -> dict[str, JSON]:
+    d: dict[str, JSON] = {}
+    d["Id"] = {**_pattern(wire.ID), "description": "streamId, attemptId, opId: 1-128 characters, an ASCII letter "
+               "or digit first, then letters, digits, '_', '.', ':' or '-'."}
+    d["Segment"] = {**_pattern(wire.SEGMENT), "description": "projectId, orgId: 1-64 characters, an ASCII letter "
+                    "or digit first, then letters, digits, '_', '.' or '-'. A parameter path segment."}
+    d["Key"] = {**_pattern(wire.KEY), "description": "An environment variable name: 1-128 characters, an ASCII "
+                "letter or '_' first, then letters, digits or '_'."}
+    d["Reason"] = {**_pattern(wire.REASON), "description": "A withhold or unavailable reason: 1-64 characters, "
+                   "a lowercase ASCII letter first, then lowercase letters, digits or '_'."}
+    d["Count"] = {**_count(), "description": "A JSON integer from 0 to 2^53-1. Never a boolean; never written "
+                  "with a fraction or exponent (1.0 and 1e2 are not Counts: beyond the schema)."}
+    d["StagingId"] = {**_pattern(wire.STAGING_ID), "description": "A lowercase canonical UUID."}
+    d["PolicyEpochs"] = {"type": "array", "items": _ref("Count"), "maxItems": wire.MAX_POLICY_EPOCHS,
+                         "uniqueItems": True,
+                         "description": "The policy epochs a replica keeps: Counts, strictly ascending "
+                                        "(the order is beyond the schema), at most 64."}
+    d["StagedRef"] = _obj({"kind": {"const": "staged"}, "stagingId": _ref("StagingId")},
+                          description="An immutable staged parameter, named by its staging id.")
+    d["LegacyRef"] = _obj({"kind": {"const": "legacy"}, "ssmVersion": _count(1)},
+                          description="One version (>= 1) of a project's legacy parameter.")
+    d["ValueRef"] = {"description": "Where a record's value lives in the value store.",
+                     "oneOf": [_ref("StagedRef"), _ref("LegacyRef")]}
+    d["Head"] = {"description": "A record's head: its counters, whether it is deleted, and its value's reference "
+                 "(null exactly when it is a tombstone).", "oneOf": [
+        _obj({"revision": _ref("Count"), "generation": _ref("Count"), "tombstone": {"const": False},
+              "valueRef": _ref("ValueRef")}, description="A live head: it has a value reference."),
+        _obj({"revision": _ref("Count"), "generation": _ref("Count"), "tombstone": {"const": True},
+              "valueRef": {"type": "null"}}, description="A tombstone: no value reference."),
+    ]}
+    d["Binding"] = {"description": "How the task binds the key: null (normally), omitted, or withheld for a "
+                    "reason.", "oneOf": [
+        {"type": "null"},
+        _obj({"kind": {"const": "omit"}}),
+        _obj({"kind": {"const": "withhold"}, "reason": _ref("Reason")}),
+    ]}
+    d["BindingState"] = _obj(
+        {"key": _ref("Key"), "head": _ref("Head"), "binding": _ref("Binding"),
+         "policyEpoch": _nullable(_ref("Count")), "listingGeneration": _ref("Count")},
+        description="One record as the cloud describes it.")
+    d["Materialization"] = {"description": "What the replica made of a record: its value installed, withheld "
+                            "(by the record itself) or unavailable (not fetched, or the fetch failed).", "oneOf": [
+        _obj({"kind": {"const": MatKind.INSTALLED.value}}),
+        _obj({"kind": {"const": MatKind.WITHHELD.value}, "reason": _ref("Reason")}),
+        _obj({"kind": {"const": MatKind.UNAVAILABLE.value}, "reason": _ref("Reason")}),
+    ]}
+    d["Result"] = _obj({"state": _ref("BindingState"), "materialization": _ref("Materialization")},
+                       description="A record and what the replica made of it.")
+    d["Cursor"] = _obj({"streamId": _ref("Id"), "sequence": _ref("Count")},
+                       description="A position in a delivery stream: the last sequence applied.")
+    return d
+
+
+def _frames() -> dict[str, JSON]:
+    d: dict[str, JSON] = {}
+    d["BeginFrame"] = _obj(
+        {"attempt": _obj({"streamId": _ref("Id"), "attemptId": _ref("Id")}),
+         "projectIds": {"type": "array", "items": _ref("Segment"), "uniqueItems": True,
+                        "maxItems": wire.MAX_BEGIN_PROJECTS}},
+        description="Closes the gate and opens a snapshot attempt over exactly these projects (unique, at most "
+                    f"{wire.MAX_BEGIN_PROJECTS}).")
+    d["PageFrame"] = _obj(
+        {"opId": _ref("Id"), "attemptId": _ref("Id"), "projectId": _ref("Segment"),
+         "after": _nullable(_ref("Key")), "recordVersion": _ref("Count"),
+         "records": {"type": "array", "items": _ref("BindingState"), "maxItems": wire.MAX_PAGE_RECORDS},
+         "complete": {"type": "boolean"}},
+        description="One page of a project's snapshot: records after the key `after` (null: the first page), "
+                    f"keys strictly ascending (beyond the schema), at most {wire.MAX_PAGE_RECORDS}.")
+    d["ApplyFrame"] = _obj(
+        {"kind": {"const": wire.APPLY_KIND}, "opId": _ref("Id"), "projectId": _ref("Segment"),
+         "recordVersion": _count(1), "state": _ref("BindingState"),
+         "delivery": _obj({"streamId": _ref("Id"), "sequence": _count(1)}),
+         "reconciliationAttemptId": _ref("Id")},
+        optional=("reconciliationAttemptId",),
+        description="One ordered delta (a delivery): a record's new state at a project's next record version. "
+                    "`reconciliationAttemptId` is present exactly while a snapshot attempt is open (never null).")
+    d["CommitFrame"] = _obj(
+        {"attemptId": _ref("Id"), "highWater": _ref("Cursor"),
+         "versions": {"type": "array", "items": _obj({"projectId": _ref("Segment"),
+                                                     "recordVersion": _ref("Count")})}},
+        description="Promotes the attempt's staged view and opens the gate, if the high-water mark and every "
+                    "project's version match what was staged; versions strictly ascending by projectId "
+                    "(beyond the schema).")
+    return d
+
+
+def _results() -> dict[str, JSON]:
+    d: dict[str, JSON] = {}
+    d["RefusalCode"] = _enum(RefusalCode, "Why an operation was refused: a result, not an error.")
+    epochs_cursor = {"policyEpochs": _ref("PolicyEpochs"), "appliedThrough": _ref("Cursor")}
+    d["BeginResult"] = _obj({"appliedThrough": _ref("Cursor"), "policyEpochs": _ref("PolicyEpochs")},
+                            description="The result of `begin`.")
+    d["PageResult"] = {"description": "The result of `page`: the page staged, or refused.", "oneOf": [
+        _obj({"ok": {"const": True}, "attemptId": _ref("Id"), "projectId": _ref("Segment"),
+              "after": _nullable(_ref("Key")), "recordVersion": _ref("Count"),
+              "results": {"type": "array", "items": _ref("Result")}, "complete": {"type": "boolean"},
+              **epochs_cursor}),
+        _obj({"ok": {"const": False}, "attemptId": _ref("Id"), "code": _ref("RefusalCode"), **epochs_cursor}),
+    ]}
+    d["ApplyResult"] = {"description": "The result of `delivery`: applied (or replayed), or refused; a refusal "
+                        "that is `consumed` advanced the cursor and has a receipt.", "oneOf": [
+        _obj({"ok": {"const": True}, "replayed": {"type": "boolean"}, "attemptId": _nullable(_ref("Id")),
+              "projectId": _ref("Segment"), "recordVersion": _ref("Count"), "result": _ref("Result"),
+              **epochs_cursor}),
+        _obj({"ok": {"const": False}, "replayed": {"type": "boolean"}, "consumed": {"type": "boolean"},
+              "attemptId": _nullable(_ref("Id")), "code": _ref("RefusalCode"), **epochs_cursor}),
+    ]}
+    d["CommitResult"] = {"description": "The result of `commit`: promoted and open, or refused.", "oneOf": [
+        _obj({"ok": {"const": True}, "attemptId": _ref("Id"), **epochs_cursor}),
+        _obj({"ok": {"const": False}, "attemptId": _ref("Id"), "code": _ref("RefusalCode"), **epochs_cursor}),
+    ]}
+    d["Status"] = _obj(
+        {"activated": {"type": "boolean"}, "gateOpen": {"type": "boolean"}, "attemptId": _nullable(_ref("Id")),
+         "orgId": _nullable(_ref("Segment")), "appliedThrough": _nullable(_ref("Cursor")),
+         "policyEpochs": _ref("PolicyEpochs"), "projectIds": {"type": "array", "items": _ref("Segment")}},
+        description="The result of `status`: the authority row and the live project ids (sorted), no value.")
+    d["SnapshotEntry"] = _obj({"state": _ref("BindingState"), "materialization": _ref("Materialization"),
+                               "value": _nullable({"type": "string"})},
+                              description="One served record; `value` is its plaintext when installed, else null.")
+    d["Snapshot"] = {"description": "The result of `snapshot`: the served view in the order the ids were asked "
+                     "for, or null (the read fails closed).", "anyOf": [
+        _obj({"projects": {"type": "array", "items": _obj(
+            {"projectId": _ref("Segment"), "recordVersion": _ref("Count"),
+             "entries": {"type": "array", "items": _ref("SnapshotEntry")}})}}),
+        {"type": "null"},
+    ]}
+    d["Receipt"] = _obj(
+        {"streamId": _ref("Id"), "sequence": _ref("Count"), "ok": {"type": "boolean"},
+         "code": _nullable(_ref("RefusalCode")), "result": _nullable(_ref("Result")),
+         "recordVersion": _nullable(_ref("Count"))},
+        description="One receipt of a consumed delivery, as `receipts` lists it (no MAC).")
+    d["Receipts"] = {"type": "array", "items": _ref("Receipt"),
+                     "description": "The result of `receipts`: sorted by streamId, then sequence."}
+    d["Readiness"] = _obj({"ready": {"type": "boolean"}}, description="The result of `ready`.")
+    d["Diagnosis"] = {"description": "The result of `diagnostics`: null when `snapshot` of the same ids would "
+                      "serve, else why not (`message` is for people, names no value, and is not compared).",
+                      "anyOf": [
+        _obj({"reason": _enum(DiagnosisReason, "Checked in this order."), "message": {"type": "string"}}),
+        {"type": "null"},
+    ]}
+    d["Crashed"] = _obj({"crashedAfterCommit": _count(1)},
+                        description="A page or delivery with `crashAfterCommit: k` crashed right after its k-th "
+                                    "write commit; the replica was reopened and its gate closed.")
+    d["Empty"] = _obj({}, description="The result of `reset`, `close`, `restart` and `store.*`.")
+    return d
+
+
+# ---------------------------------------------------------------------------
+# The value store (section 4).
+# ---------------------------------------------------------------------------
+
+
+def _envelopes() -> dict[str, JSON]:
+    return {
+        "StagedEnvelope": _obj(
+            {"v": {"const": 2}, "kind": {"const": "project-env"}, "orgId": {"type": "string"},
+             "projectId": {"type": "string"}, "key": {"type": "string"}, "stagingId": {"type": "string"},
+             "value": {"type": "string"}},
+            description="The text of a staged parameter. It installs only when orgId, projectId, key and "
+                        "stagingId are the record's own (else value_envelope_mismatch)."),
+        "LegacyEnvelope": _obj(
+            {"v": {"const": 1}, "kind": {"const": "project-env"}, "projectId": {"type": "string"},
+             "key": {"type": "string"}, "value": {"type": "string"}},
+            description="The text of one version of a legacy parameter. Any other shape reads as "
+                        "value_unavailable; another projectId or key as value_envelope_mismatch."),
+    }
+
+
+# ---------------------------------------------------------------------------
+# The adapter (section 5 and its extensions).
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """One adapter op: its own fields (beside ``id`` and ``op``), which of them are optional, and its result."""
+
+    fields: Mapping[str, JSON]  # each field's schema
+    optional: tuple[str, ...]  # the fields a request may leave out
+    result: str  # the definition its `result` follows
+    description: str  # what it does, in one sentence
+    extension: bool = False  # an optional op (an adapter that does not offer it answers unsupported)
+
+    @property
+    def required(self) -> tuple[str, ...]:
+        return tuple(k for k in self.fields if k not in self.optional)
+
+
+_STORE_TARGET = {"projectId": _ref("Segment"), "key": _ref("Key"), "ref": _ref("ValueRef")}
+_NESTED = {"type": "array",
+           "description": "Requests run at the moment this operation's first value-store read is in flight, each "
+                          "answered on its own by the same rules (an invalid one is answered invalid there); their "
+                          f"responses come back as `nested`. At most {MAX_NESTING} levels deep."}
+_CRASH = {**_count(1), "description": "Die right after this operation's k-th write commit (never with "
+          "duringFetch)."}
+
+#: The adapter's ops, in the order of docs/protocol.md: each op's own fields and its result.
+OPS: dict[str, OpSpec] = {
+    "reset": OpSpec({"config": _nullable(_obj(
+        {"ackPageBytes": _ref("Count"),
+         "masterKeyHex": {"type": "string", "pattern": "^[0-9a-fA-F]{64}(?![\\s\\S])"},
+         "prefix": {"type": "string"}}, optional=("ackPageBytes", "masterKeyHex", "prefix")))},
+        ("config",), "Empty", "A fresh, empty replica and value store (config null is {})."),
+    "store.put": OpSpec({**_STORE_TARGET, "raw": {"type": "string"}, "reportedVersion": _count(1)},
+                        ("reportedVersion",), "Empty",
+                        "The value store answers that reference with `raw` (a legacy read reports "
+                        "`reportedVersion`)."),
+    "store.fail": OpSpec({**_STORE_TARGET, "mode": {"enum": ["missing", "error"]}}, (), "Empty",
+                         "Reads of that reference find nothing, or raise."),
+    "store.off": OpSpec({}, (), "Empty", "Operations that start from now on have no value store."),
+    "begin": OpSpec({"frame": _ref("BeginFrame"), "keptPolicyEpochs": _ref("PolicyEpochs"),
+                     "orgId": _ref("Segment")}, (), "BeginResult", "beginProjectEnvReplica."),
+    "page": OpSpec({"frame": _ref("PageFrame"), "duringFetch": _NESTED, "crashAfterCommit": _CRASH},
+                   ("duringFetch", "crashAfterCommit"), "PageResult", "applyProjectEnvReplicaPage."),
+    "delivery": OpSpec({"frame": _ref("ApplyFrame"), "duringFetch": _NESTED, "crashAfterCommit": _CRASH},
+                       ("duringFetch", "crashAfterCommit"), "ApplyResult", "applyProjectEnvReplicaDelivery."),
+    "commit": OpSpec({"frame": _ref("CommitFrame")}, (), "CommitResult", "completeProjectEnvReplica."),
+    "close": OpSpec({}, (), "Empty", "closeProjectEnvReplicaGate."),
+    "status": OpSpec({}, (), "Status", "readProjectEnvReplicaStatus."),
+    "snapshot": OpSpec({"projectIds": {"type": "array", "items": _ref("Segment")}}, (), "Snapshot",
+                       "readProjectEnvReplicaSnapshot (repeats allowed: the read fails closed on them)."),
+    "receipts": OpSpec({}, (), "Receipts", "listProjectEnvReplicaReceipts, without MACs."),
+    "restart": OpSpec({}, (), "Empty", "Reopen the store from disk as after a crash, then close the gate."),
+    "ready": OpSpec({"timeoutMs": {"type": "integer", "minimum": 0, "maximum": MAX_READY_TIMEOUT_MS}}, (), "Readiness",
+                    "awaitProjectEnvReplicaReady with this timeout.", extension=True),
+    "diagnostics": OpSpec({"projectIds": {"type": "array", "items": _ref("Segment")}}, (), "Diagnosis",
+                          "Why `snapshot` of these ids would be null.", extension=True),
+    "state": OpSpec({}, (), "StateDocument", "Every table, values opened (a test op).", extension=True),
+}
+
+#: op -> the definition its successful ``result`` follows (a ``crashAfterCommit`` answer is ``Crashed``).
+RESULT_OF_OP: dict[str, str] = {op: spec.result for op, spec in OPS.items()}
+
+
+def request_definition(op: str) -> str:
+    """The name of the definition of ``op``'s requests (``store.put`` -> ``StorePutRequest``)."""
+    return "".join(part.capitalize() for part in op.replace(".", "_").split("_")) + "Request"
+
+
+def _adapter() -> dict[str, JSON]:
+    d: dict[str, JSON] = {}
+    for op, spec in OPS.items():
+        extra: JSON = {}
+        if "duringFetch" in spec.fields and "crashAfterCommit" in spec.fields:
+            extra["not"] = {"required": ["duringFetch", "crashAfterCommit"]}
+        head: JSON = {"id": {"type": "integer"}, "op": {"const": op}}
+        description = f"`{op}`: {spec.description}" + (
+            " An extension: an adapter that does not offer it answers unsupported." if spec.extension else "")
+        if op in ("store.put", "store.fail"):
+            # A staged ref takes no reportedVersion; a legacy ref needs a key that has a legacy parameter name.
+            staged = {**spec.fields, "ref": _ref("StagedRef")}
+            staged.pop("reportedVersion", None)
+            legacy = {**spec.fields, "key": _ref("Segment"), "ref": _ref("LegacyRef")}
+            d[request_definition(op)] = {"description": description, "oneOf": [
+                _obj({**head, **staged}, optional=spec.optional),
+                _obj({**head, **legacy}, optional=spec.optional)]}
+            continue
+        d[request_definition(op)] = _obj({**head, **spec.fields}, optional=spec.optional, description=description,
+                                    **extra)
+    d["Request"] = {"description": "One adapter request: one JSON object per line on the adapter's standard "
+                    "input. An op the adapter does not know is answered unsupported; a known op with a key it does "
+                    "not list is invalid.", "oneOf": [_ref(request_definition(op)) for op in OPS]}
+    d["Error"] = _obj({"type": {"enum": ["invalid", "corrupt", "unsupported"]}, "message": {"type": "string"}},
+                      description="invalid: the request or frame breaks a rule, nothing changed. corrupt: the "
+                                  "stored replica breaks its own rules. unsupported: an op the adapter does not "
+                                  "know or offer, an operation lost in a crash, or an environment failure.")
+    nested = {"type": "array", "items": _ref("Response"),
+              "description": "The responses of a request's duringFetch, present exactly when it carried one."}
+    d["Response"] = {"description": "One adapter response: one JSON line per request, in order. `result` "
+                     "follows the op's result definition (Ops).", "oneOf": [
+        _obj({"id": _nullable({"type": "integer"}), "ok": {"const": True}, "result": {}, "nested": nested},
+             optional=("nested",)),
+        _obj({"id": _nullable({"type": "integer"}), "ok": {"const": False}, "error": _ref("Error"),
+              "nested": nested}, optional=("nested",)),
+    ]}
+    d["Ops"] = _obj(
+        {op: _obj({"request": _ref(request_definition(op)), "result": _ref(spec.result)}) for op, spec in OPS.items()},
+        description="The op table: each op's request and the result of its successful response. Not a message: "
+                    "a map for code generators.")
+    return d
+
+
+# ---------------------------------------------------------------------------
+# The `state` document (an extension).
+# ---------------------------------------------------------------------------
+
+
+def _state_document() -> dict[str, JSON]:
+    stored_value = {"revision": _ref("Count"), "generation": _ref("Count"), "valueRef": _ref("ValueRef"),
+                    "value": {"type": "string"}}
+    record = {"state": _ref("BindingState"), "materialization": _ref("Materialization")}
+
+    def table(row: JSON, key: str) -> JSON:
+        return {"type": "array", "items": row, "description": f"Sorted by {key} (code-point order), each once."}
+
+    return {"StateDocument": _obj(
+        {"authority": _obj({"activated": {"type": "boolean"}, "gateOpen": {"type": "boolean"},
+                            "attemptId": _nullable(_ref("Id")), "streamId": _nullable(_ref("Id")),
+                            "appliedSequence": _ref("Count"), "orgId": _nullable(_ref("Segment")),
+                            "policyEpochs": _ref("PolicyEpochs")}),
+         "projects": table(_obj({"projectId": _ref("Segment"), "recordVersion": _ref("Count")}), "projectId"),
+         "records": table(_obj({"projectId": _ref("Segment"), "key": _ref("Key"), **record}), "projectId, key"),
+         "values": table(_obj({"projectId": _ref("Segment"), "key": _ref("Key"), **stored_value}),
+                         "projectId, key"),
+         "stageProjects": table(_obj({"attemptId": _ref("Id"), "projectId": _ref("Segment"),
+                                      "recordVersion": _nullable(_ref("Count")), "lastKey": _nullable(_ref("Key")),
+                                      "complete": {"type": "boolean"}}), "attemptId, projectId"),
+         "stageRecords": table(_obj({"attemptId": _ref("Id"), "projectId": _ref("Segment"), "key": _ref("Key"),
+                                     **record, "present": {"type": "boolean"}}), "attemptId, projectId, key"),
+         "stageValues": table(_obj({"attemptId": _ref("Id"), "projectId": _ref("Segment"), "key": _ref("Key"),
+                                    **stored_value}), "attemptId, projectId, key"),
+         "receipts": table(_obj({"streamId": _ref("Id"), "sequence": _ref("Count"),
+                                 "requestMac": {"type": "string", "minLength": 1}, "ok": {"type": "boolean"},
+                                 "code": _nullable(_ref("RefusalCode")), "result": _nullable(_ref("Result")),
+                                 "recordVersion": _nullable(_ref("Count"))}), "streamId, sequence")},
+        description="The result of `state`: every table of the replica, each row verified, values opened "
+                    "(plaintext: a test op).")}
+
+
+# ---------------------------------------------------------------------------
+# The rules beyond the schema, and the documents.
+# ---------------------------------------------------------------------------
+
+#: Each rule of the contract that JSON Schema cannot state: (name, rule). ``spec.wire`` or the adapter checks
+#: it; ``tests/test_schema.py`` has a test for each, and docs/protocol.md lists them.
+BEYOND_THE_SCHEMA: dict[str, str] = {
+    "integer-literals": "A Count is written as an integer literal: 1.0 and 1e2 are JSON numbers with an integral "
+                        "value, which JSON Schema's `integer` admits, and they are invalid here.",
+    "policy-epochs-ascending": "PolicyEpochs are strictly ascending (the schema says only unique).",
+    "page-keys-ascending": "A page's record keys are strictly ascending (code-point order).",
+    "page-keys-after": "A page's first key is greater than its `after` key.",
+    "commit-versions-ascending": "A commit's versions are strictly ascending by projectId.",
+    "state-key-matches-row": "In the state document, a record's state.key is the row's key.",
+    "state-rows-sorted": "In the state document, every table is sorted by its primary key, each key once.",
+    "state-receipt-shape": "In the state document, a receipt with ok true has a result and a recordVersion and no "
+                           "code; one with ok false has a code and neither.",
+    "state-gate": "In the state document, a never-activated replica is closed with no attempt, and an open gate "
+                  "has no attempt.",
+    "nesting-depth": f"duringFetch nests at most {MAX_NESTING} requests deep; deeper is invalid.",
+    "ack-page-bytes": "A page whose acknowledgement would exceed the configured byte bound is refused "
+                      "(ack_page_too_large): a result that depends on the replica's configuration.",
+}
+
+
+def definitions() -> dict[str, JSON]:
+    """Every definition of the contract by name, each with its ``$id`` (relative to ``BASE``)."""
+    parts: dict[str, JSON] = {}
+    for group in (_value_types(), _frames(), _results(), _envelopes(), _adapter(), _state_document()):
+        parts.update(group)
+    return {name: {"$id": name, **schema} for name, schema in parts.items()}
+
+
+def schema_document() -> JSON:
+    """The whole contract as one JSON Schema document (draft 2020-12): its definitions under ``$defs``."""
+    return {
+        "$schema": DIALECT,
+        "$id": BASE + "contract.json",
+        "title": "envreplica contract",
+        "description": "Every JSON shape of the envreplica contract (docs/protocol.md): value types, frames, "
+                       "results, value-store envelopes, adapter requests and responses, and the state document. "
+                       "Each definition has its own $id; validate a message against the one it should be (an "
+                       "adapter request against Request, a line's answer against Response).",
+        "x-envreplica": constants(),
+        "$defs": definitions(),
+    }
+
+
+def constants() -> JSON:
+    """The contract's constants, for code generators (an annotation: validation ignores it)."""
+    return {"maxNesting": MAX_NESTING, "maxCount": wire.MAX_COUNT, "defaultAckPageBytes": DEFAULT_ACK_PAGE_BYTES,
+            "defaultPrefix": DEFAULT_PREFIX, "maxReadyTimeoutMs": MAX_READY_TIMEOUT_MS,
+            "testMasterKeyHex": TEST_MASTER_KEY_HEX}
+
+
+def _refs(schema: Any) -> Iterator[str]:
+    if isinstance(schema, dict):
+        ref = schema.get("$ref")
+        if isinstance(ref, str):
+            yield ref
+        for value in schema.values():
+            yield from _refs(value)
+    elif isinstance(schema, list):
+        for value in schema:
+            yield from _refs(value)
+
+
+def standalone(name: str) -> JSON:
+    """One definition as a document of its own, with every definition it refers to under ``$defs``.
+
+    ``KeyError`` (naming the definitions there are) when ``name`` is not one.
+    """
+    defs = definitions()
+    if name not in defs:
+        raise KeyError(f"no schema named {name!r}; the names are: {', '.join(sorted(defs))}")
+    needed: list[str] = []
+    todo = [name]
+    while todo:
+        for ref in _refs(defs[todo.pop()]):
+            if ref != name and ref not in needed:
+                needed.append(ref)
+                todo.append(ref)
+    root = {k: v for k, v in defs[name].items() if k != "$id"}
+    out: JSON = {"$schema": DIALECT, "$id": BASE + name, **root}
+    if needed:
+        out["$defs"] = {ref: defs[ref] for ref in sorted(needed)}
+    return out
+
+
+def shipped_path() -> Path:
+    """The generated copy of ``schema_document()`` shipped in the package (``spec/contract.schema.json``)."""
+    return Path(__file__).with_name("contract.schema.json")
+
+
+def render(document: Optional[JSON] = None) -> str:
+    """A schema document as the shipped file writes it (two-space indent, a final newline)."""
+    return json.dumps(schema_document() if document is None else document, indent=2, ensure_ascii=False) + "\n"
