@@ -249,6 +249,23 @@ def test_a_checkout_of_the_host_package_is_a_source(tmp_path):
     _one_line_exit_2(_kit("--source", str(tmp_path)), "a directory without")
 
 
+def test_a_db_kept_across_processes_reopens_with_its_gate_closed(tmp_path):
+    db = str(tmp_path / "replica.db")
+    opening = [
+        {"id": 1, "op": "reset"},
+        {"id": 2, "op": "begin", "frame": {"attempt": {"streamId": "s1", "attemptId": "a1"}, "projectIds": []},
+         "keptPolicyEpochs": [1], "orgId": "o1"},
+        {"id": 3, "op": "commit", "frame": {"attemptId": "a1", "highWater": {"streamId": "s1", "sequence": 0},
+                                            "versions": []}},
+        {"id": 4, "op": "status"},
+    ]
+    first = _kit("--source", str(seed_source()), "--db", db, stdin="".join(json.dumps(r) + "\n" for r in opening))
+    assert json.loads(first.stdout.splitlines()[-1])["result"]["gateOpen"] is True, first.stdout + first.stderr
+    again = _kit("--source", str(seed_source()), "--db", db, stdin='{"id": 5, "op": "status"}\n')
+    status = json.loads(again.stdout)["result"]
+    assert status["activated"] is True and status["orgId"] == "o1" and status["gateOpen"] is False
+
+
 def test_bad_options_are_one_line(tmp_path):
     _one_line_exit_2(_kit(), "exactly one of --source and --impl")
     _one_line_exit_2(_kit("--source", str(seed_source()), "--sealing", "latin1"), "--sealing must be")

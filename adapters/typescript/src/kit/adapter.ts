@@ -98,10 +98,14 @@ export class Adapter {
     };
   }
 
-  /** An adapter over the replica `create` builds (its database at `options.dbPath`). */
+  /**
+   * An adapter over the replica `create` builds (its database at `options.dbPath`: a new one, or the file as an
+   * earlier process left it). Its gate is then closed, as the host does on every (re)connection.
+   */
   static async open(create: CreateReplica, options: AdapterOptions): Promise<Adapter> {
     const adapter = new Adapter(options);
     adapter.replica = await create(adapter.host);
+    await adapter.replica.closeGate();
     return adapter;
   }
 
