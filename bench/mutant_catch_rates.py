@@ -51,7 +51,7 @@ def main() -> None:
     unknown = set(args.mutants) - {m.name for m in SUITE}
     if unknown:
         parser.error(f"unknown mutants {sorted(unknown)}; known: {[m.name for m in SUITE]}")
-    lockstep_run.MINIMIZE_SECONDS = 0.0  # generation only: no step deletion after a catch
+    lockstep_run.MINIMIZE_REPLAYS = 0  # generation only: no step deletion after a catch
     budget = settings(lockstep_settings("ci"), derandomize=False, phases=(Phase.generate,),
                       max_examples=args.examples)
     table = Table(title=f"examples to catch each mutant: {args.runs} random seeds, budget {args.examples}")

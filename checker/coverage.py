@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field, fields
 
-from envreplica.model.actions import ActionKind, fired_trigger
+from envreplica.spec.domain import ActionKind
+from envreplica.spec.gate import fired_trigger
 from envreplica.spec.domain import Failed, MatKind, RefusalCode, UnavailableReason, WithheldReason
 from envreplica.spec.gate import TRANSITIONS, GateEdge
 

@@ -28,6 +28,7 @@ from envreplica.model.actions import (
     CrashAfter,
     Deliver,
     Page,
+    Read,
     Restart,
     Resume,
     StoreOff,
@@ -96,6 +97,8 @@ def action_json(action) -> dict:
         return {"op": "restart"}
     if isinstance(action, StoreOff):
         return {"op": "store.off"}
+    if isinstance(action, Read):
+        return {"op": "snapshot", "projectIds": list(action.project_ids)}
     if isinstance(action, Resume):
         a = action.answer
         answer = ({"found": a.raw, "version": a.version} if isinstance(a, Found)
@@ -127,6 +130,8 @@ def parse_action(data: dict):
         return Restart()
     if op == "store.off":
         return StoreOff()
+    if op == "snapshot":
+        return Read(wire.parse_project_ids(data["projectIds"]))
     if op == "resume":
         a = data["answer"]
         answer = Found(a["found"], a.get("version")) if "found" in a else Missing() if a.get("missing") else Raises()

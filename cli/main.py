@@ -5,9 +5,10 @@ variant (the invariant table and the coverage table; each property's
 shortest counterexample written as an ITF trace; a violation, or a
 "sometimes" property never witnessed, fails), then runs the lockstep of
 ``conformance.lockstep`` against the built-in SQLite implementation
-(``ci``-sized, crashes after any commit included), then the concurrent-process
-stage of ``conformance.concurrent`` (several processes on one file, each
-history linearizable against the model), and prints one summary table with
+(``ci``-sized, crashes after any commit included), then the concurrent
+stage of ``conformance.concurrent`` (several processes on one file, then
+threads on one replica object, each history linearizable against the model),
+and prints one summary table with
 one exit status (``--model-only`` skips both, ``--no-concurrent`` the last). ``conformance --adapter COMMAND``
 holds any implementation speaking docs/protocol.md section 5 against the
 model: saved traces first (``--traces DIR``), then generated ones; a
@@ -100,6 +101,7 @@ def _gate(args, started: float, background: Optional["_BackgroundModelCheck"]) -
     if args.model_only:
         summary.add_row("lockstep", "skipped (--model-only)", "[dim]skipped[/]", "")
         summary.add_row("concurrent processes", "skipped (--model-only)", "[dim]skipped[/]", "")
+        summary.add_row("concurrent threads", "skipped (--model-only)", "[dim]skipped[/]", "")
     else:
         from envreplica.conformance.lockstep import lockstep_settings, print_coverage, run_lockstep
 
@@ -126,6 +128,7 @@ def _gate(args, started: float, background: Optional["_BackgroundModelCheck"]) -
         failed = failed or not report.ok
         if args.no_concurrent:
             summary.add_row("concurrent processes", "skipped (--no-concurrent)", "[dim]skipped[/]", "")
+            summary.add_row("concurrent threads", "skipped (--no-concurrent)", "[dim]skipped[/]", "")
         else:
             failed = _concurrent_stage(args, summary) or failed
     if background is not None:
@@ -233,13 +236,28 @@ def _model_check_in_background(args) -> Optional[_BackgroundModelCheck]:
 
 
 def _concurrent_stage(args, summary) -> bool:
-    """The concurrent-process lockstep (``conformance.concurrent``); True when it failed."""
+    """The concurrent lockstep (``conformance.concurrent``): processes on one file, then threads on one
+    replica object; True when either failed."""
+    profile = "nightly" if args.lockstep_profile == "nightly" else "ci"  # its dev budget is ci's
+    processes = _concurrent_run(args, summary, profile, "processes", "histories on one file")
+    threads = _concurrent_run(args, summary, profile, "threads",
+                              "writers, readers and readiness waiters on one replica",
+                              histories=THREAD_HISTORIES if profile == "ci" else None)
+    return processes or threads
+
+
+#: Histories of the threaded stage in ``ci`` (a count; ``nightly`` takes the profile's own budget).
+THREAD_HISTORIES = 200
+
+
+def _concurrent_run(args, summary, profile: str, mode: str, what_runs: str, histories: Optional[int] = None) -> bool:
+    """One mode of the concurrent stage, printed and added to the summary; True when it failed."""
     from envreplica.conformance.concurrent import run_concurrent
 
-    console.print(f"\n[bold]concurrent processes[/]: histories on one file, linearizable against the model "
+    console.print(f"\n[bold]concurrent {mode}[/]: {what_runs}, linearizable against the model "
                   f"(variant {args.variant}, profile {args.lockstep_profile})")
-    profile = "nightly" if args.lockstep_profile == "nightly" else "ci"  # its dev budget is ci's
-    report = run_concurrent(Variant(args.variant), profile=profile, out_dir=Path(args.out))
+    report = run_concurrent(Variant(args.variant), profile=profile, out_dir=Path(args.out), mode=mode,
+                            histories=histories)
     what = (f"{report.histories:,} histories, {report.ops:,} ops, {report.overlapping:,} overlapping, "
             f"{report.interleaved:,} interleaved (seed {report.seed})")
     if report.ok:
@@ -249,7 +267,7 @@ def _concurrent_stage(args, summary) -> bool:
         console.print(f"not linearizable: {failure.message()}", highlight=False, markup=False)
         if failure.path is not None:
             console.print(f"  written to {failure.path}", highlight=False, markup=False)
-    summary.add_row("concurrent processes", what, _verdict(report.ok), f"{report.total_seconds:.1f}")
+    summary.add_row(f"concurrent {mode}", what, _verdict(report.ok), f"{report.total_seconds:.1f}")
     return not report.ok
 
 
@@ -724,7 +742,7 @@ def main(argv=None) -> int:
     c.add_argument("--serial", action="store_true",
                    help="run the model check before the lockstep, not beside it in a second process")
     c.add_argument("--no-concurrent", action="store_true",
-                   help="skip the concurrent-process stage (several processes on one file)")
+                   help="skip the concurrent stage (processes on one file, threads on one replica)")
     c.add_argument("--workers", type=int, default=None, metavar="N",
                    help="model-check with N worker processes (checker.parallel: the same results as one); "
                         "with --ray, N actors (default: one per CPU of the cluster)")

@@ -148,7 +148,6 @@ from envreplica.spec import schema, wire
 from envreplica.spec.domain import (
     Crashed,
     Diagnosis,
-    DiagnosisReason,
     Done,
     Failed,
     InvalidFrame,
@@ -494,27 +493,9 @@ _stand_in_of_request = lru_cache(maxsize=1 << 16)(stand_in_mac)
 
 
 def model_diagnosis(st: State, project_ids, cfg: ModelConfig) -> Optional[Diagnosis]:
-    """Why the model's ``read_snapshot`` of ``project_ids`` is null, as a ``Diagnosis`` (None: it serves).
-
-    The classes of ``spec.domain.DiagnosisReason``, checked in their order;
-    the message is ``model.replica.snapshot_diagnostics``'s (no value).
-    """
-    message = model_replica.snapshot_diagnostics(st, project_ids, cfg)
-    if message is None:
-        return None
-    a = st.authority
-    if not a.gate.activated:
-        reason = DiagnosisReason.NOT_ACTIVATED
-    elif not a.gate.is_open or a.attempt_id is not None:
-        reason = DiagnosisReason.GATE_CLOSED
-    else:
-        try:
-            served = model_replica._snapshot(st, project_ids, cfg)
-        except ReplicaError:
-            reason = DiagnosisReason.CORRUPT
-        else:
-            reason = DiagnosisReason.PROJECTS_MISMATCH if served is None else DiagnosisReason.CORRUPT
-    return Diagnosis(reason, message)
+    """Why the model's ``read_snapshot`` of ``project_ids`` is null, as a ``Diagnosis`` (None: it serves):
+    ``model.replica.diagnose``, the model's own."""
+    return model_replica.diagnose(st, project_ids, cfg)
 
 
 class ModelDriver(_BaseDriver):

@@ -46,6 +46,7 @@ do about it.
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections import namedtuple
 from dataclasses import dataclass
 from functools import lru_cache
@@ -292,6 +293,38 @@ class _Q:
     columns: tuple[str, ...] = ()  # a write's parameters, in order, taken from a dict of columns
 
 
+def undecodable_text(db, table: str, error: sqlite3.OperationalError) -> Exception:
+    """What a read that SQLite could not hand back as text means: ``TamperDetected`` naming the row.
+
+    Every column envreplica writes as TEXT holds UTF-8; a value written back into one as bytes that are not
+    UTF-8 (a blob of another storage class, say) makes pysqlite fail the whole read ("Could not decode to
+    UTF-8"). That is an edit made outside envreplica, not a failing disk: the table is scanned with its text
+    read as bytes to name the row (by primary key, never a value). Any other error is returned as it was.
+    """
+    if "decode" not in str(error).lower():
+        return error
+    spec = next(t for t in S.TABLES if t.name == table)
+    keys = [c.name for c in spec.c if c.primary_key] or ["rowid"]
+    columns = [c.name for c in spec.c]
+    listed = ", ".join([f"CAST({name} AS BLOB)" for name in keys]
+                       + [f"typeof({name}), CAST({name} AS BLOB)" for name in columns])
+    for values in db.execute(f"SELECT {listed} FROM {table}").fetchall():
+        key, cells = values[:len(keys)], values[len(keys):]
+        for i, name in enumerate(columns):
+            kind, cell = cells[2 * i], cells[2 * i + 1]
+            if kind == "text" and isinstance(cell, bytes):
+                try:
+                    cell.decode("utf-8")
+                except UnicodeDecodeError:
+                    shown = "/".join(k.decode("utf-8", "backslashreplace") if isinstance(k, bytes) else str(k)
+                                     for k in key)
+                    return TamperDetected(f"{table} row {shown}: column {name} holds text that is not UTF-8 "
+                                          f"(written outside envreplica); the replica serves nothing until it is "
+                                          f"replaced")
+    return TamperDetected(f"{table}: a column holds text that is not UTF-8 (written outside envreplica); the "
+                          f"replica serves nothing until it is replaced")
+
+
 def _names(table) -> list[str]:
     return [c.name for c in table.c]
 
@@ -494,12 +527,19 @@ class Tables:
     # -- plumbing -----------------------------------------------------------
 
     def _one(self, q: _Q, *params):
-        row = self.db.execute(q.sql, params).fetchone()
+        try:
+            row = self.db.execute(q.sql, params).fetchone()
+        except sqlite3.OperationalError as error:
+            raise undecodable_text(self.db, q.table, error) from None
         return None if row is None else ROW_TYPES[q.table]._make(row)
 
     def _all(self, q: _Q, *params) -> list:
         make = ROW_TYPES[q.table]._make
-        return [make(r) for r in self.db.execute(q.sql, params).fetchall()]
+        try:
+            rows = self.db.execute(q.sql, params).fetchall()
+        except sqlite3.OperationalError as error:
+            raise undecodable_text(self.db, q.table, error) from None
+        return [make(r) for r in rows]
 
     def _run(self, q: _Q, *params) -> None:
         self.db.execute(q.sql, params)
@@ -832,7 +872,11 @@ class Tables:
         return self._verified_set(LIVE, (project,), parent)
 
     def replace_live(self, projects: Iterable[tuple[str, int]]) -> None:
-        """Delete the whole live view, then create these projects empty (the commit's promotion)."""
+        """Delete the whole live view, then create these projects empty (the commit's promotion).
+
+        The view it replaces is verified first (``TamperDetected`` otherwise), as every write verifies
+        the rows it replaces: a commit must not launder a tampered live row by deleting it."""
+        self.verified_live()
         self._clear(_Sql.clear_live, "live", (LIVE.records, LIVE.values))
         self._projects = {}
         self.notify = True

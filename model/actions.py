@@ -1,7 +1,8 @@
 """The actions of the model: one frozen value per operation, and the step that runs it.
 
 Models: every operation a host can see (begin, page, delivery, commit, close,
-restart, a value-store read answering, the store going away) as data, and
+restart, a value-store read answering, the store going away, a task reading
+the served view) as data, and
 ``step``: run one action on a state, turning invalid/corrupt errors into a
 ``Failed`` result whose next state is what the failing operation had
 committed.
@@ -24,7 +25,6 @@ transaction, so a crash around it is ``Restart`` before or after it.
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 from typing import Optional, Union
 
@@ -32,6 +32,7 @@ from envreplica.model import replica
 from envreplica.model.state import ModelConfig, State
 from envreplica.model.store import Answer
 from envreplica.spec.domain import (
+    ActionKind,
     ApplyFrame,
     BeginFrame,
     CommitFrame,
@@ -40,21 +41,7 @@ from envreplica.spec.domain import (
     PageFrame,
     ReplicaError,
 )
-from envreplica.spec.gate import Trigger
-
-
-class ActionKind(str, enum.Enum):
-    """The kinds of action, for coverage and swarm choices."""
-
-    BEGIN = "begin"
-    PAGE = "apply_page"
-    DELIVERY = "apply_delivery"
-    COMMIT = "complete"
-    CLOSE = "close_gate"
-    RESTART = "restart"
-    RESUME = "resume"
-    STORE_OFF = "store_off"
-    CRASH = "crash_after"
+from envreplica.spec.gate import TRIGGER_OF, fired_trigger  # noqa: F401 (re-exported: the gate's own)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +94,14 @@ class StoreOff:
     kind = ActionKind.STORE_OFF
 
 
+@dataclass(frozen=True, slots=True)
+class Read:
+    """A task reads the served view of ``project_ids`` (``readProjectEnvReplicaSnapshot``): the state stays."""
+
+    project_ids: tuple[str, ...]  # the projects asked for, in the task's order
+    kind = ActionKind.READ
+
+
 #: The actions a crash can cut: each may make several write commits.
 CRASHABLE = (Page, Deliver, Resume)
 
@@ -126,15 +121,8 @@ class CrashAfter:
             raise ValueError(f"crash commit must be an int >= 1, not {self.commit!r}")
 
 
-Action = Union[Begin, Page, Deliver, Commit, CloseGate, Restart, Resume, StoreOff, CrashAfter]
+Action = Union[Begin, Page, Deliver, Commit, CloseGate, Restart, Resume, StoreOff, Read, CrashAfter]
 
-#: The gate trigger an action fires when it succeeds.
-TRIGGER_OF = {
-    ActionKind.BEGIN: Trigger.BEGIN,
-    ActionKind.COMMIT: Trigger.COMPLETE,
-    ActionKind.CLOSE: Trigger.CLOSE_GATE,
-    ActionKind.RESTART: Trigger.RESTART,
-}
 
 
 def step(cfg: ModelConfig, st: State, action: Action):
@@ -159,6 +147,8 @@ def step(cfg: ModelConfig, st: State, action: Action):
             return replica.restart(cfg, st)
         if isinstance(action, StoreOff):
             return replica.store_off(cfg, st)
+        if isinstance(action, Read):
+            return replica.read(cfg, st, action.project_ids)
     except ReplicaError as error:
         committed: Optional[State] = error.committed
         return (st if committed is None else committed), Failed(error.wire_type, error.message)
@@ -199,12 +189,3 @@ def run_recording_commits(cfg: ModelConfig, st: State, action):
     return nxt, result, tuple(budget.prefixes)
 
 
-def fired_trigger(action: Action, result) -> Optional[Trigger]:
-    """The gate trigger ``action`` fired, given its result (refusals and errors fire none)."""
-    kind = action.kind
-    if kind is ActionKind.CRASH:  # a crash restarts; an uncut run fires what its action fires
-        return Trigger.RESTART if isinstance(result, Crashed) else fired_trigger(action.action, result)
-    trigger = TRIGGER_OF.get(kind)
-    if trigger is None or not getattr(result, "ok", False):
-        return None
-    return trigger

@@ -15,8 +15,10 @@ Models: the environment of the replica. Two generators emit frames within
   alphabet that includes older and conflicting records, reconciliation ids,
   organisations, kept-epoch sets), whatever the replica's state.
 
-In both modes the replica may close, restart, lose its value store, and any
-read in flight may answer with each answer class (``model.store.answers``);
+In both modes a task may read the served view (a step that changes nothing:
+the properties judge its answer), the replica may close, restart, lose its
+value store, and any read in flight may answer with each answer class
+(``model.store.answers``);
 up to ``Bounds.inflight`` operations may be suspended at once (0 turns
 interleavings off).
 
@@ -56,6 +58,7 @@ from envreplica.model.actions import (
     CrashAfter,
     Deliver,
     Page,
+    Read,
     Restart,
     Resume,
     StoreOff,
@@ -242,11 +245,12 @@ def alphabet(bounds: Bounds, key: str) -> tuple[BindingState, ...]:
 
 
 # ---------------------------------------------------------------------------
-# Frames common to both modes: close, restart, store off, resume
+# Frames common to both modes: a task's read, close, restart, store off, resume
 # ---------------------------------------------------------------------------
 
 
 def _environment_actions(bounds: Bounds, st: State) -> Iterator[Action]:
+    yield Read(tuple(sorted(st.projects)))  # a task reads at any moment (a step that changes nothing)
     yield CloseGate()
     if bounds.restarts:
         yield Restart()

@@ -91,6 +91,8 @@ from envreplica.spec.domain import (
     CommitRefused,
     CorruptReplica,
     Cursor,
+    Diagnosis,
+    DiagnosisReason,
     Done,
     MatKind,
     PageFrame,
@@ -1001,6 +1003,40 @@ def read_snapshot(st: State, project_ids, cfg: Optional[ModelConfig] = None) -> 
         return _snapshot(st, project_ids, cfg)
     except ReplicaError:
         return None
+
+
+def diagnose(st: State, project_ids, cfg: Optional[ModelConfig] = None) -> Optional[Diagnosis]:
+    """Why ``read_snapshot`` of ``project_ids`` fails closed, as a ``Diagnosis`` (None: it serves).
+
+    The classes of ``spec.domain.DiagnosisReason``, checked in their order; the message is
+    ``snapshot_diagnostics``'s (no value)."""
+    message = snapshot_diagnostics(st, project_ids, cfg)
+    if message is None:
+        return None
+    a = st.authority
+    if not a.gate.activated:
+        reason = DiagnosisReason.NOT_ACTIVATED
+    elif not a.gate.is_open or a.attempt_id is not None:
+        reason = DiagnosisReason.GATE_CLOSED
+    else:
+        try:
+            served = _snapshot(st, project_ids, cfg)
+        except ReplicaError:
+            reason = DiagnosisReason.CORRUPT
+        else:
+            reason = DiagnosisReason.PROJECTS_MISMATCH if served is None else DiagnosisReason.CORRUPT
+    return Diagnosis(reason, message)
+
+
+def read(cfg: ModelConfig, st: State, project_ids) -> tuple[State, Union[Snapshot, Diagnosis]]:
+    """``readProjectEnvReplicaSnapshot`` as a step: the state as it was, and the served view of exactly
+    ``project_ids`` (given ``cfg`` of variant ``fixed``, re-judged), or why the read fails closed."""
+    snapshot = read_snapshot(st, project_ids, cfg)
+    if snapshot is not None:
+        return st, snapshot
+    diagnosis = diagnose(st, project_ids, cfg)
+    assert diagnosis is not None  # read_snapshot is None exactly when snapshot_diagnostics names why
+    return st, diagnosis
 
 
 def snapshot_diagnostics(st: State, project_ids, cfg: Optional[ModelConfig] = None) -> Optional[str]:

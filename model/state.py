@@ -21,6 +21,7 @@ from typing import Optional, Union
 
 from envreplica.model.fmap import EMPTY, FMap
 from envreplica.spec.domain import (
+    View,
     BindingState,
     DeliveryRequest,
     Materialization,
@@ -130,13 +131,6 @@ class Receipt(HashOnce):
     code: Optional[RefusalCode]  # the refusal code when not ok
     result: Optional[RecordResult]  # the record as answered when ok
     record_version: Optional[int]  # the project's record version as answered when ok
-
-
-class View(str, enum.Enum):
-    """Which view a value-store read materializes into."""
-
-    LIVE = "live"
-    STAGE = "stage"
 
 
 @hash_once

@@ -58,6 +58,28 @@ class ModelBug(AssertionError):
 # ---------------------------------------------------------------------------
 
 
+class ActionKind(str, enum.Enum):
+    """The kinds of step of the protocol, named after the seed's functions (and the environment's moves)."""
+
+    BEGIN = "begin"
+    PAGE = "apply_page"
+    DELIVERY = "apply_delivery"
+    COMMIT = "complete"
+    CLOSE = "close_gate"
+    RESTART = "restart"
+    RESUME = "resume"  # a value-store read answers, and the operation it suspended goes on
+    STORE_OFF = "store_off"  # the process loses its value store
+    CRASH = "crash_after"  # the process dies right after one of an operation's write commits
+    READ = "read_snapshot"  # a task reads the served view (``readProjectEnvReplicaSnapshot``): changes nothing
+
+
+class View(str, enum.Enum):
+    """Which view a value-store read materializes into."""
+
+    LIVE = "live"  # the live tables: a delivery while no attempt is open
+    STAGE = "stage"  # the staging tables: a page, or a delivery during an attempt
+
+
 class RefusalCode(str, enum.Enum):
     """Every refusal code the seed returns, named as on the wire."""
 

@@ -24,7 +24,9 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Mapping
+from typing import Mapping, Optional
+
+from envreplica.spec.domain import ActionKind, Crashed
 
 SEPARATOR = "."
 
@@ -147,6 +149,28 @@ class GateModel:
     """The object a ``transitions`` machine moves; has no method named like a trigger."""
 
     state: str
+
+
+#: The gate trigger a successful step of each kind fires (``ActionKind`` values; the rest fire none).
+TRIGGER_OF: Mapping[ActionKind, Trigger] = MappingProxyType({
+    ActionKind.BEGIN: Trigger.BEGIN,
+    ActionKind.COMMIT: Trigger.COMPLETE,
+    ActionKind.CLOSE: Trigger.CLOSE_GATE,
+    ActionKind.RESTART: Trigger.RESTART,
+})
+
+
+def fired_trigger(action, result) -> Optional[Trigger]:
+    """The gate trigger a step fired, given its result: refusals and errors fire none; a crash restarts.
+
+    ``action`` is any step with a ``kind`` (an ``ActionKind``); a crash step carries the ``action`` it cut."""
+    kind = action.kind
+    if kind is ActionKind.CRASH:  # a crash restarts; an uncut run fires what its action fires
+        return Trigger.RESTART if isinstance(result, Crashed) else fired_trigger(action.action, result)
+    trigger = TRIGGER_OF.get(kind)
+    if trigger is None or not getattr(result, "ok", False):
+        return None
+    return trigger
 
 
 def build_machine(graph: bool = False, model: object | None = None):

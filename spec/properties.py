@@ -17,9 +17,12 @@ Leaves out on purpose: liveness (that a value is eventually installed, that
 the gate eventually opens): the checker explores bounded safety; the
 "sometimes" properties only show the interesting states are reached.
 
-The predicates read the model's state shape (``model.state.State``) and use
-the model's own read (``read_snapshot``) for what is served, because serving
-is defined by that read.
+The predicates read a state by its field names (the shape of
+``model.state.State``) and import nothing of the model. What a read serves
+is the seed's read stated over the state (``spec.serving``); the model's own
+read is a step (``ActionKind.READ``, a task reading at any moment), and the
+step properties judge what it answers against the gate and against
+``spec.serving``. So the spec judges the model, never the other way round.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from envreplica.spec.domain import (
+    ActionKind,
     ApplyFrame,
     ApplyOk,
     ApplyRefused,
@@ -37,9 +41,12 @@ from envreplica.spec.domain import (
     MatKind,
     PageRefused,
     RefusalCode,
+    Snapshot,
+    View,
 )
 from envreplica.spec.frozen import replace
-from envreplica.spec.gate import GATE_NEXT, Gate
+from envreplica.spec.gate import GATE_NEXT, Gate, fired_trigger
+from envreplica.spec.serving import served
 
 # ---------------------------------------------------------------------------
 # State invariants
@@ -59,16 +66,6 @@ def staging_belongs_to_attempt(st) -> bool:
         for table in (st.stage_projects, st.stage_records, st.stage_values)
         for k in table
     )
-
-
-def nothing_served_unless_open(st) -> bool:
-    """Nothing is served unless the gate is open with no attempt."""
-    from envreplica.model.replica import read_snapshot
-
-    a = st.authority
-    if a.gate is Gate.OPEN and a.attempt_id is None:
-        return True
-    return read_snapshot(st, sorted(st.projects)) is None
 
 
 def _installed_match(records, values) -> bool:
@@ -113,25 +110,12 @@ def no_value_without_record(st) -> bool:
 
 def served_values_are_live_bound_kept(st) -> bool:
     """A served value belongs to a live, non-tombstoned, bound record under a kept policy epoch."""
-    from envreplica.model.replica import read_snapshot
-
-    snapshot = read_snapshot(st, sorted(st.projects))
-    if snapshot is None:
-        return True
     kept = st.authority.policy_epochs
-    for project in snapshot.projects:
-        for entry in project.entries:
-            if entry.value is None:
-                continue
-            live = st.records.get((project.project_id, entry.state.key))
-            if (
-                live is None
-                or live.state != entry.state
-                or entry.state.head.tombstone
-                or entry.state.binding is not None
-                or entry.state.policy_epoch not in kept
-            ):
-                return False
+    for entry in served(st) or ():
+        if entry.value is not None and (
+            entry.state.head.tombstone or entry.state.binding is not None or entry.state.policy_epoch not in kept
+        ):
+            return False
     return True
 
 
@@ -230,9 +214,6 @@ def _moved_keys(before, after) -> set:
 
 def resume_changes_only_its_operation(pre, action, result, post) -> bool:
     """A read that answers changes only its own operation's rows (and, for a delivery, its receipt and cursor)."""
-    from envreplica.model.actions import ActionKind
-    from envreplica.model.state import DeliveryInFlight, View
-
     if getattr(action, "kind", None) is not ActionKind.RESUME:
         return True
     op = pre.inflight[action.slot]
@@ -245,7 +226,7 @@ def resume_changes_only_its_operation(pre, action, result, post) -> bool:
     stage_values = _moved_keys(pre.stage_values, post.stage_values)
     receipts = _moved_keys(pre.receipts, post.receipts)
     a, b = pre.authority, post.authority
-    if isinstance(op, DeliveryInFlight):
+    if isinstance(op.frame, ApplyFrame):
         read = op.read
         scope_live = {(read.project_id, read.key)} if read.view is View.LIVE else set()
         scope_stage = {(read.attempt_id, read.project_id, read.key)} if read.view is View.STAGE else set()
@@ -270,8 +251,6 @@ def resume_changes_only_its_operation(pre, action, result, post) -> bool:
 
 def reads_change_only_materialization(pre, action, result, post) -> bool:
     """A value-store read that answers changes materializations and values only, never a record's state."""
-    from envreplica.model.actions import ActionKind
-
     if getattr(action, "kind", None) is not ActionKind.RESUME:
         return True
     for before, after in ((pre.records, post.records), (pre.stage_records, post.stage_records)):
@@ -342,8 +321,6 @@ def refusals_change_only_what_seed_writes(pre, action, result, post) -> bool:
     exactly its receipt and moves the cursor to it.
     """
     kind = getattr(action, "kind", None)
-    from envreplica.model.actions import ActionKind
-
     if isinstance(result, CommitRefused):
         return post == pre
     if isinstance(result, PageRefused) and kind is ActionKind.PAGE:
@@ -376,8 +353,6 @@ def refusals_change_only_what_seed_writes(pre, action, result, post) -> bool:
 
 def restart_closes_gate(pre, action, result, post) -> bool:
     """A restart loses everything in flight, keeps the committed tables, and leaves the gate closed."""
-    from envreplica.model.actions import ActionKind
-
     if getattr(action, "kind", None) is not ActionKind.RESTART:
         return True
     a, b = pre.authority, post.authority
@@ -463,10 +438,27 @@ def live_head_moves_with_its_record_version(pre, action, result, post) -> bool:
     )
 
 
+def nothing_served_unless_open(pre, action, result, post) -> bool:
+    """A read serves only while the gate is open with no attempt."""
+    if getattr(action, "kind", None) is not ActionKind.READ or not isinstance(result, Snapshot):
+        return True
+    a = pre.authority
+    return a.gate is Gate.OPEN and a.attempt_id is None
+
+
+def reads_serve_what_the_seed_serves(pre, action, result, post) -> bool:
+    """A read of every project serves exactly the seed's read of the state (``spec.serving``), or nothing."""
+    if getattr(action, "kind", None) is not ActionKind.READ or not isinstance(result, Snapshot):
+        return True
+    if tuple(action.project_ids) != tuple(sorted(pre.projects)):
+        return True  # the step reads every project once, in id order
+    expected = served(pre)
+    got = tuple((p.project_id, e.state, e.value) for p in result.projects for e in p.entries)
+    return expected is not None and got == tuple((s.project_id, s.state, s.value) for s in expected)
+
+
 def gate_moves_only_by_declared_transitions(pre, action, result, post) -> bool:
     """The gate moves only along a declared transition of spec.gate fired by a successful operation."""
-    from envreplica.model.actions import fired_trigger
-
     trigger = fired_trigger(action, result)
     if trigger is None:
         return pre.authority.gate is post.authority.gate
@@ -483,14 +475,9 @@ def sometimes_gate_open(st) -> bool:
     return st.authority.gate is Gate.OPEN
 
 
-def sometimes_value_served(st) -> bool:
-    """Sometimes a value is served."""
-    from envreplica.model.replica import read_snapshot
-
-    if st.authority.gate is not Gate.OPEN or not st.values:
-        return False
-    snapshot = read_snapshot(st, sorted(st.projects))
-    return snapshot is not None and any(e.value is not None for p in snapshot.projects for e in p.entries)
+def sometimes_value_served(pre, action, result, post) -> bool:
+    """Sometimes a read serves a value."""
+    return isinstance(result, Snapshot) and any(e.value is not None for p in result.projects for e in p.entries)
 
 
 def sometimes_staged_value(st) -> bool:
@@ -515,13 +502,11 @@ def sometimes_commit_after_interleaving(pre, action, result, post) -> bool:
 
 def _crashed_delivery(pre, action) -> Optional[ApplyFrame]:
     """The delivery a crash step cut: a ``CrashAfter`` of its ``Deliver``, or of the ``Resume`` of its read."""
-    from envreplica.model.state import DeliveryInFlight
-
     inner = getattr(action, "action", None)
     frame = _delivery_frame(inner)
     if frame is None and inner is not None and hasattr(inner, "slot") and inner.slot < len(pre.inflight):
         op = pre.inflight[inner.slot]
-        frame = op.frame if isinstance(op, DeliveryInFlight) else None
+        frame = op.frame if isinstance(op.frame, ApplyFrame) else None
     return frame
 
 
@@ -596,7 +581,6 @@ INVARIANTS = _props(
     gate_agrees_with_attempt,
     staging_belongs_to_attempt,
     gate_open_has_no_staging,
-    nothing_served_unless_open,
     installed_matches_head_live,
     installed_matches_head_staged,
     unserved_records_carry_no_value,
@@ -631,6 +615,8 @@ STEP_PROPERTIES = (
     _step("step", restart_closes_gate, actions=("restart",)),
     _step("step", crash_never_pairs_old_value_with_new_head, results=(Crashed,)),
     _step("step", gate_moves_only_by_declared_transitions),
+    _step("step", nothing_served_unless_open, actions=("read_snapshot",), results=(Snapshot,)),
+    _step("step", reads_serve_what_the_seed_serves, actions=("read_snapshot",), results=(Snapshot,)),
 )
 
 _HALF_APPLIED = _step("sometimes-step", sometimes_crash_half_applies_delivery, results=(Crashed,))
@@ -638,10 +624,10 @@ _HALF_APPLIED = _step("sometimes-step", sometimes_crash_half_applies_delivery, r
 SOMETIMES = _props(
     "sometimes-state",
     sometimes_gate_open,
-    sometimes_value_served,
     sometimes_staged_value,
     sometimes_in_flight,
 ) + (
+    _step("sometimes-step", sometimes_value_served, actions=("read_snapshot",), results=(Snapshot,)),
     _step("sometimes-step", sometimes_replay, results=_DELIVERY_RESULTS),
     _step("sometimes-step", sometimes_commit_after_interleaving, results=(CommitOk,)),
     _HALF_APPLIED,

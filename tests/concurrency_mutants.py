@@ -39,7 +39,7 @@ from envreplica.impl.replica import SqliteReplica
 
 from impl_mutants import ImplMutant, MutationTargetMissing, replica_edit
 
-__all__ = ["CONCURRENCY_MUTANTS"]
+__all__ = ["CONCURRENCY_MUTANTS", "THREAD_MUTANTS"]
 
 
 def _begin_split():
@@ -90,6 +90,33 @@ CONCURRENCY_MUTANTS: tuple[ImplMutant, ...] = (
         "begin_split",
         "begin commits the attempt in one transaction and fills its staging view in a second one",
         (_begin_split,),
+        (),
+        observe="concurrent",
+    ),
+)
+
+
+#: Bugs of threads in one process on one ``SqliteReplica``, which processes (each with a connection of its
+#: own) never show: ``run_concurrent(mode="threads")`` must catch each.
+THREAD_MUTANTS: tuple[ImplMutant, ...] = (
+    M(
+        "read_without_the_lock",
+        "read transactions do not take the replica's lock: a reader (a snapshot, a readiness check) uses the "
+        "held connection while another thread's write transaction is open on it, and sees that write before "
+        "it commits",
+        (replica_edit("_read", ("with self._lock:", "if True:  # MUTANT: the lock is not taken")),),
+        (),
+        observe="concurrent",
+    ),
+    M(
+        "woken_means_ready",
+        "await_ready returns as soon as a write notifies it, without checking again that the replica is ready "
+        "(any write wakes the waiters: a close, a begin, a delivery)",
+        (replica_edit("await_ready", (
+            "                self._changed.wait(min(READY_POLL_SECONDS, remaining))\n",
+            "                self._changed.wait(min(READY_POLL_SECONDS, remaining))\n"
+            "            if self._generation != seen:  # MUTANT: woken means ready\n"
+            "                return\n")),),
         (),
         observe="concurrent",
     ),

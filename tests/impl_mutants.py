@@ -450,6 +450,87 @@ MUTANTS: tuple[ImplMutant, ...] = (
         tuple(BOOT + [put(ref=legacy(1), raw=legacy_envelope("p2", "A", "secret-of-p2")),
                       delivery(rec("A", ref=legacy(1))), snapshot()]),
     ),
+    # -- the record domain: a snapshot at the live version, combined moves, typed legacy envelopes --
+    # A snapshot that re-sends the live version with another set of records (the lockstep's
+    # "live-version page" items), a record move that changes several fields at once ("record move"),
+    # a legacy envelope whose field has another JSON type ("legacy envelope").
+    M(
+        "live_page_compared_one_way",
+        "a complete page at the live record version is compared one way: every staged record has an equal "
+        "live one, but not every live record a staged one, so a page that leaves a live record out is "
+        "accepted and the commit drops the record without a version bump",
+        (replica_edit("_page_prepare", (
+            "if frame.complete and at_live_version and not tx.live_matches_staged(attempt, project):",
+            "if frame.complete and at_live_version and tx.db.execute(  # MUTANT: staged EXCEPT live only\n"
+            "        'SELECT COUNT(*) FROM (SELECT key, revision, generation, tombstone, value_ref_json, binding_json,'\n"
+            "        ' policy_epoch, listing_generation FROM stage_records WHERE attempt_id = ?1 AND project_id = ?2'\n"
+            "        ' AND present EXCEPT SELECT key, revision, generation, tombstone, value_ref_json, binding_json,'\n"
+            "        ' policy_epoch, listing_generation FROM records WHERE project_id = ?2)',\n"
+            "        (attempt, project)).fetchone()[0]:")),),
+        tuple(BOOT + [put(), delivery(A), begin("a2"),
+                      page(attempt="a2", version=1), commit("a2", sequence=1, versions=[("p1", 1)]), snapshot()]),
+    ),
+    M(
+        "live_page_set_checked_on_later_pages_only",
+        "the whole-set comparison of a complete page at the live record version runs only for a snapshot's "
+        "later pages (a single page's records were each compared with their live twins), so a one-page "
+        "snapshot that leaves a live record out is accepted",
+        (replica_edit("_page_prepare", (
+            "if frame.complete and at_live_version and not tx.live_matches_staged(attempt, project):",
+            "if frame.complete and at_live_version and frame.after is not None"
+            " and not tx.live_matches_staged(attempt, project):  # MUTANT")),),
+        tuple(BOOT + [put(), delivery(A), begin("a2"), page(attempt="a2", version=1),
+                      commit("a2", sequence=1, versions=[("p1", 1)]), snapshot()]),
+    ),
+    M(
+        "upgrade_moves_value_ref",
+        "a revision bump at the same generation may carry a new value reference (read into both stateOrder "
+        "and isReachableRecordAdvance: a generation that stays put keeps the reference): applied, not refused",
+        (decisions_edit("order", (
+            "kept += _KEPT_BY_GENERATION", 'kept += ("tombstone",)  # MUTANT: the value reference may move')),
+         decisions_edit("_moves", (
+             '(1, 0): (both_live, same("valueRef")),', '(1, 0): (both_live,),  # MUTANT: valueRef may move'))),
+        tuple(BOOT + [put(), put(ref=staged(SID2)), delivery(A),
+                      delivery(rec("A", rev=2, gen=1, ref=staged(SID2)), sequence=2, version=2), snapshot()]),
+    ),
+    M(
+        "delete_rebinds",
+        "isReachableRecordAdvance lets a delete (or a save after a delete) change the binding too: the "
+        "move is applied instead of refused",
+        (decisions_edit("_moves", (
+            'return c.head.tombstone != i.head.tombstone and same("binding", "policyEpoch")(i, c)',
+            'return c.head.tombstone != i.head.tombstone and same("policyEpoch")(i, c)  # MUTANT')),),
+        tuple(BOOT + [put(), delivery(A),
+                      delivery(rec("A", rev=2, gen=2, tomb=True, binding={"kind": "omit"}), sequence=2, version=2),
+                      snapshot()]),
+    ),
+    M(
+        "legacy_fields_untyped",
+        "parseStoredProjectEnv read as key and kind checks only: a legacy envelope whose value is a number "
+        "is taken as the value, and sealing it raises after the delivery's first transaction committed "
+        "(the seed answers value_unavailable)",
+        (decisions_edit("_legacy_envelope", (
+            "envelope = _stored_project_env(answer.raw)",
+            "envelope = _js_json(answer.raw)  # MUTANT: no field is type-checked\n"
+            "    if type(envelope) is not dict or envelope.keys() != _LEGACY_ENVELOPE"
+            " or envelope[\"kind\"] != \"project-env\":\n"
+            "        raise _Unparsable()")),),
+        tuple(BOOT + [put(ref=legacy(1), raw='{"v":1,"kind":"project-env","projectId":"p1","key":"A","value":5}'),
+                      delivery(rec("A", ref=legacy(1))), snapshot()]),
+    ),
+    M(
+        "legacy_value_stringified",
+        "a legacy envelope's value of another JSON type is made text (a number 5 served as \"5\") instead "
+        "of value_unavailable",
+        (decisions_edit("_legacy_envelope", (
+            "envelope = _stored_project_env(answer.raw)",
+            "envelope = _js_json(answer.raw)  # MUTANT: no field is type-checked\n"
+            "    if type(envelope) is not dict or envelope.keys() != _LEGACY_ENVELOPE:\n"
+            "        raise _Unparsable()"), (
+            'return Fetched(envelope["value"], None)', 'return Fetched(str(envelope["value"]), None)  # MUTANT')),),
+        tuple(BOOT + [put(ref=legacy(1), raw='{"v":1,"kind":"project-env","projectId":"p1","key":"A","value":5}'),
+                      delivery(rec("A", ref=legacy(1))), snapshot()]),
+    ),
 )
 
 #: Mutants that no adapter request sequence can tell from the original (see the module docstring).

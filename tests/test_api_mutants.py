@@ -24,9 +24,10 @@ from api_mutants import API_MUTANTS, EQUIVALENT_API_MUTANTS, READINESS_TOUR
 from impl_mutants import ImplMutant
 from mutant_play import describe, play
 
-MAX_SHRUNK_STEPS = 15
-SHRINK_SECONDS = 4.0
-MINIMIZE_SECONDS = 6.0
+MAX_SHRUNK_STEPS = 12
+#: The lockstep's post-catch budgets: counts, never seconds.
+SHRINK_CALLS = lockstep_run.SHRINK_CALLS
+MINIMIZE_REPLAYS = lockstep_run.MINIMIZE_REPLAYS
 
 #: The op or field each mutant must be caught on (its shrunk trace's last step uses it).
 CAUGHT_ON = {
@@ -75,8 +76,8 @@ def test_equivalent_mutant_is_equivalent_through_the_adapter(name, tmp_path):
 
 @pytest.fixture
 def budget(monkeypatch):
-    monkeypatch.setattr(lockstep_run, "SHRINK_SECONDS", SHRINK_SECONDS, raising=True)
-    monkeypatch.setattr(lockstep_run, "MINIMIZE_SECONDS", MINIMIZE_SECONDS, raising=True)
+    monkeypatch.setattr(lockstep_run, "SHRINK_CALLS", SHRINK_CALLS, raising=True)
+    monkeypatch.setattr(lockstep_run, "MINIMIZE_REPLAYS", MINIMIZE_REPLAYS, raising=True)
 
 
 @pytest.mark.parametrize("mutant", _ids(API_MUTANTS))

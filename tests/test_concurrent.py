@@ -33,6 +33,7 @@ import pytest
 
 from envreplica.conformance.concurrent import (
     KINDS,
+    THREAD_KINDS,
     Granularity,
     History,
     Latency,
@@ -55,7 +56,7 @@ from envreplica.conformance.lockstep import lockstep_settings, replay_steps, run
 from envreplica.impl.sealing import Sealer
 
 from adapter_requests import SID2, begin, commit, delivery, legacy, page, put, rec, snapshot, staged
-from concurrency_mutants import CONCURRENCY_MUTANTS
+from concurrency_mutants import CONCURRENCY_MUTANTS, THREAD_MUTANTS
 
 #: The wall-clock budget of one ``ci`` run on this machine (2 cores shared with other work): the
 #: profile's seconds of histories, plus forking, plus the last history.
@@ -93,6 +94,49 @@ def test_ci_reaches_the_races(ci_report):
         assert ci_report.outcomes.get(answer, 0) > 0, (answer, ci_report.outcomes)
     assert ci_report.outcomes.get("commit refused delivery_incomplete", 0) + \
         ci_report.outcomes.get("commit refused record_version_changed", 0) > 0, ci_report.outcomes
+
+
+#: Histories of a threaded run here: the count ``envreplica check`` runs (``cli.main.THREAD_HISTORIES``).
+THREAD_HISTORIES = 200
+
+
+@pytest.fixture(scope="module")
+def threads_report():
+    return run_concurrent("fixed", profile="ci", mode="threads", histories=THREAD_HISTORIES)
+
+
+def test_real_implementation_is_linearizable_in_threads(threads_report):
+    """Threads on one ``SqliteReplica``: writers, readers and readiness waiters, every history linearizable,
+    and the readiness path reached both ways (a wait that saw the gate open, one that reached its deadline)."""
+    print("\n" + "\n".join(threads_report.lines()))
+    assert threads_report.ok, "\n".join(threads_report.lines())
+    assert threads_report.histories == THREAD_HISTORIES
+    assert set(threads_report.by_kind) == {k.value for k in THREAD_KINDS}
+    assert threads_report.overlapping >= threads_report.histories // 3
+    for answer in ("ready true", "ready false", "diagnostics gate_closed", "diagnostics serves", "commit ok",
+                   "snapshot served", "snapshot null", "close ok"):
+        assert threads_report.outcomes.get(answer, 0) > 0, (answer, threads_report.outcomes)
+
+
+THREAD_IDS = [m.name for m in THREAD_MUTANTS]
+
+
+@pytest.mark.parametrize("mutant", THREAD_MUTANTS, ids=THREAD_IDS)
+def test_thread_mutant_is_caught_in_threads(mutant, tmp_path):
+    report = run_concurrent("fixed", profile="ci", mode="threads", histories=THREAD_HISTORIES,
+                            driver_class=mutant.driver_class(), out_dir=tmp_path)
+    assert not report.ok, f"{mutant.name} ({mutant.bug}) was not caught:\n" + "\n".join(report.lines())
+    failure = report.failures[0]
+    print(f"\n{mutant.name}: caught after {failure.found_after} histories\n{failure.message()}")
+    assert failure.check.verdict in (Verdict.NOT_LINEARIZABLE, Verdict.UNREADABLE, Verdict.INVARIANT)
+    assert " thread " in failure.message() and "Traceback" not in failure.message()
+    assert (tmp_path / f"concurrent-threads-{failure.history.variant}.json").is_file()
+
+
+@pytest.mark.parametrize("mutant", THREAD_MUTANTS, ids=THREAD_IDS)
+def test_thread_mutant_agrees_with_the_model_in_one_thread(mutant, scratch):
+    """One request after the other (the readiness scenarios too) and a short lockstep: the mutant is invisible."""
+    _invisible_one_at_a_time(mutant, scratch, THREAD_KINDS)
 
 
 @pytest.mark.parametrize("variant", ["seed", "fix-f1"])
@@ -224,7 +268,7 @@ def test_steps_back_to_back_are_the_model(granularity):
     rng = random.Random(5)
     checked = 0
     for n in range(120):
-        scenario = generate_scenario(KINDS[n % len(KINDS)], rng)
+        scenario = generate_scenario(THREAD_KINDS[n % len(THREAD_KINDS)], rng)  # every kind
         model = ModelDriver("fixed")
         for i, request in enumerate(scenario.setup):
             model.handle(dict(request, id=i))
@@ -273,11 +317,17 @@ def test_mutant_is_caught_under_ci(mutant, tmp_path):
 @pytest.mark.parametrize("mutant", CONCURRENCY_MUTANTS, ids=MUTANT_IDS)
 def test_mutant_agrees_with_the_model_in_one_process(mutant, scratch):
     """The concurrent scenarios, one request after the other, and a short lockstep: the mutant is invisible."""
+    _invisible_one_at_a_time(mutant, scratch, KINDS)
+
+
+def _invisible_one_at_a_time(mutant, scratch, kinds) -> None:
+    """``mutant`` answers as the model on ``SEQUENTIAL_SCENARIOS`` scenarios of ``kinds`` sent one request
+    after the other, and passes a short single-process lockstep."""
     driver = mutant.driver("fixed", scratch / "one.db")
     try:
         rng = random.Random(9)
         for n in range(SEQUENTIAL_SCENARIOS):
-            scenario = generate_scenario(KINDS[n % len(KINDS)], rng)
+            scenario = generate_scenario(kinds[n % len(kinds)], rng)
             requests = [{"op": "reset"}, *scenario.setup, *(op.request for op in scenario.batch)]
             requests = [dict(r, id=i) for i, r in enumerate(requests)]
             _, divergence = replay_steps(requests, driver, ModelDriver("fixed"), variant="fixed")

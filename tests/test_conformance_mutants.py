@@ -18,8 +18,8 @@ Two parts.
    trace of at most ``MAX_SHRUNK_STEPS`` steps. A run stops at its first
    failing example, so a catch costs its examples-to-catch plus shrinking.
    The lockstep's post-catch budgets (Hypothesis shrinking, then its own
-   step deletion) are cut from 8 s + 10 s to ``SHRINK_SECONDS`` +
-   ``MINIMIZE_SECONDS`` to keep the module short. A mutant the lockstep
+   step deletion) are counts (``SHRINK_CALLS`` calls, ``MINIMIZE_REPLAYS``
+   replays), so a busy machine shrinks to the same trace. A mutant the lockstep
    misses is kept as ``xfail(strict=True)`` with the reason (``MISSED``):
    that is a gap in the lockstep's strategies, not a reason to weaken the
    mutant.
@@ -61,12 +61,11 @@ SUITE = MUTANTS + CRASH_MUTANTS
 
 
 #: The longest shrunk trace a catch may have.
-MAX_SHRUNK_STEPS = 15
-#: Seconds Hypothesis may spend shrinking one catch, and the lockstep its step deletion (see ``budget``).
-SHRINK_SECONDS = 4.0
-#: Twice the lockstep's default: an example holding a fast-forward replays slowly, and a catch inside one
-#: (version_bump_own_transaction, in one module order) was left at 23 steps after 10 s.
-MINIMIZE_SECONDS = 20.0
+MAX_SHRUNK_STEPS = 12
+#: Calls Hypothesis may make shrinking one catch, and replays the lockstep's step deletion may make (see
+#: ``budget``): the lockstep's own budgets.
+SHRINK_CALLS = lockstep_run.SHRINK_CALLS
+MINIMIZE_REPLAYS = lockstep_run.MINIMIZE_REPLAYS
 
 #: Mutants the lockstep misses (name -> why): strict xfails, each a gap in the lockstep's strategies.
 MISSED: dict[str, str] = {}
@@ -149,7 +148,7 @@ def _table() -> str:
     lines.append(f"{sum(c.caught for c in CATCHES)}/{len(CATCHES)} mutants caught; "
                  f"{sum(c.seconds for c in CATCHES):.1f} s in all (lockstep ci profile, "
                  f"up to {_catch_settings().max_examples} examples, "
-                 f"shrink <= {SHRINK_SECONDS:g} s, step deletion <= {MINIMIZE_SECONDS:g} s)")
+                 f"shrink <= {SHRINK_CALLS} calls, step deletion <= {MINIMIZE_REPLAYS} replays)")
     return "\n".join(lines)
 
 
@@ -176,15 +175,15 @@ def _catch_settings() -> settings:
 
 @pytest.fixture
 def budget(monkeypatch):
-    """The lockstep's post-catch budgets, smaller than its defaults (8 s shrinking, 10 s step deletion).
+    """The lockstep's post-catch budgets, counted (calls and replays, never seconds).
 
-    A catch's cost is almost all shrinking: Hypothesis spends its whole cap
+    A catch's cost is almost all shrinking: Hypothesis spends its cap
     minimizing the draws of an example that is often already a few steps
     long. The lockstep's own step deletion then gets it short. The shrunk
-    length is still asserted, so a budget too tight shows as a failure.
+    length is asserted, so a budget too tight shows as a failure, on any machine alike.
     """
-    monkeypatch.setattr(lockstep_run, "SHRINK_SECONDS", SHRINK_SECONDS, raising=True)
-    monkeypatch.setattr(lockstep_run, "MINIMIZE_SECONDS", MINIMIZE_SECONDS, raising=True)
+    monkeypatch.setattr(lockstep_run, "SHRINK_CALLS", SHRINK_CALLS, raising=True)
+    monkeypatch.setattr(lockstep_run, "MINIMIZE_REPLAYS", MINIMIZE_REPLAYS, raising=True)
 
 
 def _lockstep_params() -> list:

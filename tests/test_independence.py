@@ -190,3 +190,21 @@ def test_the_subprocess_check_sees_a_planted_import(module, code):
     report = _loaded_after_importing_impl(module, code)
     offenders = _offenders(report["loaded"])
     assert any(m.startswith("envreplica.model") for m in offenders), offenders
+
+
+def test_no_spec_module_imports_the_model():
+    """The spec judges the model: no module under ``spec/`` (the properties above all) imports
+    ``envreplica.model``, anywhere in its source. What a read serves is ``spec.serving``, the seed's read
+    stated over the state; the model's own read is a step the properties judge."""
+    import envreplica.spec
+
+    spec_dir = Path(envreplica.spec.__file__).resolve().parent
+    found = []
+    for path in sorted(p for p in spec_dir.rglob("*.py") if "__pycache__" not in p.parts):
+        rel = path.relative_to(spec_dir).with_suffix("")
+        module = ".".join(["envreplica.spec", *[p for p in rel.parts if p != "__init__"]])
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for line, name in _imported(tree, module, path.name == "__init__.py"):
+            if name == "envreplica.model" or name.startswith("envreplica.model."):
+                found.append(f"{path.name}:{line}: {name}")
+    assert found == [], found

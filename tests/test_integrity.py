@@ -259,6 +259,28 @@ def test_a_sealed_value_edited_in_place_is_detected(live):
     assert_fails_closed(live, "record_values row p1/A")
 
 
+@pytest.mark.parametrize("table, column, where", [
+    ("record_values", "value_enc", "key = 'A'"),  # a sealed blob written back as text
+    ("records", "binding_json", "key = 'B'"),  # a text column given bytes that are not UTF-8
+])
+def test_a_column_of_another_storage_class_is_tampering_not_a_disk_error(live, table, column, where):
+    """Bytes that are not UTF-8 stored as TEXT make SQLite's driver fail the whole read: that names the row as
+    tampered (TamperDetected), not the disk (ReplicaIOError)."""
+    path = Path(live.db_path)
+    tamper(path, (f"UPDATE {table} SET {column} = CAST(X'80FF00C3' AS TEXT) WHERE {where}",))
+    assert rows_typeof(path, table, column, where) == "text"
+    why = assert_fails_closed(live, f"{table} row p1/")
+    assert column in why and "not UTF-8" in why
+
+
+def rows_typeof(path: Path, table: str, column: str, where: str) -> str:
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute(f"SELECT typeof({column}) FROM {table} WHERE {where}").fetchone()[0]
+    finally:
+        conn.close()
+
+
 # ---------------------------------------------------------------------------
 # Whole-file rollback: not seen from inside the file; seen with an anchor
 # ---------------------------------------------------------------------------

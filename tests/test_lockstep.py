@@ -12,6 +12,7 @@ writes, replay, and that a broken implementation is caught and shrunk.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import re
@@ -556,3 +557,32 @@ def test_minimize_renumbers_requests_after_a_shortened_fast_forward():
     assert out[4]["duringFetch"][0]["frame"]["delivery"]["sequence"] == 12
     assert out[6] is later[6]  # past the begin on another stream: as it was
     assert _quiet_runs([{"id": 1}, {"id": 2}, {"id": 3}, {"id": 4}], {2, 3}) == [(1, 3)]
+
+
+def test_shrinking_is_budgeted_in_calls():
+    """The lockstep's shrink budget is a count of test-function calls (never seconds): on the pinned
+    Hypothesis, a failure that would shrink for about a hundred calls stops after the budget."""
+    import hypothesis as hyp
+    from hypothesis import strategies as st
+
+    from envreplica.conformance.lockstep import run as lockstep_run
+
+    assert lockstep_run.shrink_budget_applies(), "this Hypothesis lacks the internals the shrink budget caps"
+
+    def calls_to_fail(budget):
+        calls = []
+
+        @hyp.given(st.lists(st.integers(), min_size=30))
+        @hyp.settings(database=None, derandomize=True, max_examples=20)
+        def always_fails(xs):
+            calls.append(len(xs))
+            raise AssertionError("always")
+
+        with (lockstep_run._shrink_budget(budget, 300.0) if budget else contextlib.nullcontext()), \
+                pytest.raises(AssertionError):
+            always_fails()
+        return len(calls)
+
+    uncapped, capped = calls_to_fail(None), calls_to_fail(5)
+    assert uncapped > 50, uncapped
+    assert capped <= 1 + 5 + 10, capped  # the examples before the failure, the budget, the final replay

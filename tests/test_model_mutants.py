@@ -261,7 +261,16 @@ MUTANTS = (
             ("if not a.gate.activated or not a.gate.is_open or a.attempt_id is not None:",
              "if not a.gate.activated:  # MUTANT"),
         ),
-        TINY_ADV, "nothing_served_unless_open", 1,
+        TINY_ADV, "nothing_served_unless_open", 2,  # a begin, then a read (with the gate staging)
+    ),
+    Mutant(
+        "snapshot_skips_tombstones", "_snapshot leaves tombstoned records out of the served view",
+        _source_mutant(
+            R, "_snapshot",
+            ("        for key, row in rows:\n",
+             "        for key, row in rows:\n            if row.state.head.tombstone:  # MUTANT\n                continue\n"),
+        ),
+        CLOUD_10, "reads_serve_what_the_seed_serves", 8,  # a save, a commit, a delete, a read
     ),
     Mutant(
         "restart_keeps_gate", "restart does not close the gate",

@@ -11,6 +11,12 @@ order of the model's steps of the ops, each op's steps between its call and
 its return, gives every answer the processes got and leaves the tables the
 processes left.
 
+The threaded mode (``Mode.THREADS``) runs the same scenarios, and readiness
+waiters beside the writers (``ScenarioKind.READINESS``: ``ready`` with a
+deadline, ``diagnostics``, ``snapshot``), as threads of one process sharing
+one ``SqliteReplica``: a lock mix-up between the read path and the readiness
+waiters shows there, and never between processes.
+
 Modules, each importing only those above it:
 
 * ``history``: ``Op``, ``History``, ``Response`` (what is compared), formatting;
@@ -18,7 +24,9 @@ Modules, each importing only those above it:
 * ``linearize``: ``check_history`` (the search) and its ``Check`` / ``Verdict``;
 * ``scenarios``: ``ScenarioKind`` and ``generate_scenario``;
 * ``workers``: ``WorkerPool`` (forked processes, barrier, latency store);
-* ``run``: ``run_concurrent``, profiles, ``ConcurrentReport``, shrinking.
+* ``threads``: ``ThreadPool`` (threads of one process on one replica object);
+* ``run``: ``run_concurrent`` (``Mode``: processes or threads), profiles,
+  ``ConcurrentReport``, shrinking.
 
 Leaves out on purpose: crashes and restarts in a batch (``reliability.crash``
 kills processes), the value store changing during a batch (its requests act on
@@ -29,12 +37,14 @@ from envreplica.conformance.concurrent.history import History, Op, OpKind, Respo
 from envreplica.conformance.concurrent.linearize import Check, Verdict, check_history, expected_state, impl_state
 from envreplica.conformance.concurrent.run import (
     PROFILES,
+    Mode,
     ConcurrentFailure,
     ConcurrentReport,
     Profile,
     run_concurrent,
 )
-from envreplica.conformance.concurrent.scenarios import KINDS, Scenario, ScenarioKind, generate_scenario
+from envreplica.conformance.concurrent.scenarios import KINDS, THREAD_KINDS, Scenario, ScenarioKind, generate_scenario
+from envreplica.conformance.concurrent.threads import ThreadPool
 from envreplica.conformance.concurrent.steps import Granularity, ModelOp, sequential_disagreement
 from envreplica.conformance.concurrent.workers import HarnessError, Latency, WorkerPool
 
@@ -47,6 +57,7 @@ __all__ = [
     "History",
     "KINDS",
     "Latency",
+    "Mode",
     "ModelOp",
     "Op",
     "OpKind",
@@ -56,6 +67,8 @@ __all__ = [
     "Scenario",
     "ScenarioKind",
     "Verdict",
+    "THREAD_KINDS",
+    "ThreadPool",
     "WorkerPool",
     "check_history",
     "expected_state",

@@ -52,11 +52,13 @@ class OpKind(str, enum.Enum):
     STATUS = "status"
     SNAPSHOT = "snapshot"
     RECEIPTS = "receipts"
+    READY = "ready"  # awaitProjectEnvReplicaReady with a timeout: true once ready, false at the deadline
+    DIAGNOSTICS = "diagnostics"  # why a snapshot of these projects would fail closed (compared by reason)
 
     @property
     def read_only(self) -> bool:
         """Changes nothing (one read transaction): dropping it from a history leaves a history of the same run."""
-        return self in (OpKind.STATUS, OpKind.SNAPSHOT, OpKind.RECEIPTS)
+        return self in (OpKind.STATUS, OpKind.SNAPSHOT, OpKind.RECEIPTS, OpKind.READY, OpKind.DIAGNOSTICS)
 
 
 #: Ops a batch may hold. ``reset``, ``restart`` and the ``store.*`` ops act on one
@@ -74,6 +76,13 @@ def canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+def compared_result(result: Any) -> Any:
+    """A result as compared: a diagnosis by its reason class (its message is free text for people)."""
+    if isinstance(result, dict) and set(result) == {"reason", "message"}:
+        return {"reason": result["reason"]}
+    return result
+
+
 @dataclass(frozen=True)
 class Response:
     """An adapter response as compared: ``body`` is the canonical result JSON, or the error type."""
@@ -85,7 +94,7 @@ class Response:
     def of(cls, response: Any) -> "Response":
         """The compared part of an adapter response (``{"ok": true, "result"}`` / ``{"ok": false, "error"}``)."""
         if isinstance(response, dict) and response.get("ok") is True and "result" in response:
-            return cls(True, canonical(response["result"]))
+            return cls(True, canonical(compared_result(response["result"])))
         if isinstance(response, dict) and response.get("ok") is False and isinstance(response.get("error"), dict):
             return cls(False, str(response["error"].get("type")))
         return cls(False, f"<not an adapter response: {str(response)[:80]}>")
@@ -131,13 +140,14 @@ class History:
     processes: int = 0  # worker processes of the run
     earlier: int = 0  # histories the same processes ran on the same file before this one
     notes: tuple[str, ...] = field(default=())
+    unit: str = "process"  # who ran each op: a "process" (own connection) or a "thread" (one shared replica)
 
     def without(self, indices) -> "History":
         """The history without the ops whose ``index`` is in ``indices`` (read-only ones: see ``OpKind``)."""
         drop = set(indices)
         return History(self.variant, self.scenario, self.setup, self.setup_responses,
                        tuple(op for op in self.ops if op.index not in drop), self.final_state,
-                       self.readback_error, self.processes, self.earlier, self.notes)
+                       self.readback_error, self.processes, self.earlier, self.notes, self.unit)
 
     @property
     def overlapping(self) -> bool:
@@ -160,6 +170,10 @@ def outcome_of(op: Op) -> str:
         return f"{name} replayed"
     if op.kind is OpKind.SNAPSHOT:
         return f"{name} {'null' if result is None else 'served'}"
+    if op.kind is OpKind.READY and isinstance(result, dict):
+        return f"{name} {'true' if result.get('ready') else 'false'}"
+    if op.kind is OpKind.DIAGNOSTICS:
+        return f"{name} {'serves' if result is None else result.get('reason') if isinstance(result, dict) else '?'}"
     return f"{name} ok"
 
 
@@ -176,14 +190,18 @@ def interleaved(witness: tuple[str, ...]) -> bool:
 def format_history(history: History, *, witness: Optional[list[str]] = None,
                    witness_title: str = "witness (the model's steps in an order that explains every answer)") -> str:
     """The history for people: setup, then each op with its process, times (µs from the first call) and answer."""
+    unit = history.unit
     lines = [f"history: variant {history.variant}, scenario {history.scenario}, {len(history.ops)} ops on "
-             f"{len({op.process for op in history.ops})} processes"]
+             f"{len({op.process for op in history.ops})} {unit}s"]
     if history.earlier:
         plural = "ies" if history.earlier > 1 else "y"
-        lines.append(f"  (the processes had run {history.earlier} earlier histor{plural} on this file, reset in "
-                     f"between: each keeps its connection and its objects, as a host's processes do)")
+        kept = ("each keeps its connection and its objects, as a host's processes do" if unit == "process"
+                else "one replica object, as a host process keeps it")
+        lines.append(f"  (the {unit}s had run {history.earlier} earlier histor{plural} on this file, reset in "
+                     f"between: {kept})")
     lines.extend(f"  note: {note}" for note in history.notes)
-    lines.append("  setup (in order, process 0; store.* sent to every process):")
+    lines.append("  setup (in order, process 0; store.* sent to every process):" if unit == "process"
+                 else "  setup (in order, on the shared replica):")
     for n, request in enumerate(history.setup, 1):
         answer = ""
         if history.setup_responses is not None and n <= len(history.setup_responses):
@@ -193,7 +211,7 @@ def format_history(history: History, *, witness: Optional[list[str]] = None,
         t0 = min(op.call_ns for op in history.ops)
         lines.append("  batch (µs from the first call: [call .. return]):")
         for op in sorted(history.ops, key=lambda o: o.call_ns):
-            lines.append(f"    op{op.index} process {op.process} [{(op.call_ns - t0) / 1000:8.1f} .. "
+            lines.append(f"    op{op.index} {unit} {op.process} [{(op.call_ns - t0) / 1000:8.1f} .. "
                          f"{(op.return_ns - t0) / 1000:8.1f}] {describe_request(op.request)}")
             lines.append(f"        -> {describe_response(op.response)}")
     if history.readback_error:
@@ -210,6 +228,7 @@ def history_to_json(history: History) -> dict:
         "variant": history.variant,
         "scenario": history.scenario,
         "processes": history.processes,
+        "unit": history.unit,
         "earlier": history.earlier,
         "notes": list(history.notes),
         "setup": list(history.setup),

@@ -42,18 +42,25 @@ from typing import Any, Callable, Optional, Union
 
 from envreplica.conformance.concurrent.history import History, history_to_json, interleaved, outcome_of
 from envreplica.conformance.concurrent.linearize import DEFAULT_MAX_NODES, Check, Verdict, check_history
-from envreplica.conformance.concurrent.scenarios import KINDS, Scenario, ScenarioKind, generate_scenario
+from envreplica.conformance.concurrent.scenarios import KINDS, THREAD_KINDS, Scenario, ScenarioKind, generate_scenario
 from envreplica.conformance.concurrent.steps import Granularity
 from envreplica.conformance.concurrent.workers import Latency, WorkerPool
 from envreplica.spec.variants import Variant
 
-__all__ = ["Profile", "ProfileSpec", "PROFILES", "ConcurrentFailure", "ConcurrentReport", "run_concurrent",
+__all__ = ["Mode", "Profile", "ProfileSpec", "PROFILES", "ConcurrentFailure", "ConcurrentReport", "run_concurrent",
            "check_scenario"]
 
 
 class Profile(str, enum.Enum):
     CI = "ci"
     NIGHTLY = "nightly"
+
+
+class Mode(str, enum.Enum):
+    """Who runs a batch's ops at once on one replica."""
+
+    PROCESSES = "processes"  # forked processes, each with its own connection to the file (``WorkerPool``)
+    THREADS = "threads"  # threads of one process sharing one ``SqliteReplica`` (``ThreadPool``)
 
 
 @dataclass(frozen=True)
@@ -116,6 +123,7 @@ class ConcurrentReport:
     seconds: float  # wall time of the histories (forking and shrinking not counted)
     total_seconds: float  # wall time of the whole run
     interleaved: int = 0  # histories whose witness runs some op's transactions apart
+    mode: str = "processes"  # who ran the batches: processes on one file, or threads on one replica
     by_kind: dict = field(default_factory=dict)  # scenario kind -> histories
     outcomes: dict = field(default_factory=dict)  # answer class (``history.outcome_of``) -> ops
     failures: tuple[ConcurrentFailure, ...] = ()
@@ -130,7 +138,7 @@ class ConcurrentReport:
 
     def lines(self) -> list[str]:
         """The figures, for people."""
-        out = [f"concurrent ({self.profile}, variant {self.variant}, seed {self.seed}, {self.granularity} "
+        out = [f"concurrent {self.mode} ({self.profile}, variant {self.variant}, seed {self.seed}, {self.granularity} "
                f"granularity): {self.histories} histories ({self.histories_per_second:.0f}/s), {self.ops} ops, "
                f"{self.overlapping} with ops overlapping, {self.interleaved} whose witness interleaves ops' "
                f"transactions; linearization search {self.nodes} model steps "
@@ -167,6 +175,7 @@ def run_concurrent(
     histories: Optional[int] = None,
     seconds: Optional[float] = None,
     kinds: Optional[tuple[ScenarioKind, ...]] = None,
+    mode: Union[str, Mode] = Mode.PROCESSES,
 ) -> ConcurrentReport:
     """Run concurrent histories of ``variant`` on real processes and check each against the model.
 
@@ -174,9 +183,12 @@ def run_concurrent(
     each process's driver (default ``SqliteDriver``; a mutant's
     ``MutantSqliteDriver`` subclass, or any factory with that signature).
     ``histories`` / ``seconds`` override the profile's budget, ``kinds`` the
-    scenario kinds (in turn). Stops at the first failure, shrinks it, and
+    scenario kinds (in turn; by default ``KINDS`` for processes, ``THREAD_KINDS``
+    for threads). ``mode``: processes on one file, or threads on one replica
+    object (``threads.ThreadPool``). Stops at the first failure, shrinks it, and
     writes it to ``out_dir`` (``concurrent-VARIANT.json`` and ``.txt``).
     """
+    from envreplica.conformance.concurrent.threads import ThreadPool
     from envreplica.conformance.drivers import SqliteDriver
 
     started = time.perf_counter()
@@ -189,7 +201,9 @@ def run_concurrent(
     factory = driver_class or SqliteDriver
     budget = spec.histories if histories is None else histories
     limit = spec.seconds if seconds is None else seconds
-    kinds = tuple(kinds or KINDS)
+    mode = Mode(mode)
+    kinds = tuple(kinds or (THREAD_KINDS if mode is Mode.THREADS else KINDS))
+    pool_class = ThreadPool if mode is Mode.THREADS else WorkerPool
     rng = random.Random(seed)
     scratch = Path(_scratch())
     totals = Counter()
@@ -200,7 +214,7 @@ def run_concurrent(
     histories_started = time.perf_counter()
     histories_seconds = 0.0
     try:
-        with WorkerPool(spec.processes, factory, variant.value, latency=spec.latency, seed=seed,
+        with pool_class(spec.processes, factory, variant.value, latency=spec.latency, seed=seed,
                         scratch=scratch) as pool:
             histories_started = time.perf_counter()
             while totals["histories"] < budget and time.perf_counter() - histories_started < limit:
@@ -218,8 +232,8 @@ def run_concurrent(
                 by_kind[kind.value] += 1
                 if not check.passed:
                     histories_seconds = time.perf_counter() - histories_started
-                    def fresh_pool() -> WorkerPool:
-                        return WorkerPool(spec.processes, factory, variant.value, latency=spec.latency,
+                    def fresh_pool():
+                        return pool_class(spec.processes, factory, variant.value, latency=spec.latency,
                                           seed=seed + 1, scratch=Path(_scratch()))
 
                     failure = _shrink(pool, fresh_pool, scenario, history, check, granularity,
@@ -230,14 +244,14 @@ def run_concurrent(
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     if failure is not None and out_dir is not None:
-        failure = _write_failure(Path(out_dir), failure)
+        failure = _write_failure(Path(out_dir), failure, mode)
     return ConcurrentReport(
         variant=variant.value, profile=profile.value, seed=seed, granularity=granularity.value,
         histories=totals["histories"], ops=totals["ops"], overlapping=totals["overlapping"],
         nodes=totals["nodes"], leaves=totals["leaves"], max_nodes=largest,
         seconds=histories_seconds, total_seconds=time.perf_counter() - started,
         interleaved=totals["interleaved"], by_kind=dict(by_kind), outcomes=dict(outcomes),
-        failures=() if failure is None else (failure,),
+        failures=() if failure is None else (failure,), mode=mode.value,
     )
 
 
@@ -319,20 +333,21 @@ def _on_fresh_processes(fresh_pool: Callable[[], WorkerPool], scenario: Scenario
             if got_check.verdict is check.verdict:
                 if got_history.earlier:
                     got_history = replace(got_history, notes=got_history.notes + (
-                        f"new processes ran this same scenario {got_history.earlier} time"
+                        f"new {got_history.unit}s ran this same scenario {got_history.earlier} time"
                         f"{'s' if got_history.earlier > 1 else ''} before it failed",))
                 return got_history, got_check
     finally:
         pool.close()
         shutil.rmtree(pool.scratch, ignore_errors=True)
-    note = (f"on new processes it did not recur in {n + 1} runs: either a rare race, or what the processes kept "
-            f"from their {history.earlier} earlier histories is part of the cause")
+    note = (f"on new {history.unit}s it did not recur in {n + 1} runs: either a rare race, or what the "
+            f"{history.unit}s kept from their {history.earlier} earlier histories is part of the cause")
     return replace(history, notes=history.notes + (note,)), check
 
 
-def _write_failure(out_dir: Path, failure: ConcurrentFailure) -> ConcurrentFailure:
+def _write_failure(out_dir: Path, failure: ConcurrentFailure, mode: Mode = Mode.PROCESSES) -> ConcurrentFailure:
     out_dir.mkdir(parents=True, exist_ok=True)
-    name = f"concurrent-{failure.history.variant}"
+    name = f"concurrent-{failure.history.variant}" if mode is Mode.PROCESSES \
+        else f"concurrent-{mode.value}-{failure.history.variant}"
     doc = history_to_json(failure.history)
     doc["verdict"] = failure.check.verdict.value
     doc["reason"] = failure.check.reason

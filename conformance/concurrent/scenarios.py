@@ -39,7 +39,7 @@ from typing import Optional
 from envreplica.conformance.lockstep.records import record, staging_id
 from envreplica.model.store import staged_envelope
 
-__all__ = ["BatchOp", "Scenario", "ScenarioKind", "generate_scenario", "KINDS"]
+__all__ = ["BatchOp", "Scenario", "ScenarioKind", "generate_scenario", "KINDS", "THREAD_KINDS"]
 
 ORG = "o1"
 STREAM = "s1"
@@ -54,9 +54,16 @@ class ScenarioKind(str, enum.Enum):
     PAGE_VS_BEGIN = "page-vs-begin"
     DELIVERY_VS_CLOSE = "delivery-vs-close"
     MIXED = "mixed"
+    READINESS = "readiness"  # readers wait for readiness and diagnose while writers commit, close, deliver
 
 
-KINDS: tuple[ScenarioKind, ...] = tuple(ScenarioKind)
+#: The kinds the process mode runs in turn.
+KINDS: tuple[ScenarioKind, ...] = tuple(k for k in ScenarioKind if k is not ScenarioKind.READINESS)
+#: The kinds the threaded mode runs in turn: every kind, with readiness waiters beside the writers every
+#: other history (a reader that waits in one process on a gate another process opens is a poll, not
+#: this race; between threads it is the race the mode is for).
+THREAD_KINDS: tuple[ScenarioKind, ...] = tuple(
+    k for kind in KINDS for k in (kind, ScenarioKind.READINESS))
 
 
 @dataclass(frozen=True)
@@ -351,6 +358,37 @@ def _mixed(cloud: _Cloud, rng: random.Random) -> list[BatchOp]:
     return [BatchOp(i % processes, request, _delay(rng, 800)) for i, request in enumerate(chosen)]
 
 
+def _waiter(rng: random.Random) -> dict:
+    """A reader of the readiness path: a wait (at once, or with a short deadline) or a diagnosis."""
+    choice = rng.random()
+    if choice < 0.55:
+        return {"op": "ready", "timeoutMs": rng.choice((0, 5, 40))}
+    if choice < 0.8:
+        return {"op": "diagnostics", "projectIds": [PROJECT]}
+    return {"op": "snapshot", "projectIds": [PROJECT]}
+
+
+def _readiness(cloud: _Cloud, rng: random.Random) -> list[BatchOp]:
+    """Writers move the gate (a commit opens it, a close or a begin closes it, a delivery writes beside it)
+    while other threads wait for readiness, diagnose and read."""
+    _warm(cloud, rng, 1)
+    roll = rng.random()
+    if roll < 0.6:  # staging: writes that leave the gate closed (a delivery into the attempt), then the commit
+        cloud.stage(change=rng.random() < 0.5)
+        writers = [cloud.commit()]
+        if rng.random() < 0.6:
+            writers.insert(0, cloud.next_delivery())
+    elif roll < 0.8:
+        writers = [{"op": "close"}, _begin(f"a{cloud.attempts + 1}", (1, 2))]
+    else:
+        writers = [cloud.next_delivery(), {"op": "close"}]
+    # The writers start a little later than most waiters, so that a write lands while they wait.
+    batch = [BatchOp(0, request, 200 + _delay(rng, 400)) for request in writers]
+    for _ in range(rng.randint(2, 4)):
+        batch.append(BatchOp(rng.choice((1, 2)), _waiter(rng), _delay(rng, 500)))
+    return batch
+
+
 _BUILD = {
     ScenarioKind.DELIVERY_RACE: _delivery_race,
     ScenarioKind.COMMIT_VS_DELIVERY: _commit_vs_delivery,
@@ -358,6 +396,7 @@ _BUILD = {
     ScenarioKind.PAGE_VS_BEGIN: _page_vs_begin,
     ScenarioKind.DELIVERY_VS_CLOSE: _delivery_vs_close,
     ScenarioKind.MIXED: _mixed,
+    ScenarioKind.READINESS: _readiness,
 }
 
 

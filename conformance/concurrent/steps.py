@@ -50,7 +50,7 @@ import enum
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Optional, Union
 
-from envreplica.conformance.concurrent.history import BATCH_OPS, OpKind, Response, canonical
+from envreplica.conformance.concurrent.history import BATCH_OPS, OpKind, Response, canonical, compared_result
 from envreplica.conformance.drivers import check_request, store_answer
 from envreplica.model import replica as R
 from envreplica.model import store as value_store
@@ -65,6 +65,7 @@ from envreplica.spec.domain import (
     PageFrame,
     PageRefused,
     Pending,
+    Readiness,
     ReplicaError,
 )
 
@@ -107,7 +108,7 @@ def model_response(result: Any) -> Response:
     """The model's result as compared (``Failed``: its error type; else the result's wire JSON)."""
     if isinstance(result, Failed):
         return Response(False, result.kind)
-    return Response(True, canonical(wire.encode(result)))
+    return Response(True, canonical(compared_result(wire.encode(result))))
 
 
 class StoreAnswers:
@@ -214,7 +215,7 @@ class ModelOp:
             self._action = Commit(wire.parse_commit(r["frame"]))
         elif k is OpKind.CLOSE:
             self._action = CloseGate()
-        elif k is OpKind.SNAPSHOT:
+        elif k in (OpKind.SNAPSHOT, OpKind.DIAGNOSTICS):
             self.project_ids = wire.parse_project_ids(r["projectIds"])
 
     # -- steps ---------------------------------------------------------------
@@ -229,6 +230,10 @@ class ModelOp:
             return st, Finished(model_response(R.read_snapshot(st, self.project_ids, self.cfg))), "read"
         if k is OpKind.RECEIPTS:
             return st, Finished(model_response(list(R.list_receipts(st)))), "read"
+        if k is OpKind.READY:  # true at a moment it is ready, false at one it is not (its deadline's)
+            return st, Finished(model_response(Readiness(R.is_ready(st)))), "read"
+        if k is OpKind.DIAGNOSTICS:
+            return st, Finished(model_response(R.diagnose(st, self.project_ids, self.cfg))), "read"
         if k in (OpKind.BEGIN, OpKind.COMMIT, OpKind.CLOSE):
             st, result = step(self.cfg, st, self._action)
             return st, Finished(model_response(result)), "transaction"

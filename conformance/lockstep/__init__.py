@@ -58,9 +58,10 @@ phase that hill-climbs on it runs only where the budget is large
 Choices: each rule draws one block of bytes and makes every choice from it
 (``draw._Draw``), so a step has the same shape in Hypothesis's choice sequence
 whatever the state; shrinking then stays aligned when steps are deleted.
-Shrinking is capped (``run.SHRINK_SECONDS``); then the concrete requests of the
-shrunk example are minimized by deleting steps and nested requests while
-the divergence stays the same (``run.MINIMIZE_SECONDS``).
+Shrinking is capped by a count of calls (``run.SHRINK_CALLS``); then the
+concrete requests of the shrunk example are minimized by deleting steps and
+nested requests while the divergence stays the same (``run.MINIMIZE_REPLAYS``
+replays). Counts, not seconds: a busy machine finds the same trace.
 
 Coverage: ``COVERAGE`` (process-wide: every run of the process) and each
 run's ``LockstepReport.coverage`` count the ops, refusal codes,
@@ -114,7 +115,7 @@ Modules, each importing only those above it:
   ``LockstepReport``, minimization, ``replay_steps`` / ``replay_requests``.
 
 This package re-exports ``__all__`` and the few other names the CLI and the
-tests use. The budgets ``SHRINK_SECONDS`` and ``MINIMIZE_SECONDS`` are left
+tests use. The budgets ``SHRINK_CALLS`` and ``MINIMIZE_REPLAYS`` are left
 out on purpose: ``run`` reads them at call time, so patch them there
 (a copy here would take the patch and change nothing).
 """

@@ -37,6 +37,7 @@ from envreplica.checker.coverage import (
     print_coverage_table,
 )
 from envreplica.conformance.drivers import OPS
+from envreplica.conformance.lockstep.records import MOVES, move_label, moved_facets
 from envreplica.spec.domain import RefusalCode, WithheldReason
 from envreplica.spec.gate import TRANSITIONS, GateEdge
 
@@ -160,6 +161,9 @@ def sequence_item(n: int) -> str:
     return f"an example consumed >= {n:,}"
 
 
+#: The fields of a legacy (v1) envelope (``generate.LEGACY_FIELD_TYPES`` draws another JSON type for each).
+LEGACY_FIELDS = ("v", "kind", "projectId", "key", "value")
+
 FAST_FORWARDED = "fast-forwarded deliveries"
 SHORTER_REPLAY = "replayed below a decimal boundary"
 INPUT_ITEMS = (
@@ -175,6 +179,14 @@ INPUT_ITEMS = (
     ("ack bound", "page exactly at the bound, accepted"),
     ("ack bound", "page 1 byte over the bound, refused"),
     *(("served value", name) for name in VALUE_CLASSES),  # a snapshot served an installed value of the class
+    # A whole page at the project's live version whose records differ from the live ones by membership only.
+    ("live-version page", "a live record left out"),
+    ("live-version page", "a record added"),
+    # A record sent (in a page or a delivery) that moves several of its fields at once against the one the
+    # replica holds: every combination the record domain allows.
+    *(("record move", move) for move in MOVES),
+    # A legacy envelope whose field has another JSON type, read (the seed: value_unavailable).
+    *(("legacy envelope", f"{field} of another JSON type, read") for field in LEGACY_FIELDS),
 )
 _MAX_REASON = "x" * 64
 
@@ -256,6 +268,66 @@ def input_items(request: Any, response: Any, state, ack_page_bytes: int) -> Coun
                 sequence, applied = request["frame"]["delivery"]["sequence"], result["appliedThrough"]["sequence"]
                 if len(str(sequence)) < len(str(applied)):
                     out[SHORTER_REPLAY] += 1
+    except (KeyError, TypeError, AttributeError, ValueError):
+        pass  # an odd request or result: nothing to count
+    return out
+
+
+def _wire_state(row) -> dict:
+    from envreplica.spec import wire
+
+    return wire.encode(row.state)
+
+
+def record_items(request: Any, response: Any, pre, answer_of) -> Counter:
+    """The record-shape items one top-level request reached, judged against the model's state before it
+    (``pre``): a whole page at the live version differing by membership only, a delivery's record move (the
+    fields it changes of the record it moves), a legacy envelope with a field of another JSON type read.
+    ``answer_of(project, key, ref)`` is what the model's value store answers for a reference."""
+    import json
+
+    out: Counter = Counter()
+    if not isinstance(request, dict) or not isinstance(response, dict) or response.get("ok") is not True:
+        return out
+    op, result, frame = request.get("op"), response.get("result"), request.get("frame")
+    try:
+        if op == "page" and frame["after"] is None and frame["complete"] is True \
+                and frame["recordVersion"] == pre.projects.get(frame["projectId"], 0):
+            live = {k: _wire_state(row) for (p, k), row in pre.records.items() if p == frame["projectId"]}
+            sent = {r["key"]: r for r in frame["records"]}
+            if sent.keys() != live.keys() and all(live[k] == sent[k] for k in sent.keys() & live.keys()):
+                if live.keys() - sent.keys():
+                    out["a live record left out"] += 1
+                if sent.keys() - live.keys():
+                    out["a record added"] += 1
+        if op in ("page", "delivery") and isinstance(result, dict):
+            # Each record sent against the one the replica holds for its key (staged under the open attempt,
+            # else live): the fields the move changes.
+            attempt = pre.authority.attempt_id
+            for sent in frame["records"] if op == "page" else [frame["state"]]:
+                key = (frame["projectId"], sent["key"])
+                row = pre.stage_records.get((attempt, *key)) if attempt is not None else None
+                row = row if row is not None else pre.records.get(key)
+                facets = () if row is None else moved_facets(_wire_state(row), sent)
+                if facets:
+                    out[move_label(facets)] += 1
+        if op in ("page", "delivery") and isinstance(result, dict):
+            items = result.get("results") if op == "page" else [result.get("result")]
+            for item in items or ():
+                if item["materialization"] != {"kind": "unavailable", "reason": "value_unavailable"}:
+                    continue
+                ref = item["state"]["head"]["valueRef"]
+                raw = answer_of(frame["projectId"], item["state"]["key"], ref) if ref and ref["kind"] == "legacy" \
+                    else None
+                try:
+                    envelope = json.loads(raw) if isinstance(raw, str) else None
+                except ValueError:
+                    envelope = None
+                if isinstance(envelope, dict) and set(envelope) == set(LEGACY_FIELDS):
+                    for field in LEGACY_FIELDS:
+                        expected = int if field == "v" else str
+                        if type(envelope[field]) is not expected:
+                            out[f"{field} of another JSON type, read"] += 1
     except (KeyError, TypeError, AttributeError, ValueError):
         pass  # an odd request or result: nothing to count
     return out

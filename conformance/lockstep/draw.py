@@ -51,6 +51,17 @@ class _Draw:
     def one(self, seq: Sequence):
         return seq[self.index(len(seq))]
 
+    def spread(self, seq: Sequence, salt: bytes = b""):
+        """One of ``seq``, spread evenly over a long sequence: Hypothesis's bytes are far from uniform (many 0s
+        and 255s), so ``one`` of fifty options keeps choosing the ends, and it often draws a block it drew
+        before, so a hash of the block alone keeps choosing the same few. The choice is a stable hash of the
+        whole block, this choice's place in it and ``salt`` (what the choice is about, e.g. the record it
+        moves); a 0 byte, where shrinking goes, is the first option."""
+        i = self.used
+        if self._byte() == 0:
+            return seq[0]
+        return seq[zlib.crc32(self.block + bytes([i % 256]) + salt) % len(seq)]
+
     def weighted(self, options: Sequence[tuple[int, Any]], *, tail: Optional[int] = None):
         """One value; options with weight 0 are skipped. The first option is the shrink target.
 

@@ -32,7 +32,15 @@ from envreplica.conformance.lockstep.domains import (
 )
 from envreplica.conformance.lockstep.coverage import page_ack_bytes
 from envreplica.conformance.lockstep.draw import _Draw
-from envreplica.conformance.lockstep.records import _moved, _View, record, ref_for, staging_id
+from envreplica.conformance.lockstep.records import (
+    _moved,
+    _View,
+    combined_move,
+    moves_of,
+    record,
+    ref_for,
+    staging_id,
+)
 from envreplica.model.store import legacy_envelope, legacy_parameter_name, staged_envelope
 from envreplica.spec import wire
 from envreplica.spec.domain import MatKind
@@ -77,6 +85,31 @@ def wrong_legacy_envelope(d: _Draw, project: str, key: str, value: str) -> str:
     return legacy_envelope(project, key + "Z", value)
 
 
+#: The fields of a legacy (v1) envelope, each with values of another JSON type than the seed's reader takes.
+LEGACY_FIELD_TYPES = {
+    "v": ("1", True, None, [1]),
+    "kind": (1, None, ["project-env"]),
+    "projectId": (1, None, {"id": "p1"}),
+    "key": (7, False, ["A"]),
+    "value": (5, 2.5, None, True, {"v": "secret"}, ["secret"]),
+}
+
+
+#: The field ``typed_legacy_envelope`` gives another type: ``value`` (the text a task reads) twice as often.
+_TYPED_FIELDS = ("v", "kind", "projectId", "key", "value", "value")
+
+
+def typed_legacy_envelope(d: _Draw, project: str, key: str, value: str, field: Optional[str] = None) -> str:
+    """A legacy envelope with every key in place but one field of another JSON type (a number, an object, an
+    array, null, a boolean): ``parseStoredProjectEnv`` throws on it, and the seed reads ``value_unavailable``.
+    An implementation that takes a field to be text raises later instead, or compares a number with a string."""
+    envelope = json.loads(legacy_envelope(project, key, value))
+    salt = json.dumps([project, key, value]).encode()
+    field = field or d.spread(_TYPED_FIELDS, salt)
+    envelope[field] = d.spread(LEGACY_FIELD_TYPES[field], salt)
+    return json.dumps(envelope, separators=(",", ":"))
+
+
 def stored_envelope(d: _Draw, ref: dict, org: str, project: str, key: str, value: str, wrong: bool = False) -> str:
     """The text a store holds for ``ref`` (a wire value reference): the envelope the seed reads back as
     ``value`` for (``org``, ``project``, ``key``), or with ``wrong`` one wrong in a single field (drawing
@@ -108,8 +141,10 @@ class _Gen:
         return record(key, rev, gen, tomb, ref, binding, epoch, d.index(3))
 
     @classmethod
-    def record(cls, d: _Draw, key: str, current: Optional[dict], kept: Sequence[int] = (1, 2)) -> dict:
-        """Mostly the next record a consistent cloud would send; sometimes an odd one."""
+    def record(cls, d: _Draw, key: str, current: Optional[dict], kept: Sequence[int] = (1, 2),
+               where: str = "") -> dict:
+        """Mostly the next record a consistent cloud would send; sometimes an odd one. ``where`` (the
+        state it is sent in) salts the choice among the many combined moves (``_Draw.spread``)."""
         if current is None:
             choice = d.weighted([(6, "create"), (1, "fence"), (2, "random"), (1, "create2")])
             if choice == "create":
@@ -126,9 +161,12 @@ class _Gen:
             moves = ["rotate", "upgrade", "delete", "withhold", "relist", "omit"]
             if current["binding"] is not None:
                 moves.insert(0, "bind")
-        choice = d.weighted([(11, "advance"), (3, "same"), (2, "random"), (2, "older"), (2, "twin"), (1, "twice")])
+        choice = d.weighted([(11, "advance"), (3, "same"), (2, "random"), (2, "older"), (2, "twin"), (1, "twice"),
+                             (36, "combined")])
         if choice == "advance":
             return _moved(current, d.one(moves))
+        if choice == "combined":  # several fields at once: every combination the record domain allows
+            return combined_move(current, d.spread(moves_of(current), (where + json.dumps(current, sort_keys=True)).encode()))
         if choice == "same":
             return current
         if choice == "twice":
@@ -192,10 +230,27 @@ class _Gen:
             if live_v > 0:
                 options.append((4, live_v - 1))
             version = d.weighted(options)
+        membership = None
         if version == live_v and not d.flag(20):
-            # The live version again: a consistent cloud resends the live records as they are.
+            # The live version again: a consistent cloud resends the live records as they are. Now and then a
+            # whole snapshot at that version whose records differ from the live ones by membership only: one
+            # live record left out, or one added (the seed refuses both, snapshot_version_conflict).
             live = v.live(project)
+            membership = d.weighted([(6, None), (5 if live else 0, "left out"), (1, "added")])
+            if membership is not None:
+                after = None
             candidates = [live[k] for k in sorted(live) if after is None or k > after]
+            if membership == "left out" and candidates:
+                candidates.pop(d.index(len(candidates)))
+            elif membership == "added":
+                fresh = [k for k in KEYS if k not in live]
+                if fresh:
+                    candidates = sorted(candidates + [record(d.one(fresh), epoch=v.epochs[0] if v.epochs else 1)],
+                                        key=lambda r: r["key"])
+            if membership is not None:
+                frame = {"opId": f"page-{project}", "attemptId": attempt, "projectId": project, "after": None,
+                         "recordVersion": version, "records": candidates, "complete": True}
+                return {"op": "page", "frame": frame}
         else:
             candidates = []
             keys = [k for k in KEYS if after is None or k > after]
@@ -203,7 +258,7 @@ class _Gen:
             for k in keys:
                 if d.index(100) < (70 if k in known else 35):
                     current = v.current(project, k, staged=mine) or v.current(project, k, staged=False)
-                    candidates.append(cls.record(d, k, current, v.epochs))
+                    candidates.append(cls.record(d, k, current, v.epochs, f"{project}@{version}#{v.applied}"))
         n = len(candidates)
         take = d.weighted([(6, min(n, 2)), (2, min(n, 1)), (1, 0), (1, n)])
         records = candidates[:take]
@@ -256,7 +311,7 @@ class _Gen:
             existing = v.live(project)
         record_version = max(1, d.weighted([(16, base + 1), (2, base), (2, base + 2)]))
         key = cls.key(d, existing)
-        state = cls.record(d, key, existing.get(key), v.epochs)
+        state = cls.record(d, key, existing.get(key), v.epochs, f"{project}@{record_version}#{sequence}")
         frame = {"kind": wire.APPLY_KIND, "opId": f"d-{sequence}", "projectId": project,
                  "recordVersion": record_version, "state": state,
                  "delivery": {"streamId": stream, "sequence": sequence}}
@@ -314,7 +369,8 @@ class _Gen:
                 ref = h["valueRef"]
         org = v.org or ORG
         value = draw_value(d)
-        what = d.weighted([(30, "put"), (3, "wrong"), (2, "garbage"), (2, "version"), (3, "missing"), (3, "error")])
+        what = d.weighted([(30, "put"), (3, "wrong"), (2, "garbage"), (2, "version"), (3, "missing"), (3, "error"),
+                           (12 if ref["kind"] == "legacy" else 0, "typed")])
         if what in ("missing", "error"):
             return {"op": "store.fail", "projectId": project, "key": key, "ref": ref, "mode": what}
         out = {"op": "store.put", "projectId": project, "key": key, "ref": ref}
@@ -323,7 +379,9 @@ class _Gen:
             out["reportedVersion"] = ref["ssmVersion"] + 1
         if what == "garbage":
             raw = d.one(["{not json", json.dumps({"v": 3, "kind": "project-env"}), "[]"])
-        out["raw"] = raw if what == "garbage" else _Gen.restyle(d, raw)
+        if what == "typed":
+            raw = typed_legacy_envelope(d, project, key, value)
+        out["raw"] = raw if what in ("garbage", "typed") else _Gen.restyle(d, raw)
         return out
 
     # -- reads, close, restart ---------------------------------------------------
@@ -482,10 +540,16 @@ class _Gen:
     @classmethod
     def reconciled(cls, d: _Draw, key: str, current: Optional[dict], kept: Sequence[int]) -> dict:
         """A record in a clean reconciliation's page: mostly one move ahead of the one held (or a first
-        save), sometimes as held, sometimes a conflicting twin (same counters, another binding: F2)."""
-        how = d.weighted([(6, "advance"), (2 if current else 0, "same"), (1 if current else 0, "twin")])
+        save), sometimes as held, sometimes a conflicting twin (same counters, another binding: F2),
+        sometimes several moves at once (a combined move that bumps the revision or the generation: the
+        cloud moved the record more than once since the replica last heard)."""
+        how = d.weighted([(6, "advance"), (2 if current else 0, "same"), (1 if current else 0, "twin"),
+                          (6 if current else 0, "combined")])
         if how == "advance":
             return cls.advance(d, key, current, kept)
+        if how == "combined":
+            ahead = [m for m in moves_of(current) if m.startswith(("revision", "generation"))]
+            return combined_move(current, d.spread(ahead))
         return current if how == "same" else _moved(current, "twin")
 
     @classmethod
@@ -525,12 +589,15 @@ class _Gen:
                     continue  # no legacy name: value_reference_invalid, nothing to read
                 # Mostly the right envelope; one in five another answer, as ``machine._missing_values`` gives.
                 answer = dd.weighted([(20, "correct"), (4, "wrong"), (0 if staged else 1, "version"),
-                                      (1, "missing"), (1, "error")])
+                                      (0 if staged else 10, "typed"), (1, "missing"), (1, "error")])
                 if answer in ("missing", "error"):
                     out.append({"op": "store.fail", "projectId": project, "key": key, "ref": ref, "mode": answer})
                     continue
                 raw = stored_envelope(dd, ref, org, project, key, value, wrong=answer == "wrong")
-                put = {"op": "store.put", "projectId": project, "key": key, "ref": ref, "raw": cls.restyle(dd, raw)}
+                if answer == "typed":  # the fields in turn (a reconciliation makes many: each is reached)
+                    raw = typed_legacy_envelope(dd, project, key, value, field=tuple(LEGACY_FIELD_TYPES)[turn % 5])
+                put = {"op": "store.put", "projectId": project, "key": key, "ref": ref,
+                       "raw": raw if answer == "typed" else cls.restyle(dd, raw)}
                 if answer == "version":
                     put["reportedVersion"] = ref["ssmVersion"] + 1
                 out.append(put)
@@ -621,6 +688,35 @@ class _Gen:
         sequence = v.applied + 1
         frame = {"kind": wire.APPLY_KIND, "opId": f"d-{sequence}", "projectId": project,
                  "recordVersion": record_version, "state": state,
+                 "delivery": {"streamId": v.stream, "sequence": sequence}}
+        if v.attempt is not None:
+            frame["reconciliationAttemptId"] = v.attempt
+        return {"op": "delivery", "frame": frame}
+
+    @staticmethod
+    def moved_delivery(rng: random.Random, v: _View) -> Optional[dict]:
+        """The next delivery of a burst of moves (``machine.do_delivery``, drawn with ``rng``): a record the
+        replica holds (live while the gate is open, else staged in a complete project of the open attempt)
+        moved by one of the combined moves it can make (``records.moves_of``, uniformly: the rng's bytes are,
+        Hypothesis's are not), at the project's next record version. None when there is nothing to move."""
+        if v.stream is None or (v.attempt is None and not v.gate_open):
+            return None
+        if v.attempt is None:
+            version = {p: n for p, n in v.live_versions.items() if n >= 1}
+            rows = {(p, k): row for (p, k), row in v.state.records.items() if p in version}
+        else:
+            version = {p: sp.record_version for p, sp in v.stage.items()
+                       if sp.complete and sp.record_version is not None and sp.record_version >= 1}
+            rows = {(p, k): row for (a, p, k), row in v.state.stage_records.items()
+                    if a == v.attempt and p in version}
+        if not rows:
+            return None
+        project, key = rng.choice(sorted(rows))
+        current = wire.encode(rows[(project, key)].state)
+        state = combined_move(current, rng.choice(moves_of(current)))
+        sequence = v.applied + 1
+        frame = {"kind": wire.APPLY_KIND, "opId": f"d-{sequence}", "projectId": project,
+                 "recordVersion": version[project] + 1, "state": state,
                  "delivery": {"streamId": v.stream, "sequence": sequence}}
         if v.attempt is not None:
             frame["reconciliationAttemptId"] = v.attempt

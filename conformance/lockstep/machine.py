@@ -28,6 +28,7 @@ from envreplica.conformance.lockstep.coverage import (
     FAST_FORWARDED,
     RESENT_ITEM,
     input_items,
+    record_items,
     sequence_items,
     value_classes,
 )
@@ -40,7 +41,7 @@ from envreplica.conformance.lockstep.domains import (
     draw_value,
 )
 from envreplica.conformance.lockstep.draw import BLOCK_BYTES, FFWD_SEED_BYTES, _BLOCKS, _Draw
-from envreplica.conformance.lockstep.generate import _Gen, stored_envelope
+from envreplica.conformance.lockstep.generate import _Gen, stored_envelope, typed_legacy_envelope
 from envreplica.conformance.lockstep.records import _fetchable, _View
 from envreplica.conformance.lockstep.traces import write_trace
 from envreplica.model.state import State, Variant
@@ -258,6 +259,14 @@ class LockstepMachine(RuleBasedStateMachine):
         self.failure = reason
         raise LockstepDivergence(reason)
 
+    def _stored_text(self, project: str, key: str, ref: dict) -> Optional[str]:
+        """The text the model's value store holds for a legacy reference (None: nothing, or not text)."""
+        from envreplica.model.store import Found, legacy_parameter_name
+
+        name = legacy_parameter_name(self.model.cfg.prefix, project, key)
+        answer = self.model.store.get((name, ref["ssmVersion"]))
+        return answer.raw if isinstance(answer, Found) else None
+
     def send(self, request: dict, quiet: bool = False) -> dict:
         """One step on both sides; asserts they agree and the state checks pass.
 
@@ -268,6 +277,7 @@ class LockstepMachine(RuleBasedStateMachine):
         request = self._number(request)
         self._remember(request)
         wire_request = json.dumps(request)  # each side decodes its own copy, as an adapter would
+        pre = self.model.state
         model_response = self.model.handle(json.loads(wire_request))
         try:
             impl_response = self.impl.handle(json.loads(wire_request))
@@ -290,6 +300,7 @@ class LockstepMachine(RuleBasedStateMachine):
             cov.values.update(held)
             COVERAGE.values.update(held)
             found = input_items(request, model_response, self.model.state, self.model.cfg.ack_page_bytes)
+            found.update(record_items(request, model_response, pre, self._stored_text))
         cov.inputs.update(found)
         COVERAGE.inputs.update(found)
         for edge in self.edges:
@@ -381,7 +392,7 @@ class LockstepMachine(RuleBasedStateMachine):
             if name is None or (name, version) in self.model.store:
                 continue
             answer = d.weighted([(24, "correct"), (12 if staged else 6, "wrong"), (2, "garbage"),
-                                 (0 if staged else 6, "version"),
+                                 (0 if staged else 6, "version"), (0 if staged else 20, "typed"),
                                  (2, "missing"), (2, "error"), (2, "none")])
             if answer == "none":
                 continue
@@ -392,8 +403,10 @@ class LockstepMachine(RuleBasedStateMachine):
             raw = stored_envelope(d, ref, org, project, key, value, wrong=answer == "wrong")
             if answer == "garbage":
                 raw = d.one(["{not json", json.dumps({"v": 3, "kind": "project-env"})])
+            if answer == "typed":
+                raw = typed_legacy_envelope(d, project, key, value)
             put = {"op": "store.put", "projectId": project, "key": key, "ref": ref,
-                   "raw": raw if answer == "garbage" else _Gen.restyle(d, raw)}
+                   "raw": raw if answer in ("garbage", "typed") else _Gen.restyle(d, raw)}
             if answer == "version":
                 put["reportedVersion"] = ref["ssmVersion"] + 1
             puts.append(put)
@@ -437,9 +450,20 @@ class LockstepMachine(RuleBasedStateMachine):
         self._send_stocked(d, v, self._with_crash_or_nested(crash, d, v, self._near_ack_bound(d, v, _Gen.page(d, v))))
 
     def do_delivery(self, data) -> None:
+        """A delivery; now and then followed by a burst of deliveries that each move a held record by
+        several fields at once (``_Gen.moved_delivery``: every combination the record domain allows, drawn
+        uniformly from a generator seeded with the block, where Hypothesis's own bytes would keep choosing
+        the same few of the many)."""
         d, v = _Draw(data), self.view()
         crash = _crash_draw(d)
         self._send_stocked(d, v, self._with_crash_or_nested(crash, d, v, _Gen.delivery(d, v)))
+        if d.flag(20):
+            rng = random.Random(zlib.crc32(data))
+            for _ in range(2 + d.index(8)):
+                request = _Gen.moved_delivery(rng, self.view())
+                if request is None:
+                    break
+                self.send(request)
 
     def _send_stocked(self, d: _Draw, v: _View, request: dict) -> None:
         """A page or delivery of the adversarial rules, half the time right after the store answers for

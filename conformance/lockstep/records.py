@@ -72,6 +72,76 @@ def _moved(r: dict, move: str) -> dict:
     return out
 
 
+#: The fields one cloud-side move of a record can change at once. A tombstone flip changes the value
+#: reference too (a tombstone has none), so a move with ``tombstone`` always has ``value ref``.
+MOVE_FACETS = ("revision", "generation", "tombstone", "value ref", "epoch", "binding")
+
+
+def move_label(facets: Sequence[str]) -> str:
+    """The coverage item of a move that changes ``facets`` (in ``MOVE_FACETS`` order)."""
+    return "+".join(f for f in MOVE_FACETS if f in facets)
+
+
+#: Every move the record domain allows: each non-empty set of facets, with ``value ref`` whenever
+#: ``tombstone`` (47 of the 63 sets).
+MOVES = tuple(move_label(fs) for n in range(1, 2 ** len(MOVE_FACETS))
+              for fs in [[f for i, f in enumerate(MOVE_FACETS) if n >> i & 1]]
+              if "tombstone" not in fs or "value ref" in fs)
+
+
+def moves_of(current: dict) -> tuple[str, ...]:
+    """The ``MOVES`` that ``current`` can make: a tombstone has no value reference to change, so on a tombstone
+    a move with ``value ref`` is one with ``tombstone`` (the restore)."""
+    if not current["head"]["tombstone"]:
+        return MOVES
+    return tuple(m for m in MOVES if "value ref" not in m or "tombstone" in m)
+
+
+def moved_facets(current: dict, incoming: dict) -> tuple[str, ...]:
+    """Which of ``MOVE_FACETS`` ``incoming`` changes of ``current`` (wire records)."""
+    ch, ih = current["head"], incoming["head"]
+    changed = {
+        "revision": ch["revision"] != ih["revision"],
+        "generation": ch["generation"] != ih["generation"],
+        "tombstone": ch["tombstone"] != ih["tombstone"],
+        "value ref": ch["valueRef"] != ih["valueRef"],
+        "epoch": current["policyEpoch"] != incoming["policyEpoch"],
+        "binding": current["binding"] != incoming["binding"],
+    }
+    return tuple(f for f in MOVE_FACETS if changed[f])
+
+
+def combined_move(current: dict, label: str) -> dict:
+    """``current`` with every facet of the move ``label`` changed at once (each one step on; a value reference
+    to another staging id or legacy version; the next policy epoch; the next binding). A move the current
+    record cannot make (a new value reference on a tombstone, without a flip) changes the rest only."""
+    facets = set(label.split("+"))
+    key, h = current["key"], current["head"]
+    out = json.loads(json.dumps(current))
+    oh = out["head"]
+    if "revision" in facets:
+        oh["revision"] = h["revision"] + 1
+    if "generation" in facets:
+        oh["generation"] = h["generation"] + 1
+    tombstone = h["tombstone"] != ("tombstone" in facets)
+    oh["tombstone"] = tombstone
+    if tombstone:
+        oh["valueRef"] = None
+    elif "value ref" in facets or h["tombstone"]:
+        ref = ref_for(key, oh["generation"])
+        if ref == h["valueRef"]:
+            ref = ({"kind": "staged", "stagingId": staging_id(key, oh["generation"], 2)} if ref["kind"] == "staged"
+                   else {"kind": "legacy", "ssmVersion": ref["ssmVersion"] + 1})
+        oh["valueRef"] = ref
+    if "epoch" in facets:
+        out["policyEpoch"] = 1 if current["policyEpoch"] is None else current["policyEpoch"] % 3 + 1
+    if "binding" in facets:
+        binding = current["binding"]
+        out["binding"] = ({"kind": "omit"} if binding is None
+                          else {"kind": "withhold", "reason": REASONS[0]} if binding["kind"] == "omit" else None)
+    return out
+
+
 def _fetchable(r: Any, epochs: Sequence[int]) -> bool:
     """Whether a record would be fetched from the value store (before looking at what is stored)."""
     try:

@@ -2,10 +2,13 @@
 
 ``lockstep_settings`` sizes a profile (``PROFILE_EXAMPLES``);
 ``run_lockstep`` runs ``LockstepMachine`` with Hypothesis's shrinking capped
-(``SHRINK_SECONDS``), then ``_minimize`` deletes needless steps from the
-concrete requests (``MINIMIZE_SECONDS``) and ``_report`` writes the
-``LockstepReport``. Both budgets are read here when a run needs them:
-patch them on this module (``envreplica.conformance.lockstep.run``).
+(``SHRINK_CALLS`` test-function calls), then ``_minimize`` deletes needless
+steps from the concrete requests (``MINIMIZE_REPLAYS`` replays) and
+``_report`` writes the ``LockstepReport``. Both budgets are counts, so a
+busy machine shrinks to the same trace as an idle one; the seconds of
+``SHRINK_GUARD_SECONDS`` and ``MINIMIZE_GUARD_SECONDS`` only stop a hang.
+All are read here when a run needs them: patch them on this module
+(``envreplica.conformance.lockstep.run``).
 ``replay_steps`` / ``replay_requests`` send saved requests to both sides.
 """
 
@@ -82,29 +85,77 @@ def lockstep_settings(profile: str = "ci", *, max_examples: Optional[int] = None
     )
 
 
-#: Seconds Hypothesis may spend shrinking a failure (its own default is 300). Each
-#: shrink attempt replays an example on SQLite (tens of ms); Hypothesis deletes most
-#: steps in the first seconds and then lowers choices byte by byte, which only makes
-#: the frames look simpler. ``_minimize`` then deletes the remaining needless steps
-#: from the concrete requests. Measured on the 16 mutants of tests/impl_mutants.py:
-#: 20 s gave shrunk traces of 3-8 steps, 8 s the same lengths in half the time.
-SHRINK_SECONDS = 8.0
+#: Test-function calls Hypothesis may make shrinking one failure. Each replays an example on the
+#: implementation (tens of ms on SQLite); Hypothesis deletes most steps in its first passes and then
+#: lowers choices one by one, which only makes the frames look simpler, and it stops by itself after
+#: 200 calls without progress. ``_minimize`` then deletes the remaining needless steps from the
+#: concrete requests. A count, not seconds: the same trace on a busy machine as on an idle one.
+SHRINK_CALLS = 200
+#: Seconds after which a shrink stops whatever the count: a guard against a hang only, far above what
+#: ``SHRINK_CALLS`` needs (Hypothesis's own guard).
+SHRINK_GUARD_SECONDS = 300.0
 
 
 @contextlib.contextmanager
-def _shrink_budget(seconds: Optional[float]):
-    """Temporarily cap Hypothesis's shrinking time (``engine.MAX_SHRINKING_SECONDS``)."""
-    from hypothesis.internal.conjecture import engine
+def _shrink_budget(calls: int, guard_seconds: float):
+    """Cap each of Hypothesis's shrinks at ``calls`` test-function calls, and its time at ``guard_seconds``.
 
-    old = getattr(engine, "MAX_SHRINKING_SECONDS", None)
-    if seconds is None or old is None:
+    ``Shrinker.shrink`` marks on its engine the call count at which to stop; the engine's
+    ``test_function`` raises ``StopShrinking`` (which ``shrink`` catches: the best example so far stands)
+    once it is reached. Both are Hypothesis internals: a version without them shrinks under its own
+    limits (``shrink_budget_applies`` says whether this one is capped; a test holds the pinned one to it).
+    """
+    from hypothesis.internal.conjecture import engine, shrinker
+
+    if not shrink_budget_applies():
         yield
         return
-    engine.MAX_SHRINKING_SECONDS = seconds
+    old_seconds = engine.MAX_SHRINKING_SECONDS
+    old_shrink = shrinker.Shrinker.shrink
+    old_explain = shrinker.Shrinker.explain
+    old_test = engine.ConjectureRunner.test_function
+
+    def shrink(self) -> None:
+        # Shrinks nest (a pass may shrink a part with a shrinker of its own): the outermost one arms.
+        outermost = getattr(self.engine, "_envreplica_stop_at", None) is None
+        if outermost:
+            self.engine._envreplica_stop_at = self.engine.call_count + calls
+        try:
+            old_shrink(self)
+        finally:
+            if outermost:
+                self.engine._envreplica_stop_at = None
+
+    def explain(self) -> None:  # the explain phase (which parts of a failure vary freely): not run, not capped
+        return None
+
+    def test_function(self, data) -> None:
+        stop_at = getattr(self, "_envreplica_stop_at", None)
+        if stop_at is not None and self.call_count >= stop_at:
+            raise shrinker.StopShrinking
+        old_test(self, data)
+
+    shrinker.Shrinker.shrink = shrink
+    shrinker.Shrinker.explain = explain
+    engine.ConjectureRunner.test_function = test_function
+    engine.MAX_SHRINKING_SECONDS = guard_seconds
     try:
         yield
     finally:
-        engine.MAX_SHRINKING_SECONDS = old
+        shrinker.Shrinker.shrink = old_shrink
+        shrinker.Shrinker.explain = old_explain
+        engine.ConjectureRunner.test_function = old_test
+        engine.MAX_SHRINKING_SECONDS = old_seconds
+
+
+def shrink_budget_applies() -> bool:
+    """Whether this Hypothesis has the internals ``_shrink_budget`` caps."""
+    from hypothesis.internal.conjecture import engine, shrinker
+
+    return (hasattr(engine, "MAX_SHRINKING_SECONDS") and hasattr(shrinker, "StopShrinking")
+            and callable(getattr(shrinker.Shrinker, "shrink", None))
+            and callable(getattr(shrinker.Shrinker, "explain", None))
+            and callable(getattr(engine.ConjectureRunner, "test_function", None)))
 
 
 def _effective_settings(given: Optional[hypothesis.settings]) -> hypothesis.settings:
@@ -179,7 +230,7 @@ def run_lockstep(
     error: Optional[BaseException] = None
     try:
         try:
-            with _shrink_budget(SHRINK_SECONDS):
+            with _shrink_budget(SHRINK_CALLS, SHRINK_GUARD_SECONDS):
                 run_state_machine_as_test(machine, settings=_effective_settings(settings))
         except Exception as exc:  # a divergence, a driver crash, or Flaky
             error = exc
@@ -217,21 +268,24 @@ def _report(run: _Run, error: Optional[BaseException], started: float) -> Lockst
     return report
 
 
-#: Seconds the post-shrink step deletion may take: this process's CPU seconds (so a busy machine, or a
-#: test run on one pytest-xdist worker per CPU, leaves the same search), and at most three times as
-#: many on the clock (an external adapter's work is another process's CPU).
-MINIMIZE_SECONDS = 10.0
+#: Replays the post-shrink step deletion may make (a count: the same search on a busy machine).
+MINIMIZE_REPLAYS = 300
+#: Seconds after which the step deletion stops whatever the count: a guard against a hang only.
+MINIMIZE_GUARD_SECONDS = 600.0
 
 
 class _Budget:
-    """``MINIMIZE_SECONDS`` of this process's CPU time, capped at three times that on the wall clock."""
+    """``replays`` replays, and a guard of ``guard_seconds`` on the clock against a hang."""
 
-    def __init__(self, seconds: float) -> None:
-        self.cpu_end = time.process_time() + seconds
-        self.wall_end = time.perf_counter() + 3 * seconds
+    def __init__(self, replays: int, guard_seconds: float) -> None:
+        self.replays = replays
+        self.wall_end = time.perf_counter() + guard_seconds
+
+    def spend(self) -> None:
+        self.replays -= 1
 
     def left(self) -> bool:
-        return time.process_time() < self.cpu_end and time.perf_counter() < self.wall_end
+        return self.replays > 0 and time.perf_counter() < self.wall_end
 
 
 def _failure_kind(reason: str) -> str:
@@ -250,6 +304,19 @@ def _quiet_runs(requests: list, quiet: Collection) -> list[tuple[int, int]]:
             runs.append((start, i))
             start = None
     return runs
+
+
+def _consumed_sequence(request: Any) -> Optional[dict]:
+    """For a top-level delivery at sequence n on stream s: a stand-in for the delivery before it (sequence
+    n - 1 on s), the ``last_kept`` of ``_shift_sequences``; None for any other request."""
+    try:
+        cursor = request["frame"]["delivery"]
+        stream, sequence = cursor["streamId"], cursor["sequence"]
+    except (KeyError, TypeError):
+        return None
+    if request.get("op") != "delivery" or not isinstance(sequence, int) or sequence < 2:
+        return None
+    return {"frame": {"delivery": {"streamId": stream, "sequence": sequence - 1}}}
 
 
 def _shift_sequences(requests: list, last_kept: dict, cut: int) -> list:
@@ -296,10 +363,14 @@ def _minimize(run: _Run, steps: list, reason: str) -> tuple[list, str]:
 
     Hypothesis shrinks the choices that generate an example; this replays
     the concrete requests (each replay starts with the example's ``reset``),
-    so a step that only fed the generator's state goes too. Bounded by
-    ``MINIMIZE_SECONDS``; returns the steps as replayed and their divergence.
+    so a step that only fed the generator's state goes too: single steps (a
+    delivery also with the later sequences renumbered one down), then runs of
+    five down to two neighbours at once, then nested requests, until nothing
+    goes.
+    Bounded by ``MINIMIZE_REPLAYS``; returns the steps as replayed and their
+    divergence.
     """
-    budget = _Budget(MINIMIZE_SECONDS)
+    budget = _Budget(MINIMIZE_REPLAYS, MINIMIZE_GUARD_SECONDS)
     kind = _failure_kind(reason)
     best_requests = [s["request"] for s in steps]
     # A fast-forward's deliveries (machine.do_ffwd): checked at their end, and never deleted one by one
@@ -308,6 +379,7 @@ def _minimize(run: _Run, steps: list, reason: str) -> tuple[list, str]:
     best = (steps, reason)
 
     def attempt(requests: list):
+        budget.spend()
         try:
             impl = run.driver()
             got, divergence = replay_steps(requests, impl, ModelDriver(run.variant), variant=run.variant,
@@ -349,11 +421,30 @@ def _minimize(run: _Run, steps: list, reason: str) -> tuple[list, str]:
                 continue
             candidate = best_requests[:i] + best_requests[i + 1:]
             found = attempt(candidate)
+            cursor = _consumed_sequence(best_requests[i])
+            if found is None and cursor is not None and budget.left():
+                # A delivery that only moved the cursor: gone, with the later sequences one down.
+                found = attempt(best_requests[:i] + _shift_sequences(best_requests[i + 1:], cursor, 1))
             if found is not None:
                 best = found
                 best_requests = [s["request"] for s in found[0]]
                 changed = True
             i = min(i - 1, len(best_requests) - 2)
+        for size in (5, 4, 3, 2):
+            # No single step goes: try a run of neighbours at once (a begin, its pages and its commit; a
+            # store answer and the read it feeds), each of which alone the rest still needs.
+            if changed:
+                break
+            i = len(best_requests) - 1 - size
+            while i >= 1 and budget.left():
+                if not {r.get("id") for r in best_requests[i:i + size]} & quiet:
+                    found = attempt(best_requests[:i] + best_requests[i + size:])
+                    if found is not None:
+                        best = found
+                        best_requests = [s["request"] for s in found[0]]
+                        changed = True
+                        break
+                i -= 1
         i = 0
         while i < len(best_requests) and budget.left():
             request = best_requests[i]
