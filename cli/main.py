@@ -40,6 +40,7 @@ from envreplica.checker import itf
 from envreplica.cli.errors import INTERRUPTED_EXIT, UsageError, guarded, input_file
 from envreplica.checker.coverage import UNREACHABLE, Coverage, print_coverage_table
 from envreplica.checker.run import run
+from envreplica.model.migration import PRESETS as MIGRATION_PRESETS
 from envreplica.model.presets import PRESETS, suite
 from envreplica.model.state import Variant
 from envreplica.spec import properties as P
@@ -74,10 +75,16 @@ def cmd_check(args) -> int:
     import time
 
     started = time.perf_counter()
-    if args.model_stage:  # the child of _BackgroundModelCheck: the model check alone, and its own time
+    if args.model_stage:  # the child of _BackgroundModelCheck: the model checks alone, and their own times
         rc = _model_check(args)
         print(f"{_MODEL_SECONDS}{time.perf_counter() - started:.3f}")
+        if args.migration_bounds != "none":
+            migration_started = time.perf_counter()
+            migration_rc = _migration_check(args, args.migration_bounds, gate=True)
+            print(f"{_MIGRATION_RESULT}{migration_rc} {time.perf_counter() - migration_started:.3f}")
         return rc
+    if args.bounds in MIGRATION_PRESETS:  # the paired writer migration's model, alone
+        return _migration_check(args, args.bounds)
     suite(args.bounds, Variant(args.variant))  # an unknown name stops here (exit 2), before any stage starts
     _outputs_writable(getattr(args, "report", None))
     background = None if args.model_only or args.serial else _model_check_in_background(args)
@@ -92,9 +99,13 @@ def _gate(args, started: float, background: Optional["_BackgroundModelCheck"]) -
     """The gate's stages in this process, the model check's from ``background`` (or here when None)."""
     import time
 
+    migration = None  # (exit status, seconds) of the migration's model check
     if background is None:
         model_rc = _model_check(args)
         model_seconds = time.perf_counter() - started
+        if args.migration_bounds != "none":
+            migration_started = time.perf_counter()
+            migration = (_migration_check(args, args.migration_bounds, gate=True), time.perf_counter() - migration_started)
     summary = _Rows()  # the summary table's rows after the model check's
     failed = False
     report = None  # the lockstep's report (for --report)
@@ -133,22 +144,28 @@ def _gate(args, started: float, background: Optional["_BackgroundModelCheck"]) -
             failed = _concurrent_stage(args, summary) or failed
     if background is not None:
         console.print("\n[bold]model check[/] (ran beside the lockstep, on the other core):")
-        model_rc, output, model_seconds = background.join()
+        model_rc, output, model_seconds, migration = background.join()
         sys.stdout.write(output)
         sys.stdout.flush()
     failed = failed or model_rc != 0
+    if args.migration_bounds != "none":
+        if migration is None:  # the child died before it reported the migration's check
+            migration = (1, 0.0)
+        failed = failed or migration[0] != 0
     table = Table(title=f"envreplica check: the gate (variant {args.variant})")
     for col in ("stage", "what", "result", "seconds"):
         table.add_column(col, justify="right" if col == "seconds" else "left")
-    table.add_row("model check", f"bounds {args.bounds}", _verdict(model_rc == 0), f"{model_seconds:.1f}")
-    for row in summary.rows:
+    stages = [("model check", f"bounds {args.bounds}", _verdict(model_rc == 0), f"{model_seconds:.1f}")]
+    if migration is not None:
+        stages.append(("migration model check", f"bounds {args.migration_bounds} (paired writer migration)",
+                       _verdict(migration[0] == 0), f"{migration[1]:.1f}"))
+    stages += summary.rows
+    for row in stages:
         table.add_row(*row)
     console.print(table)
     if args.report:  # one HTML page of the run (envreplica.report)
         from envreplica.report import write_check_report
 
-        stages = [("model check", f"bounds {args.bounds}", _verdict(model_rc == 0), f"{model_seconds:.1f}"),
-                  *summary.rows]
         console.print(f"report written to [bold]{write_check_report(args, stages, report)}[/]")
     if failed:
         console.print("[bold red]FAIL[/]")
@@ -170,8 +187,10 @@ class _Rows:
         self.rows.append(cells)
 
 
-#: The last line of a ``--model-stage`` child: its own seconds (the parent strips it).
+#: A line of a ``--model-stage`` child: the replica model check's own seconds (the parent strips it).
 _MODEL_SECONDS = "envreplica-model-check-seconds: "
+#: The last line of a ``--model-stage`` child that ran the migration's check too: its exit status and seconds.
+_MIGRATION_RESULT = "envreplica-migration-check: "
 
 
 class _BackgroundModelCheck:
@@ -189,7 +208,7 @@ class _BackgroundModelCheck:
         self.started = time.perf_counter()
         self.output = tempfile.TemporaryFile(mode="w+", encoding="utf-8")
         argv = ["check", "--model-stage", "--quiet", "--bounds", args.bounds, "--variant", args.variant,
-                "--out", args.out]
+                "--out", args.out, "--migration-bounds", args.migration_bounds]
         argv += ["--workers", str(args.workers)] if args.workers else []
         argv += ["--ray", args.ray] if args.ray else []
         argv += ["--symmetry"] if getattr(args, "symmetry", False) else []
@@ -199,7 +218,8 @@ class _BackgroundModelCheck:
         self.process = subprocess.Popen([sys.executable, "-c", code, *argv], stdout=self.output,
                                         stderr=subprocess.STDOUT, env=env)
 
-    def join(self) -> tuple[int, str, float]:
+    def join(self) -> tuple[int, str, float, Optional[tuple[int, float]]]:
+        """The child's exit status, output and seconds, and the migration check's (status, seconds) if it ran."""
         import time
 
         rc = self.process.wait()
@@ -209,9 +229,15 @@ class _BackgroundModelCheck:
         self.output.seek(0)
         lines = self.output.read().splitlines(keepends=True)
         self.output.close()
-        if lines and lines[-1].startswith(_MODEL_SECONDS):
-            seconds = float(lines.pop()[len(_MODEL_SECONDS):])
-        return rc, "".join(lines), seconds
+        migration = None
+        if lines and lines[-1].startswith(_MIGRATION_RESULT):
+            status, took = lines.pop()[len(_MIGRATION_RESULT):].split()
+            migration = (int(status), float(took))
+        for i, line in enumerate(lines):
+            if line.startswith(_MODEL_SECONDS):
+                seconds = float(lines.pop(i)[len(_MODEL_SECONDS):])
+                break
+        return rc, "".join(lines), seconds, migration
 
     def stop(self) -> None:
         """End the child if it still runs (idempotent)."""
@@ -422,6 +448,55 @@ def cmd_conformance(args) -> int:
     console.print("[bold red]FAIL[/]: the implementation parts from the model" if failed
                   else f"[bold green]PASS[/]: the implementation agrees with the model (variant {variant.value})")
     return 1 if failed else 0
+
+
+def _migration_check(args, name: str, gate: bool = False) -> int:
+    """The paired writer migration's model check (``checker.migration``) at bounds suite ``name``: a table,
+    each violation's and each stuck state's shortest trace, the "sometimes" properties never witnessed.
+    In the ``gate`` (beside the replica's check), a replica-only variant such as fix-f1 takes the fixed one."""
+    from envreplica.checker import migration as cm
+    from envreplica.model import migration as mm
+
+    if gate and args.variant != mm.MigrationVariant.SEED.value:
+        variant = mm.MigrationVariant.FIXED
+    elif args.variant not in (mm.MigrationVariant.SEED.value, mm.MigrationVariant.FIXED.value):
+        raise UsageError(f"--variant {args.variant} is the replica's; the paired writer migration's model "
+                         f"takes seed or fixed")
+    else:
+        variant = mm.MigrationVariant(args.variant)
+    console.print(f"\n[bold]migration model check[/]: the paired writer migration and its recovery "
+                  f"(bounds {name}, variant {variant.value}; reading {mm.Reading()})")
+    result = cm.run_suite(mm.suite(name, variant))
+    table = Table(title=f"envreplica check --bounds {name} --variant {variant.value} (paired writer migration)")
+    for col in ("bounds", "migrate", "recover", "crashes", "writes", "distinct states", "depth",
+                "operator closure", "stuck", "seconds"):
+        table.add_column(col, justify="left" if col == "bounds" else "right")
+    for r in result.runs:
+        b, live = r.bounds, r.liveness
+        table.add_row(b.name, str(b.migrations), str(b.recoveries), str(b.crashes), str(b.writes),
+                      f"{r.result.states:,}", str(r.result.depth), f"{live.closure:,}" if live else "-",
+                      str(len(live.stuck)) if live else "-", f"{r.seconds:.1f}")
+    console.print(table)
+    for r in result.runs:
+        for prop_name, violation in r.result.violations.items():
+            console.print(f"[bold red]VIOLATED[/] {prop_name} at bounds {r.bounds.name}, {violation.length} steps: "
+                          f"{violation.prop.statement}", highlight=False)
+            console.print("\n".join(cm.trace_lines(violation)), highlight=False, markup=False)
+        if r.stuck is not None:
+            name_, sentence = cm.spec.RECOVERABLE
+            console.print(f"[bold red]VIOLATED[/] {name_} at bounds {r.bounds.name}: {len(r.liveness.stuck):,} "
+                          f"reached states from which no rerun or recovery settles; the shortest path to one, "
+                          f"{r.stuck.length} steps: {sentence}", highlight=False)
+            console.print("\n".join(cm.trace_lines(r.stuck)), highlight=False, markup=False)
+    for prop_name in result.missed:
+        console.print(f"[bold red]NEVER WITNESSED[/] {prop_name} (at no bounds of the suite): a pass would be vacuous")
+    props = len(cm.spec.INVARIANTS) + len(cm.spec.STEP_PROPERTIES) + 1
+    if result.ok:
+        console.print(f"[bold green]PASS[/]: {props} properties hold (bounded liveness among them), "
+                      f"{len(cm.spec.SOMETIMES)} sometimes properties witnessed")
+    else:
+        console.print("[bold red]FAIL[/]: the paired writer migration")
+    return 0 if result.ok else 1
 
 
 def _model_check(args) -> int:
@@ -730,8 +805,13 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="envreplica", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     c = sub.add_parser("check", help="model-check the protocol within named bounds")
-    c.add_argument("--bounds", default="default", help=f"one of: {', '.join(PRESETS)}")
+    c.add_argument("--bounds", default="default",
+                   help=f"the replica's: one of {', '.join(PRESETS)}; or the paired writer migration's alone: "
+                        f"one of {', '.join(MIGRATION_PRESETS)}")
     c.add_argument("--variant", default=Variant.FIXED.value, choices=[v.value for v in Variant])
+    c.add_argument("--migration-bounds", default="migration", choices=[*MIGRATION_PRESETS, "none"],
+                   help="the paired writer migration's bounds the gate checks too, beside the replica's "
+                        "(default: migration; none: skip it)")
     c.add_argument("--out", default="out/traces", help="where counterexample traces go")
     c.add_argument("--quiet", action="store_true", help="no progress bar")
     c.add_argument("--model-only", action="store_true", help="the model check only (skip the lockstep)")

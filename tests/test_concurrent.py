@@ -58,9 +58,6 @@ from envreplica.impl.sealing import Sealer
 from adapter_requests import SID2, begin, commit, delivery, legacy, page, put, rec, snapshot, staged
 from concurrency_mutants import CONCURRENCY_MUTANTS, THREAD_MUTANTS
 
-#: The wall-clock budget of one ``ci`` run on this machine (2 cores shared with other work): the
-#: profile's seconds of histories, plus forking, plus the last history.
-CI_WALL_SECONDS = PROFILES[Profile.CI].seconds + 4.0
 #: Examples of the single-process lockstep each mutant must pass here (README has the full ``ci`` run),
 #: and concurrent scenarios it must pass sent one request after the other.
 LOCKSTEP_EXAMPLES = 20
@@ -80,8 +77,7 @@ def ci_report():
 def test_real_implementation_is_linearizable_under_ci(ci_report):
     print("\n" + "\n".join(ci_report.lines()))
     assert ci_report.ok, "\n".join(ci_report.lines())
-    assert ci_report.total_seconds < CI_WALL_SECONDS, ci_report.lines()[0]
-    assert ci_report.histories >= 100, "too few histories to mean anything: is the machine overloaded?"
+    assert ci_report.histories == PROFILES[Profile.CI].histories, ci_report.lines()[0]
     assert set(ci_report.by_kind) == {k.value for k in KINDS}
 
 

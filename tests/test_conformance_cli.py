@@ -239,8 +239,12 @@ def test_check_runs_model_check_then_lockstep(tmp_path, capsys):
     assert code == 0, out
     assert "envreplica check: the gate" in out
     assert "model check" in out and "SQLite vs model" in out and "lockstep coverage" in out
+    assert "bounds migration (paired writer migration)" in out  # the migration's check, from the background child
     code, out = run_cli(["check", "--bounds", "tiny", "--quiet", "--model-only", "--out", str(tmp_path)], capsys)
-    assert code == 0 and "skipped (--model-only)" in out
+    assert code == 0 and "skipped (--model-only)" in out and "bounds migration (paired writer migration)" in out
+    code, out = run_cli(["check", "--bounds", "tiny", "--quiet", "--model-only", "--migration-bounds", "none",
+                         "--out", str(tmp_path)], capsys)
+    assert code == 0 and "paired writer migration" not in out
 
 
 # ---------------------------------------------------------------------------

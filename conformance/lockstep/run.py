@@ -269,7 +269,7 @@ def _report(run: _Run, error: Optional[BaseException], started: float) -> Lockst
 
 
 #: Replays the post-shrink step deletion may make (a count: the same search on a busy machine).
-MINIMIZE_REPLAYS = 300
+MINIMIZE_REPLAYS = 400
 #: Seconds after which the step deletion stops whatever the count: a guard against a hang only.
 MINIMIZE_GUARD_SECONDS = 600.0
 
@@ -358,15 +358,59 @@ def _shift_sequences(requests: list, last_kept: dict, cut: int) -> list:
     return out
 
 
+def _without_project(requests: list, begin_at: int, project: str) -> Optional[list]:
+    """``requests`` with ``project`` taken out of the snapshot that the begin at ``begin_at`` opens: out of
+    the begin's ``projectIds``, its pages of that attempt gone (nested ones too) and its entry gone from
+    that attempt's commits, up to the next begin. None when the begin does not name it."""
+    begin = requests[begin_at]
+    frame = begin.get("frame") if isinstance(begin, dict) else None
+    try:
+        attempt = frame["attempt"]["attemptId"]
+        projects = list(frame["projectIds"])
+    except (KeyError, TypeError):
+        return None
+    if project not in projects:
+        return None
+
+    def keep(request) -> bool:
+        inner = request.get("frame") if isinstance(request, dict) else None
+        return not (request.get("op") == "page" and isinstance(inner, dict)
+                    and inner.get("attemptId") == attempt and inner.get("projectId") == project)
+
+    def edit(request):
+        request = json.loads(json.dumps(request))
+        inner = request.get("frame")
+        if request.get("op") == "commit" and isinstance(inner, dict) and inner.get("attemptId") == attempt \
+                and isinstance(inner.get("versions"), list):
+            inner["versions"] = [e for e in inner["versions"]
+                                 if not (isinstance(e, dict) and e.get("projectId") == project)]
+        if isinstance(request.get("duringFetch"), list):
+            request["duringFetch"] = [edit(n) for n in request["duringFetch"] if not isinstance(n, dict) or keep(n)]
+        return request
+
+    smaller = json.loads(json.dumps(begin))
+    smaller["frame"]["projectIds"] = [p for p in projects if p != project]
+    out = requests[:begin_at] + [smaller]
+    for at, request in enumerate(requests[begin_at + 1:], begin_at + 1):
+        if isinstance(request, dict) and request.get("op") == "begin":
+            return out + requests[at:]
+        if isinstance(request, dict) and keep(request):
+            out.append(edit(request))
+        elif not isinstance(request, dict):
+            out.append(request)
+    return out
+
+
 def _minimize(run: _Run, steps: list, reason: str) -> tuple[list, str]:
     """Delete steps (and nested requests) from Hypothesis's shrunk example while it still fails the same way.
 
     Hypothesis shrinks the choices that generate an example; this replays
     the concrete requests (each replay starts with the example's ``reset``),
-    so a step that only fed the generator's state goes too: single steps (a
-    delivery also with the later sequences renumbered one down), then runs of
-    five down to two neighbours at once, then nested requests, until nothing
-    goes.
+    so a step that only fed the generator's state goes too: a project out of
+    a snapshot (from its begin, its pages and its commit at once), single
+    steps (a delivery also with the later sequences renumbered one down), then
+    runs of five down to two neighbours at once, then nested requests, until
+    nothing goes. A candidate already replayed is not replayed again.
     Bounded by ``MINIMIZE_REPLAYS``; returns the steps as replayed and their
     divergence.
     """
@@ -378,7 +422,13 @@ def _minimize(run: _Run, steps: list, reason: str) -> tuple[list, str]:
     quiet = {s["request"].get("id") for s in steps if s.get("quiet")}
     best = (steps, reason)
 
+    tried: set[str] = set()
+
     def attempt(requests: list):
+        key = json.dumps(requests, sort_keys=True, default=str)
+        if key in tried:
+            return None
+        tried.add(key)
         budget.spend()
         try:
             impl = run.driver()
@@ -414,6 +464,21 @@ def _minimize(run: _Run, steps: list, reason: str) -> tuple[list, str]:
     changed = True
     while changed and budget.left():
         changed = False
+        for b in range(len(best_requests) - 2, 0, -1):
+            # A project the divergence does not need: out of its snapshot whole (its pages alone cannot go:
+            # the commit then refuses a snapshot that misses one).
+            if b >= len(best_requests) - 1 or best_requests[b].get("op") != "begin" \
+                    or best_requests[b].get("id") in quiet:
+                continue
+            for project in list((best_requests[b].get("frame") or {}).get("projectIds") or ()):
+                candidate = _without_project(best_requests, b, project) if budget.left() else None
+                found = attempt(candidate) if candidate is not None else None
+                if found is not None:
+                    best = found
+                    best_requests = [s["request"] for s in found[0]]
+                    changed = True
+                    if b >= len(best_requests) - 1 or best_requests[b].get("op") != "begin":
+                        break
         i = len(best_requests) - 2
         while i >= 1 and budget.left():  # never the first step (the reset)
             if best_requests[i].get("id") in quiet:

@@ -1,0 +1,355 @@
+"""The paired writer migration: its domain and its safety properties, one named predicate each.
+
+Models: two stores (the seed's ``run`` and ``resource`` databases) that move
+from writer contract version 1 to version 2 together, or are restored
+together; the files a migration and its recovery publish (the request, the
+children's inputs, the result with its evidence, the recovery request and its
+result); each store's admission (open, maintenance, recovery) and backup; and
+foreign writers that try to write at any moment. The seed's code is
+``paired-writer-migration.js`` and ``writer-contract.js`` (the second seed);
+the model that runs it is ``envreplica.model.migration``.
+
+What a store holds is abstract (``Image``): its contract version, and its
+data as ``Data``: what it was built from (``Base``: the original data, the
+original migrated once, or anything else) and how many foreign writes landed
+on it since. Migrating maps the original to the migrated data and keeps the
+writes (``migrated``); anything else migrated, or the migrated data migrated
+again, is ``Base.OTHER``.
+
+The predicates read a state by its field names (``stores``, ``files``,
+``original``, ``procs``: the shape of ``model.migration.MigrationState``)
+and import nothing of the model.
+
+Leaves out on purpose: byte-level identity (hashes, paths, canonical paths,
+sizes: the seed checks them before any step; the model's files are equal
+exactly when their bytes would be), the schema bootstrap (``memory-upgrade``),
+physical owner processes (the drain observation sees one kind of writer: a
+connection that is open), and a writer's transaction split over several
+steps: a foreign write is one step whose admission and version are checked
+inside it, as the seed's fence trigger checks them row by row.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from envreplica.spec.frozen import HashOnce, hash_once
+
+#: The writer contract version before the migration, and after it (the seed's ``STORE_WRITER_VERSION``).
+OLD_VERSION = 1
+NEW_VERSION = 2
+
+
+class StoreKind(enum.IntEnum):
+    """The two stores of a paired migration, in the seed's order (the intent's ``stores``)."""
+
+    RUN = 0  # the run home's db.sqlite
+    RESOURCE = 1  # the resource home's runtime.sqlite
+
+
+STORES = (StoreKind.RUN, StoreKind.RESOURCE)
+
+
+class Base(enum.Enum):
+    """What a store's data was built from."""
+
+    ORIGINAL = "original"  # the data the migration found
+    MIGRATED = "migrated"  # the original, migrated once
+    OTHER = "other"  # anything else: migrated twice, or migrated from something other than an original
+
+
+class Admission(enum.Enum):
+    """Who may change a store (the seed's import guard)."""
+
+    OPEN = "open"  # writers of the store's contract version may write
+    MAINTENANCE = "maintenance"  # a migration holds it (beginStorageMaintenance)
+    RECOVERY = "recovery"  # a recovery holds it (beginStorageRecovery)
+
+
+@hash_once
+@dataclass(frozen=True, order=True, slots=True)
+class Data(HashOnce):
+    """A store's data, abstractly."""
+
+    base: Base  # what it was built from
+    writes: int = 0  # foreign writes landed on it since
+
+    def __str__(self) -> str:
+        return self.base.value + (f"+{self.writes}w" if self.writes else "")
+
+
+@hash_once
+@dataclass(frozen=True, slots=True)
+class Image(HashOnce):
+    """A store's content as a backup or a reconcile sees it: contract version and data."""
+
+    version: int  # the writer contract version it records
+    data: Data  # its tables
+
+    def __str__(self) -> str:
+        return f"v{self.version}:{self.data}"
+
+
+def migrated(image: Image) -> Image:
+    """What one migration makes of ``image``: the data migrated (writes kept), at the new version."""
+    base = Base.MIGRATED if image.data.base is Base.ORIGINAL else Base.OTHER
+    return Image(NEW_VERSION, Data(base, image.data.writes))
+
+
+class Refusal(enum.Enum):
+    """Why a step refused: the seed's reason codes, and the model's own for the fence and its variants."""
+
+    DRAIN = "physical_owner_alive"  # drained(): a writer is still connected to a store
+    CONTENT_ONLY_ROUTE = "content_only_route_required"  # both stores are at the new version already
+    REQUEST_CONFLICT = "paired_migration_request_conflict"  # another request was published at this path
+    RECOVERY_SELECTED = "recovery_selected"  # a recovery request exists: the migration may not run
+    UNKNOWN_CHILD_OUTCOME = "unknown_child_outcome"  # a store is neither its source nor its migration
+    COMPLETED_MIGRATION_CHANGED = "completed_migration_changed"  # a result exists, the stores are not migrated
+    VERIFICATION_INCOMPLETE = "verification_incomplete"  # after the applies, a store is not migrated
+    BACKUP_EVIDENCE_CHANGED = "backup_evidence_changed"  # the backups differ from the result's evidence
+    RESULT_CONFLICT = "paired_migration_result_conflict"  # another result was published at this path
+    BACKUP_EXISTS = "backup_exists"  # reading REFUSE of a child's backup(): a backup is there already
+    STORE_UNDER_RECOVERY = "store_under_recovery"  # maintenance asked of a store that a recovery holds
+    NO_MIGRATION = "no_migration_request"  # recovery asked with no published migration request
+    RESTORE_ORIGINAL_RECOVERY = "restore_original_recovery"  # a recovery request exists: rerun it instead
+    MIGRATION_COMPLETED = "migration_completed"  # with the fix: recovery asked after a published result
+    CHANGED_STORE_HAS_NO_BACKUP = "changed_store_has_no_backup"  # a changed store, and no backup of it
+    STORE_NOT_ORIGINAL = "store_not_original"  # a store recovery judged unchanged has changed since
+    RECOVERY_REQUEST_CONFLICT = "paired_recovery_request_conflict"  # another recovery request at this path
+    ADMISSION_CLOSED = "admission_closed"  # a foreign write, refused: the store is under maintenance or recovery
+    WRITER_INCOMPATIBLE = "store_writer_incompatible"  # a foreign write, refused: another contract version
+
+
+class Status(enum.Enum):
+    """The seed's ``reconcile()``: the physical outcome of the two children."""
+
+    APPLIED = "applied"  # both stores migrated from their sources
+    PARTIAL = "partial"  # one migrated, the other still its source
+    NOT_APPLIED = "not_applied"  # both still their sources
+    UNKNOWN = "unknown"  # a store is neither
+
+
+@dataclass(frozen=True)
+class Done:
+    """A step's result: it happened (``note`` says what a reader needs, e.g. a reconcile's status)."""
+
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A step's result: the invocation stopped here (it holds no lock afterwards; what it published stays)."""
+
+    code: Refusal
+
+
+@dataclass(frozen=True)
+class Landed:
+    """A foreign write's result: it changed the store."""
+
+
+@dataclass(frozen=True)
+class Crashed:
+    """A crash's result: the process is gone; its memory with it, its files and the stores stay."""
+
+
+def reconcile_child(source: Image, now: Image, receipt: bool = False) -> Status:
+    """One child's physical outcome: its source (not applied), its source migrated (applied), or unknown.
+    With ``receipt``, applied means the store records the migration (its source migrated, at the new
+    version), whatever writes of the new version landed since it reopened."""
+    if now == source:
+        return Status.NOT_APPLIED
+    if now == migrated(source):
+        return Status.APPLIED
+    target = migrated(source)
+    if receipt and now.version == target.version and now.data.base is target.data.base \
+            and now.data.writes >= target.data.writes:
+        return Status.APPLIED
+    return Status.UNKNOWN
+
+
+def reconcile(sources, images, receipt: bool = False) -> Status:
+    """The pair's outcome (the seed's ``PreparedPairedWriterMigration.reconcile``)."""
+    outcomes = [reconcile_child(s, i, receipt) for s, i in zip(sources, images)]
+    if Status.UNKNOWN in outcomes:
+        return Status.UNKNOWN
+    applied = outcomes.count(Status.APPLIED)
+    return Status.APPLIED if applied == len(outcomes) else Status.PARTIAL if applied else Status.NOT_APPLIED
+
+
+def image_of(store) -> Image:
+    """A store's content now."""
+    return Image(store.version, store.data)
+
+
+def before_migration(st, i: int) -> Optional[Image]:
+    """Store ``i`` as it was before the migration: when first fenced (by the migration's maintenance or the
+    recovery's fence: no write lands after), or its prepared source if never fenced."""
+    if st.original[i] is not None:
+        return st.original[i]
+    return st.files.intent.sources[i] if st.files.intent is not None else None
+
+
+# ---------------------------------------------------------------------------
+# Invariants
+# ---------------------------------------------------------------------------
+
+
+def never_result_and_recovery(st) -> bool:
+    """Never both a published migration result and a selected recovery."""
+    return st.files.result is None or st.files.recovery is None
+
+
+def backups_hold_originals(st) -> bool:
+    """Every backup holds its store's original content: none is ever replaced by migrated content."""
+    return all(s.backup is None or s.backup == st.original[i] for i, s in enumerate(st.stores))
+
+
+def result_evidence_is_the_originals(st) -> bool:
+    """A published result's evidence names the backups of the stores' original content."""
+    return st.files.result is None or st.files.result.backups == st.original
+
+
+# ---------------------------------------------------------------------------
+# Step properties: (pre, action, result, post)
+# ---------------------------------------------------------------------------
+
+
+def result_means_both_migrated(pre, action, result, post) -> bool:
+    """A result is published only when both stores are at the new version, migrated from their originals, and backed up."""
+    if pre.files.result is not None or post.files.result is None:
+        return True
+    return all(post.original[i] is not None and image_of(s) == migrated(post.original[i])
+               and s.backup == post.original[i] for i, s in enumerate(post.stores))
+
+
+def writes_are_fenced(pre, action, result, post) -> bool:
+    """A foreign write lands only on a store open to writers, at the store's own contract version."""
+    if not isinstance(result, Landed):
+        return True
+    store = pre.stores[action.store]
+    return store.admission is Admission.OPEN and action.version == store.version
+
+
+def recovery_restores_before(pre, action, result, post) -> bool:
+    """A completed recovery leaves each store exactly as it was before the migration, at the old version."""
+    if pre.files.recovery_result or not post.files.recovery_result:
+        return True
+    return all(image_of(s) == before_migration(post, i) for i, s in enumerate(post.stores))
+
+
+def recovery_restores_only_changed_stores(pre, action, result, post) -> bool:
+    """A recovery writes a backup only over a store the migration changed: an unchanged one is left untouched."""
+    if pre.files.recovery is None:
+        return True
+    return all(not (image_of(a) == before_migration(pre, i) and image_of(b) != image_of(a)
+                    and a.admission is Admission.RECOVERY)
+               for i, (a, b) in enumerate(zip(pre.stores, post.stores)))
+
+
+# ---------------------------------------------------------------------------
+# Sometimes: so that a pass is not vacuous
+# ---------------------------------------------------------------------------
+
+
+def sometimes_migration_completes(st) -> bool:
+    """Sometimes a migration result is published and both stores are open again."""
+    return st.files.result is not None and all(s.admission is Admission.OPEN for s in st.stores)
+
+
+def sometimes_recovery_restores(st) -> bool:
+    """Sometimes a recovery completes having restored a store from its backup."""
+    return st.files.recovery_result and any(st.files.recovery.restores)
+
+
+def sometimes_recovery_keeps_unchanged(st) -> bool:
+    """Sometimes a recovery completes with one store restored and the other judged unchanged."""
+    return st.files.recovery_result and any(st.files.recovery.restores) and not all(st.files.recovery.restores)
+
+
+def sometimes_rerun_finds_partial(pre, action, result, post) -> bool:
+    """Sometimes a rerun finds one store migrated and the other not (a crash between the two applies)."""
+    return isinstance(result, Done) and result.note == Status.PARTIAL.value
+
+
+def sometimes_fence_refuses_write(pre, action, result, post) -> bool:
+    """Sometimes a foreign write is refused because a store is under maintenance or recovery."""
+    return isinstance(result, Refused) and result.code is Refusal.ADMISSION_CLOSED
+
+
+def sometimes_crash(pre, action, result, post) -> bool:
+    """Sometimes a process crashes after it changed a store (a backup or an apply done)."""
+    return isinstance(result, Crashed) and any(s.backup is not None for s in pre.stores)
+
+
+def sometimes_recovered_after_crash(crash, pre, action, result, post) -> bool:
+    """Sometimes, after such a crash, a recovery completes on the same path."""
+    return not pre.files.recovery_result and post.files.recovery_result
+
+
+def sometimes_resumes_after_partial(partial, pre, action, result, post) -> bool:
+    """Sometimes, after a rerun found one store migrated and the other not, it publishes the migration result."""
+    return pre.files.result is None and post.files.result is not None
+
+
+# ---------------------------------------------------------------------------
+# The tables the checker reads
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Property:
+    """A named predicate and the sentence it checks (the shape ``checker.bfs`` reads)."""
+
+    name: str
+    check: Callable
+    kind: str  # "invariant" | "step" | "sometimes-state" | "sometimes-step" | "sometimes-after"
+    after: Optional["Property"] = None  # sometimes-after: the step that must come first on the path
+    actions: Optional[frozenset] = None  # step kinds: where check can fail (None: any step)
+    results: Optional[tuple] = None
+
+    @property
+    def statement(self) -> str:
+        text = (self.check.__doc__ or "").strip()
+        return text.splitlines()[0] if text else self.name
+
+
+def _props(kind: str, *fns: Callable) -> tuple[Property, ...]:
+    return tuple(Property(f.__name__, f, kind) for f in fns)
+
+
+INVARIANTS = _props("invariant", never_result_and_recovery, backups_hold_originals,
+                    result_evidence_is_the_originals)
+STEP_PROPERTIES = (
+    Property("result_means_both_migrated", result_means_both_migrated, "step", results=(Done,)),
+    Property("writes_are_fenced", writes_are_fenced, "step", results=(Landed,)),
+    Property("recovery_restores_before", recovery_restores_before, "step", results=(Done,)),
+    Property("recovery_restores_only_changed_stores", recovery_restores_only_changed_stores, "step", results=(Done,)),
+)
+_CRASH = Property("sometimes_crash", sometimes_crash, "sometimes-step", results=(Crashed,))
+_PARTIAL = Property("sometimes_rerun_finds_partial", sometimes_rerun_finds_partial, "sometimes-step", results=(Done,))
+SOMETIMES = (
+    *_props("sometimes-state", sometimes_migration_completes, sometimes_recovery_restores,
+            sometimes_recovery_keeps_unchanged),
+    _PARTIAL,
+    Property("sometimes_fence_refuses_write", sometimes_fence_refuses_write, "sometimes-step", results=(Refused,)),
+    _CRASH,
+    Property("sometimes_recovered_after_crash", sometimes_recovered_after_crash, "sometimes-after", after=_CRASH),
+    Property("sometimes_resumes_after_partial", sometimes_resumes_after_partial, "sometimes-after", after=_PARTIAL),
+)
+
+
+def settled(st) -> bool:
+    """Nothing left to do: no invocation running, both stores open to writers, and the pair consistent:
+    a published migration result, or both stores at the old version (never migrated, or recovered)."""
+    if st.procs or any(s.admission is not Admission.OPEN for s in st.stores):
+        return False
+    return st.files.result is not None or all(s.version == OLD_VERSION for s in st.stores)
+
+
+#: The bounded-liveness property ``checker.liveness`` checks (its sentence).
+RECOVERABLE = ("every_state_recoverable",
+               "From every reachable state (every crash state among them), rerunning the migration or "
+               "selecting recovery, with no further crash and the writers disconnecting, reaches a settled state.")
