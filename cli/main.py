@@ -1,4 +1,4 @@
-"""The ``envreplica`` command: check, conformance, simulate, diagram, replay, report, verify, schema, adapter, migrate.
+"""The ``envreplica`` command: check, conformance, simulate, diagram, replay, report, verify, schema, adapter, migrate, recover.
 
 ``check`` is the full gate: it model-checks a named bounds suite under a
 variant (the invariant table and the coverage table; each property's
@@ -488,6 +488,22 @@ def _migration_check(args, name: str, gate: bool = False) -> int:
                           f"reached states from which no rerun or recovery settles; the shortest path to one, "
                           f"{r.stuck.length} steps: {sentence}", highlight=False)
             console.print("\n".join(cm.trace_lines(r.stuck)), highlight=False, markup=False)
+    verdicts = Table(title="properties of the paired writer migration (spec.migration)")
+    for col in ("property", "kind", "verdict", "statement"):
+        verdicts.add_column(col)
+    for prop in (*cm.spec.INVARIANTS, *cm.spec.STEP_PROPERTIES):
+        broken = [r.bounds.name for r in result.runs if prop.name in r.result.violations]
+        verdicts.add_row(prop.name, prop.kind, f"[red]violated ({', '.join(broken)})[/]" if broken
+                         else "[green]holds[/]", prop.statement)
+    stuck = [r.bounds.name for r in result.runs if r.liveness is not None and not r.liveness.ok]
+    verdicts.add_row(cm.spec.RECOVERABLE[0], "bounded liveness",
+                     f"[red]violated ({', '.join(stuck)})[/]" if stuck else "[green]holds[/]",
+                     cm.spec.RECOVERABLE[1])
+    for prop in cm.spec.SOMETIMES:
+        seen = [r.bounds.name for r in result.runs if prop.name not in r.missed]
+        verdicts.add_row(prop.name, "sometimes", f"[green]witnessed ({', '.join(seen)})[/]" if seen
+                         else "[red]never witnessed[/]", prop.statement)
+    console.print(verdicts)
     for prop_name in result.missed:
         console.print(f"[bold red]NEVER WITNESSED[/] {prop_name} (at no bounds of the suite): a pass would be vacuous")
     props = len(cm.spec.INVARIANTS) + len(cm.spec.STEP_PROPERTIES) + 1
@@ -801,8 +817,22 @@ def cmd_schema(args) -> int:
     return 0
 
 
+def _version() -> str:
+    """The installed distribution's version (the one pyproject.toml states)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("envreplica")
+    except PackageNotFoundError:  # run from a tree that was never installed
+        return "unknown (not installed)"
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="envreplica", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="envreplica",
+        description="Prove a gated secrets replica safe, and hold an implementation to that proof: model checks, "
+                    "a lockstep conformance gate, and the reference implementation on SQLite.")
+    parser.add_argument("--version", action="version", version=f"envreplica {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     c = sub.add_parser("check", help="model-check the protocol within named bounds")
     c.add_argument("--bounds", default="default",

@@ -31,6 +31,7 @@ operation and error code, never a value.
 
 from __future__ import annotations
 
+import copy
 import threading
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Protocol, Sequence, Union, runtime_checkable
@@ -232,7 +233,9 @@ class SsmStore:
                  endpoint_url: Optional[str] = None, credentials: Optional[Credentials] = None,
                  config: Any = None) -> None:
         if client is None:
-            kwargs: dict[str, Any] = {"config": config if config is not None else DEFAULT_SSM_CONFIG}
+            # A copy: botocore rewrites a config's retries in place when it builds a client (max_attempts becomes
+            # total_max_attempts), which would change DEFAULT_SSM_CONFIG, or the caller's config, for everyone.
+            kwargs: dict[str, Any] = {"config": copy.deepcopy(config if config is not None else DEFAULT_SSM_CONFIG)}
             if region_name is not None:
                 kwargs["region_name"] = region_name
             if endpoint_url is not None:

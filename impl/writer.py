@@ -78,7 +78,9 @@ checkpoint, under the lock); ``content_sha256_*`` hash a canonical dump (the
 schema and every row, sorted). "The store changed" is decided on the content
 hash: a different journal mode or a checkpoint changes bytes, not content.
 
-Leaves out on purpose: downgrades (refused), multi-store (paired) migration,
+Several stores that must move together: ``impl.paired``.
+
+Leaves out on purpose: downgrades (refused),
 process-liveness checks of the seed (the lock refuses a store in use), and
 fencing of schema changes (DDL).
 """
@@ -378,6 +380,14 @@ def _assess(conn: Conn) -> Optional[int]:
             f"Do not write it; restore it from a backup (envreplica migrate leaves <name>.v<N>.bak).",
             reason="malformed", path=path)
     found = _int_or_none(meta.get("schema_version"))
+    admission, holder = admission_of(meta)
+    if admission is not None:
+        raise WriterVersionError(
+            f"{path}: this store is fenced for {admission} by paired request {holder} (store_meta.writer_version "
+            f"is {meta.get('writer_version')!r}): no writer may change it until that {admission} completes. If "
+            f"the process that held it died, run the same `envreplica migrate` (or, once selected, `envreplica "
+            f"recover`) again: it resumes and reopens the store.",
+            reason="fenced", found=found, path=path)
     writer = _int_or_none(meta.get("writer_version"))
     if found is None or writer is None:
         raise WriterVersionError(
@@ -455,6 +465,49 @@ def read_meta(conn: Conn) -> Optional[dict[str, str]]:
 
 def _put_meta(conn: Conn, key: str, value: str) -> None:
     _run(conn, f"INSERT OR REPLACE INTO {_q(_META)} (key, value) VALUES (?, ?)", (key, value))
+
+
+#: What fences a store for a paired migration or its recovery (``impl.paired``): ``store_meta.writer_version``
+#: holds ``"<kind>:<request>"`` instead of a version, so that the fence triggers refuse every writer (none
+#: registers that value) but the holder, which registers it; ``fenced_writer_version`` keeps the contract
+#: version to restore when the store reopens.
+ADMISSION_KINDS = ("maintenance", "recovery")
+FENCED_WRITER_VERSION = "fenced_writer_version"
+
+
+def admission_of(meta: Optional[Mapping[str, str]]) -> tuple[Optional[str], Optional[str]]:
+    """``(kind, request)`` of the fence holding a store, or ``(None, None)`` when it is open to its writers."""
+    value = str((meta or {}).get("writer_version") or "")
+    kind, sep, holder = value.partition(":")
+    if sep and kind in ADMISSION_KINDS and holder:
+        return kind, holder
+    return None, None
+
+
+def admission_token(kind: str, request: str) -> str:
+    """The ``writer_version`` value that fences a store for ``kind`` (maintenance or recovery) by ``request``."""
+    if kind not in ADMISSION_KINDS or not request or ":" in request:
+        raise ValueError(f"admission kind must be one of {ADMISSION_KINDS} and request a non-empty id without "
+                         f"':'; got {kind!r}, {request!r}")
+    return f"{kind}:{request}"
+
+
+def begin_admission(conn: Conn, token: str) -> None:
+    """Fence the store for ``token`` (``admission_token``): from now on only a connection registered as
+    ``token`` writes its tables. Moving from one fence to another keeps the contract version recorded."""
+    meta = _meta(conn) or {}
+    if admission_of(meta)[0] is None:
+        _put_meta(conn, FENCED_WRITER_VERSION, str(meta.get("writer_version")))
+    _put_meta(conn, "writer_version", token)
+
+
+def end_admission(conn: Conn) -> None:
+    """Reopen a fenced store to writers of its contract version (a no-op on an open store)."""
+    meta = _meta(conn) or {}
+    if admission_of(meta)[0] is None:
+        return
+    _put_meta(conn, "writer_version", str(meta[FENCED_WRITER_VERSION]))
+    _run(conn, f"DELETE FROM {_q(_META)} WHERE key = ?", (FENCED_WRITER_VERSION,))
 
 
 #: ``store_meta.key_source`` of a replica sealed under a key a harness sent (``reset``'s ``masterKeyHex``):
@@ -1048,8 +1101,15 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     from envreplica.impl.sealing import ENV_KEY, ENV_KEY_FILE, load_master_key
 
     key = load_master_key() if (ENV_KEY in os.environ or ENV_KEY_FILE in os.environ) else None
+    dbs = args.db if isinstance(args.db, list) else [args.db]
+    if len(dbs) > 1:
+        return _cmd_migrate_paired(args, dbs, key)
+    if getattr(args, "request", None) is not None:
+        print("envreplica migrate: --request names a paired migration's request: give two or more --db",
+              file=sys.stderr)
+        return 2
     try:
-        ev = migrate(args.db, backup_dir=args.backup_dir, evidence_path=args.evidence,
+        ev = migrate(dbs[0], backup_dir=args.backup_dir, evidence_path=args.evidence,
                      request_id=getattr(args, "request_id", None), master_key=key)
     except StoreInUse as e:
         print(f"envreplica migrate: refused: {e}", file=sys.stderr)
@@ -1060,6 +1120,19 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         return 1
     print(ev.summary())
     return 0
+
+
+def _cmd_migrate_paired(args: argparse.Namespace, dbs: list, key: Optional[bytes]) -> int:
+    """``envreplica migrate --db A --db B ...``: the paired protocol (``impl.paired``)."""
+    from envreplica.impl import paired
+
+    if args.evidence is not None or getattr(args, "request_id", None) is not None:
+        print("envreplica migrate: a paired migration is identified by its --request file (no --evidence or "
+              "--request-id)", file=sys.stderr)
+        return 2
+    return paired.run_command(lambda: paired.migrate_paired(
+        dbs, request=args.request, backup_dir=args.backup_dir, master_key=key, hook=paired.kill_hook_from_env()),
+        "migrate")
 
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
@@ -1076,7 +1149,13 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
                      "(ENVREPLICA_MASTER_KEY or ENVREPLICA_MASTER_KEY_FILE)."))
     from envreplica.impl.files import path_option
 
-    p.add_argument("--db", required=True, metavar="PATH", type=path_option, help="the replica's SQLite file")
+    p.add_argument("--db", required=True, metavar="PATH", type=path_option, action="append",
+                   help="the replica's SQLite file; given twice or more, the stores move together (the paired "
+                        "migration, docs/migration.md): a rerun after a crash resumes, and `envreplica recover` "
+                        "restores them together")
+    p.add_argument("--request", metavar="FILE", default=None,
+                   help="paired: the request file, which identifies the migration "
+                        "(default: <first store>.paired-v<version>.request.json)")
     p.add_argument("--backup-dir", metavar="DIR", default=None,
                    help="where to write <name>.v<from>.bak (default: next to the store)")
     p.add_argument("--evidence", metavar="FILE", default=None,
@@ -1084,4 +1163,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
                         "(default: <store>.migrate-v<version>.evidence.json next to the store)")
     p.add_argument("--request-id", default=None, help="an id to record (default: a new UUID)")
     p.set_defaults(func=cmd_migrate)
+    from envreplica.impl import paired
+
+    paired.register(subparsers)
     return p

@@ -52,6 +52,20 @@ def snapshot_of(path: Path) -> dict:
 # ---------------------------------------------------------------------------
 
 
+def test_version_and_help_speak_plainly(tmp_path):
+    """``--version`` names the installed version; no help text shows reStructuredText markup."""
+    from importlib.metadata import version
+
+    proc = envreplica("--version", cwd=tmp_path, stdin="")
+    assert proc.returncode == 0 and proc.stdout.strip() == f"envreplica {version('envreplica')}"
+    commands = ["check", "conformance", "simulate", "diagram", "replay", "report", "verify", "schema", "adapter",
+                "migrate", "recover"]
+    for args in [(), *((c,) for c in commands)]:
+        proc = envreplica(*args, "--help", cwd=tmp_path, stdin="")
+        assert proc.returncode == 0, (args, proc.stderr)
+        assert "``" not in proc.stdout, (args, proc.stdout)
+
+
 def test_the_adapter_needs_a_key(tmp_path):
     one_line_error(envreplica("adapter", "--db", "r.db", cwd=tmp_path), "No master key configured", ENV_KEY)
     assert not (tmp_path / "r.db").exists()
@@ -248,10 +262,9 @@ def test_an_adapter_that_cannot_run_is_exit_2_not_a_divergence(tmp_path, adapter
 
 
 def test_unknown_bounds_are_exit_2_before_any_stage(tmp_path):
-    started = time.perf_counter()
+    # one_line_error asserts an empty standard output: no stage printed anything, so none ran
     one_line_error(envreplica("check", "--bounds", "nope", cwd=tmp_path, stdin=""), "unknown bounds 'nope'",
                    "choose one of")
-    assert time.perf_counter() - started < 30, "the lockstep ran before the bounds were checked"
 
 
 def test_a_bug_is_exit_3_with_its_traceback_and_one_line(monkeypatch, capsys):

@@ -455,10 +455,8 @@ def test_fast_forward_consumes_past_1000_then_replays_agree(scratch, capsys):
         requests = [s["request"] for s in m.steps]
         ids = {s["request"]["id"] for s in quiet}
         fresh = SqliteDriver("fixed", scratch / "replay.db", master_key=TEST_MASTER_KEY)
-        started = time.perf_counter()
         _, divergence = replay_steps(requests, fresh, ModelDriver("fixed"), defer=ids)
         assert divergence is None, divergence
-        assert time.perf_counter() - started < 30
     finally:
         m.ctx.close()
 

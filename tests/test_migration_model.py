@@ -124,6 +124,9 @@ def test_cli_check_bounds_migration(capsys):
     assert main(["check", "--bounds", "migration"]) == 0
     out = capsys.readouterr().out
     assert "PASS" in out and "11,817" in out
+    for prop in (*spec.INVARIANTS, *spec.STEP_PROPERTIES, *spec.SOMETIMES):
+        assert prop.name in out  # every property listed, with its verdict
+    assert "witnessed (rerun)" in out and "every_state_recoverable" in out
     assert main(["check", "--bounds", "migration", "--variant", "seed"]) == 1
     out = capsys.readouterr().out
     assert "VIOLATED never_result_and_recovery at bounds writers, 24 steps" in out

@@ -12,6 +12,8 @@ model does not are pinned there.
 
 from __future__ import annotations
 
+import copy
+
 import json
 import logging
 import threading
@@ -91,7 +93,7 @@ def _client(endpoint_url: str, config: Config = DEFAULT_SSM_CONFIG):
         region_name=REGION,
         aws_access_key_id="testing",
         aws_secret_access_key="testing",
-        config=config,
+        config=copy.deepcopy(config),  # botocore rewrites a config's retries in place
     )
 
 
@@ -521,8 +523,15 @@ def test_embedded_thread_safety():
 def test_ssm_default_config():
     assert DEFAULT_SSM_CONFIG.connect_timeout == 2
     assert DEFAULT_SSM_CONFIG.read_timeout == 5
-    # botocore normalises ``max_attempts`` (retries) to ``total_max_attempts`` (first try included).
-    assert DEFAULT_SSM_CONFIG.retries == {"total_max_attempts": 4, "mode": "standard"}
+    assert DEFAULT_SSM_CONFIG.retries == {"max_attempts": 3, "mode": "standard"}
+
+
+def test_building_a_store_leaves_the_default_config_as_it_was():
+    """botocore normalises a config's ``max_attempts`` to ``total_max_attempts`` (first try included) in place
+    when it builds a client: the store gives it a copy, so the default reads the same before and after."""
+    store = SsmStore(region_name=REGION, endpoint_url="http://127.0.0.1:9", credentials=("testing", "testing"))
+    assert store.client.meta.config.retries == {"total_max_attempts": 4, "mode": "standard"}
+    assert DEFAULT_SSM_CONFIG.retries == {"max_attempts": 3, "mode": "standard"}
 
 
 def test_ssm_store_builds_its_client(moto_endpoint, fresh_ssm):

@@ -511,3 +511,40 @@ def test_cli_migrate_without_a_key_refuses_before_touching_anything(tmp_path, ca
     assert _cli(["migrate", "--db", str(db)]) == 1
     assert "ENVREPLICA_MASTER_KEY" in capsys.readouterr().err
     assert dump(db) == before and sorted(p.name for p in tmp_path.iterdir()) == ["r.db"]
+
+
+# --------------------------------------------------------------------------- maintenance and recovery fences
+
+
+def test_a_fenced_store_refuses_every_writer_but_its_holder_and_reopens_as_it_was(tmp_path):
+    db = make_current(tmp_path / "r.db")
+    token = W.admission_token("maintenance", "req1")
+    holder = _connect(db)
+    holder.create_function(W.WRITER_FUNCTION, 0, lambda: token, deterministic=True)
+    holder.execute("BEGIN")
+    W.begin_admission(holder, token)
+    holder.execute("COMMIT")
+    assert W.admission_of(W.read_meta(holder)) == ("maintenance", "req1")
+    writer = _connect(db, W.WRITER_VERSION)
+    with pytest.raises(W.WriterVersionError, match="fenced for maintenance by paired request req1") as info:
+        W.check_writer(writer)
+    assert info.value.reason == "fenced"
+    with pytest.raises(sqlite3.IntegrityError, match=W.FENCE_MESSAGE):
+        writer.execute("INSERT INTO projects VALUES ('p8', 0, x'00', 0, x'00')")
+    holder.execute("INSERT INTO projects VALUES ('p8', 0, x'00', 0, x'00')")  # the holder writes
+    holder.execute("BEGIN")
+    W.begin_admission(holder, W.admission_token("recovery", "req1"))  # one fence for another: the version kept
+    W.end_admission(holder)
+    holder.execute("COMMIT")
+    meta = W.read_meta(holder)
+    assert meta["writer_version"] == str(W.WRITER_VERSION) and W.FENCED_WRITER_VERSION not in meta
+    assert W.check_writer(writer) == schema.SCHEMA_VERSION
+    writer.execute("INSERT INTO projects VALUES ('p9', 0, x'00', 0, x'00')")
+    holder.close()
+    writer.close()
+
+
+@pytest.mark.parametrize("kind, request_id", [("open", "r"), ("maintenance", ""), ("recovery", "a:b")])
+def test_an_admission_token_names_a_kind_and_a_request(kind, request_id):
+    with pytest.raises(ValueError, match="admission kind"):
+        W.admission_token(kind, request_id)
