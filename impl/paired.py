@@ -487,6 +487,14 @@ def recover_paired(request: Union[str, Path], *, hook: Hook = _no_hook, busy_tim
     with _installation_lock(req_path):
         if recovery_path.exists():  # restore the selected recovery
             plan = _read_json(recovery_path)
+            restores = plan.get("restores") if isinstance(plan, dict) else None
+            if plan.get("schema_id") != _RECOVERY_SCHEMA or plan.get("request") != rid or \
+                    plan.get("sha256") != _digest(plan) or \
+                    not isinstance(restores, list) or len(restores) != n or \
+                    not all(isinstance(r, bool) for r in restores):
+                raise PairedRefused("invalid_recovery_intent",
+                                    f"{recovery_path} is not this request's recovery (edited, or another's); "
+                                    f"restore it, or reconcile the stores by hand")
         else:  # plan
             if recovery_result_path.exists():
                 raise PairedRefused("restore_original_recovery", f"{recovery_result_path} exists")
@@ -502,6 +510,7 @@ def recover_paired(request: Union[str, Path], *, hook: Hook = _no_hook, busy_tim
                 else:
                     restores.append(True)
             plan = {"schema_id": _RECOVERY_SCHEMA, "request": rid, "restores": restores}
+            plan["sha256"] = _digest(plan)
         token = W.admission_token("recovery", rid)
         if recovery_result_path.exists():  # the result is the proof: only admission is left
             _reopen(paths, token, hook, busy_timeout)
@@ -602,7 +611,7 @@ INPUT_REFUSALS = frozenset({
     "content_only_route_required", "store_versions_differ", "store_fenced", "master_key_missing",
     "paired_migration_request_conflict", "paired_migration_request_changed", "invalid_publication",
     "migration_evidence_custody_changed", "backup_conflict", "backup_evidence_changed", "migration_completed",
-    "no_migration_request", "restore_original_recovery"})
+    "no_migration_request", "restore_original_recovery", "invalid_recovery_intent"})
 
 
 def cmd_recover(args) -> int:

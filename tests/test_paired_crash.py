@@ -396,7 +396,8 @@ def _snapshot(directory: Path) -> dict:
 
 
 @pytest.mark.parametrize("case", ["missing store", "foreign file", "already at the target", "no master key",
-                                  "edited request", "edited result", "replaced backup", "recovery after a result"])
+                                  "edited request", "edited result", "replaced backup", "recovery after a result",
+                                  "edited recovery"])
 def test_bad_input_is_one_line_exit_2_and_changes_nothing(case, template, tmp_path, monkeypatch, capsys):
     from envreplica.cli.main import main
 
@@ -434,6 +435,14 @@ def test_bad_input_is_one_line_exit_2_and_changes_nothing(case, template, tmp_pa
         assert stores.migrate("publish result") == CRASHED
         backup = Path(json.loads(stores.request.read_text())["stores"][0]["backup"])
         shutil.copy(stores.paths[1], backup)  # a backup of the other, migrated, store
+    elif case == "edited recovery":
+        assert stores.migrate("apply run") == CRASHED
+        assert stores.recover("publish recovery") == CRASHED
+        recovery = P._files(stores.request)[1]
+        plan = json.loads(recovery.read_text())
+        plan["restores"] = [False, False]  # the changed store would be left as it is
+        recovery.write_text(json.dumps(plan))
+        argv = ["recover", "--request", str(stores.request)]
     elif case == "recovery after a result":
         assert stores.migrate("publish result") == CRASHED
         argv = ["recover", "--request", str(stores.request)]
