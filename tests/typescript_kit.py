@@ -4,15 +4,12 @@ The kit (``adapters/typescript``) needs Node.js 20 or newer and its packages
 (``npm ci``, which ``make test`` and ``.ci/run`` run). The seed's own file,
 ``project-env-replica.ts`` of ``@runuai/host``, is not in this repository:
 
-* ``ENVREPLICA_SEED_SOURCE`` names it (the file, or a checkout of
-  ``@runuai/host``): ``.ci/run`` sets it;
-* otherwise, where the reference seeds lie beside this repository
-  (``../shared/seeds/000_*.txt``: the file as a diff), it is extracted from
-  the diff's ``+`` lines into a temporary directory.
+``ENVREPLICA_SEED_SOURCE`` names it (the file, or a checkout of
+``@runuai/host``); CI's entry point extracts the file and sets it.
 
 Without Node, the kit's packages or the seed's file, the tests that need them
 skip with one line saying what to do, except under ``CI``, where they fail.
-This is the one test helper that reads the seed.
+This is the one test helper that reads the seed's file.
 """
 
 from __future__ import annotations
@@ -21,7 +18,6 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
 from functools import lru_cache
 from pathlib import Path
 from typing import Optional
@@ -31,8 +27,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 KIT = ROOT / "adapters" / "typescript"
 BIN = KIT / "bin" / "envreplica-ts-adapter.js"
-#: Where the reference seeds lie on a machine that has them beside this repository.
-SEED_DIFFS = ROOT.parent / "shared" / "seeds"
 
 
 def _unavailable(reason: str) -> None:
@@ -63,24 +57,9 @@ def require_kit() -> None:
         _unavailable(problem)
 
 
-def extract_seed(diff: str) -> str:
-    """The file a seed diff adds: its ``+`` lines after the first hunk header, without the ``+``."""
-    lines = diff.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("@@ ")) + 1
-    return "".join(line[1:] + "\n" for line in lines[start:] if line.startswith("+"))
-
-
-@lru_cache(maxsize=None)
 def _seed_file() -> Optional[Path]:
     named = os.environ.get("ENVREPLICA_SEED_SOURCE")
-    if named:
-        return Path(named)
-    diffs = sorted(SEED_DIFFS.glob("000_*.txt")) if SEED_DIFFS.is_dir() else []
-    if not diffs:
-        return None
-    target = Path(tempfile.mkdtemp(prefix="envreplica-seed-")) / "project-env-replica.ts"
-    target.write_text(extract_seed(diffs[0].read_text(encoding="utf-8")), encoding="utf-8")
-    return target
+    return Path(named) if named else None
 
 
 def seed_source() -> Path:
