@@ -98,21 +98,7 @@ class StoreFacts:
 
 def data_sha256(conn: sqlite3.Connection) -> str:
     """``writer.content_sha256`` with the fence undone: a fenced store hashes as the same store open."""
-    h = hashlib.sha256()
-    meta = W.read_meta(conn) or {}
-    normal = dict(meta)
-    if W.admission_of(meta)[0] is not None:
-        normal["writer_version"] = meta.get(W.FENCED_WRITER_VERSION)
-    normal.pop(W.FENCED_WRITER_VERSION, None)
-    for row in sorted(conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master").fetchall(),
-                      key=W._sort_key):
-        h.update(repr(row).encode() + b"\n")
-    for name, rows in W.table_dump(conn, exclude=(schema.store_meta.name,)).items():
-        h.update(f"table {name!r}\n".encode())
-        for row in rows:
-            h.update(repr(row).encode() + b"\n")
-    h.update(repr(sorted(normal.items())).encode())
-    return h.hexdigest()
+    return W.content_sha256(conn, meta=W.unfenced)
 
 
 def facts_of(path: Path) -> StoreFacts:
@@ -296,12 +282,6 @@ def migrate_paired(dbs: Sequence[Union[str, Path]], *, request: Union[str, Path,
     result_path, recovery_path, _ = _files(req_path)
     n = len(paths)
     _usable(paths)
-    needs_key = [v for v in range(1, target) if getattr(steps.get(v), "needs_key", False)]
-    if master_key is None and needs_key and not req_path.exists() and \
-            any(facts_of(p).version <= max(needs_key) for p in paths):
-        raise PairedRefused("master_key_missing", "the migration authenticates every row under the master key: "
-                                                  "set ENVREPLICA_MASTER_KEY or ENVREPLICA_MASTER_KEY_FILE, then "
-                                                  "run it again (nothing was changed)")
 
     # prepare, or restore the published request
     if req_path.exists():
@@ -309,6 +289,7 @@ def migrate_paired(dbs: Sequence[Union[str, Path]], *, request: Union[str, Path,
         if [s["db"] for s in req["stores"]] != [str(p) for p in paths]:
             raise PairedRefused("paired_migration_request_conflict",
                                 f"{req_path} is a request for other stores ({[s['db'] for s in req['stores']]})")
+        _require_key(steps, req["stores"][0]["version"], target, master_key)
     else:
         facts = [facts_of(p) for p in paths]
         held = [str(p) for p, f in zip(paths, facts) if f.admission is not None]
@@ -322,6 +303,7 @@ def migrate_paired(dbs: Sequence[Union[str, Path]], *, request: Union[str, Path,
                                 f"the stores are at versions {[f.version for f in facts]}: a paired migration "
                                 f"moves stores of one version (1 or later, below {target}) together; migrate "
                                 f"the others alone first (envreplica migrate --db PATH)")
+        _require_key(steps, facts[0].version, target, master_key)  # before anything is published
         bdir = Path(backup_dir).resolve() if backup_dir is not None else None
         req = {"schema_id": _REQUEST_SCHEMA, "permit_id": uuid.uuid4().hex, "target": target,
                "stores": [{"db": str(p), "version": f.version, "data_sha256": f.data_sha256,
@@ -332,11 +314,6 @@ def migrate_paired(dbs: Sequence[Union[str, Path]], *, request: Union[str, Path,
         hook("retain parent")
     rid = _request_id(req)
     token = W.admission_token("maintenance", rid)
-    if master_key is None and any(getattr(steps[v], "needs_key", False)
-                                  for v in range(req["stores"][0]["version"], target)):
-        raise PairedRefused("master_key_missing", "the migration authenticates every row under the master key: "
-                                                  "set ENVREPLICA_MASTER_KEY or ENVREPLICA_MASTER_KEY_FILE, then "
-                                                  "run it again")
 
     with _installation_lock(req_path):
         # reconcile
@@ -380,7 +357,8 @@ def migrate_paired(dbs: Sequence[Union[str, Path]], *, request: Union[str, Path,
                 _verify(p, target)
             evidence = {"schema_id": _RESULT_SCHEMA, "request": rid, "target": target,
                         "backups": [{"path": req["stores"][i]["backup"], "sha256": b} for i, b in enumerate(backups)]}
-        if _pair([_status(req, i, facts_of(p), rid) for i, p in enumerate(paths)]) != "applied":
+        elif _pair([_status(req, i, facts_of(p), rid) for i, p in enumerate(paths)]) != "applied":
+            # the fence is up: the stores are still this request's migration, as the result says
             raise PairedRefused("verification_incomplete", "a store is not migrated")
         _publish(result_path, evidence, "paired_migration_result_conflict")
         hook("publish result")
@@ -390,6 +368,14 @@ def migrate_paired(dbs: Sequence[Union[str, Path]], *, request: Union[str, Path,
             hook(f"complete {_store_name(i, n)}")
     return Outcome("migrated", req_path, f"migrated {n} stores together to schema version {target}; result "
                                          f"{result_path}")
+
+
+def _require_key(steps, version: int, target: int, master_key: Optional[bytes]) -> None:
+    """Refuse, before anything is written, a migration whose steps authenticate rows when no key was given."""
+    if master_key is None and any(getattr(steps[v], "needs_key", False) for v in range(version, target)):
+        raise PairedRefused("master_key_missing", "the migration authenticates every row under the master key: "
+                                                  "set ENVREPLICA_MASTER_KEY or ENVREPLICA_MASTER_KEY_FILE, then "
+                                                  "run it again")
 
 
 def _read_evidence(result_path: Path, rid: str) -> dict:
@@ -416,38 +402,23 @@ def _backup(path: Path, backup: Path, source_sha256: str) -> str:
         finally:
             conn.close()
         return W._file_sha256(backup)
-    backup.parent.mkdir(parents=True, exist_ok=True)
     src = sqlite3.connect(str(path), isolation_level=None)
-    tmp = backup.with_name(f".{backup.name}.{uuid.uuid4().hex}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    os.close(fd)
     try:
         if data_sha256(src) != source_sha256:
             raise PairedRefused("unknown_child_outcome", f"{path} changed since the request was prepared")
-        dst = sqlite3.connect(str(tmp), isolation_level=None)
-        try:
-            src.backup(dst)
-            dst.execute("PRAGMA journal_mode=DELETE")
-        finally:
-            dst.close()
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.link(tmp, backup)
-        W._fsync_dir(backup.parent)
+        return W.copy_store(src, backup, source_sha256, digest=data_sha256, overwrite=False)
     finally:
         src.close()
-        tmp.unlink(missing_ok=True)
-    return W._file_sha256(backup)
 
 
 def _apply(path: Path, req: dict, rid: str, token: str, steps, master_key: Optional[bytes],
            busy_timeout: float) -> None:
     """One store's steps to the target in one transaction, its receipt recorded, the fence kept."""
-    facts = facts_of(path)
-    if facts.version == req["target"] and facts.receipt == rid:
-        return  # applied already (a rerun after a crash between the applies)
     with _writing(path, token, busy_timeout) as conn:
-        for v in range(facts.version, req["target"]):
+        version = W.detect_version(conn)
+        if version == req["target"] and (W.read_meta(conn) or {}).get(RECEIPT) == rid:
+            return  # applied already (a rerun after a crash between the applies)
+        for v in range(version, req["target"]):
             steps[v](conn, W.MigrationContext(master_key))
         W.begin_admission(conn, token)  # the steps record the new contract version: fence it again
         W._put_meta(conn, RECEIPT, rid)
@@ -575,8 +546,7 @@ def _restore(path: Path, backup: Path, token: str, busy_timeout: float) -> None:
 def _reopen(paths: Sequence[Path], token: str, hook: Hook, busy_timeout: float) -> None:
     for i, p in enumerate(paths):
         with _writing(p, token, busy_timeout) as conn:
-            if W.admission_of(W.read_meta(conn))[0] is not None:
-                W.end_admission(conn)
+            W.end_admission(conn)  # a no-op on a store reopened already
         hook(f"reopen {_store_name(i, len(paths))}")
 
 

@@ -127,7 +127,15 @@ __all__ = [
     "detect_version",
     "fence_trigger_sql",
     "content_sha256",
+    "copy_store",
     "table_dump",
+    "ADMISSION_KINDS",
+    "FENCED_WRITER_VERSION",
+    "admission_of",
+    "admission_token",
+    "begin_admission",
+    "end_admission",
+    "unfenced",
     "migrate",
     "register",
     "cmd_migrate",
@@ -501,6 +509,15 @@ def begin_admission(conn: Conn, token: str) -> None:
     _put_meta(conn, "writer_version", token)
 
 
+def unfenced(meta: Mapping[str, str]) -> dict[str, str]:
+    """``store_meta`` as it reads once its fence is undone (the contract version back, no fence keys)."""
+    out = dict(meta)
+    if admission_of(meta)[0] is not None:
+        out["writer_version"] = meta[FENCED_WRITER_VERSION]
+    out.pop(FENCED_WRITER_VERSION, None)
+    return out
+
+
 def end_admission(conn: Conn) -> None:
     """Reopen a fenced store to writers of its contract version (a no-op on an open store)."""
     meta = _meta(conn) or {}
@@ -589,12 +606,15 @@ def table_dump(conn: Conn, *, exclude: tuple[str, ...] = ()) -> dict[str, list[t
     return out
 
 
-def content_sha256(conn: Conn) -> str:
-    """SHA-256 of the schema (``sqlite_master``) and every row, canonically ordered."""
+def content_sha256(conn: Conn, *, meta: Optional[Callable[[dict[str, str]], dict[str, str]]] = None) -> str:
+    """SHA-256 of the schema (``sqlite_master``) and every row, canonically ordered; with ``meta``, the rows
+    of ``store_meta`` as that function maps them (``unfenced``: a fenced store hashes as the same store open)."""
     h = hashlib.sha256()
     for row in sorted(_run(conn, "SELECT type, name, tbl_name, sql FROM sqlite_master"), key=_sort_key):
         h.update(repr(row).encode() + b"\n")
     for name, rows in table_dump(conn).items():
+        if meta is not None and name == _META:
+            rows = sorted(meta(dict(rows)).items(), key=_sort_key)
         h.update(f"table {name!r}\n".encode())
         for row in rows:
             h.update(repr(row).encode() + b"\n")
@@ -872,7 +892,17 @@ def _write_backup(conn: sqlite3.Connection, backup: Path, content_before: str) -
             raise MigrationRefused(
                 f"{backup}: a different backup already exists there (its content is not the store's "
                 f"current content). Move it aside or pass --backup-dir, then run the migration again.")
-    tmp = backup.with_name(f".{backup.name}.{uuid.uuid4().hex}.tmp")
+    return copy_store(conn, backup, content_before)
+
+
+def copy_store(conn: sqlite3.Connection, target: Path, expected: str, *, digest: Callable[[Any], str] = content_sha256,
+               overwrite: bool = True) -> str:
+    """A copy of ``conn``'s database at ``target`` (SQLite's online backup API into an owner-only file of its
+    own journal, fsynced), checked (``digest`` of the copy is ``expected``, integrity ok) and installed
+    atomically: over what is there (``os.replace``), or never over an existing file (``overwrite=False``:
+    ``os.link``). Returns the copy's file sha256; ``MigrationRefused`` when the check fails."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
     from envreplica.impl.files import create_private
 
     create_private(tmp)  # owner-only, like the store it copies
@@ -887,17 +917,20 @@ def _write_backup(conn: sqlite3.Connection, backup: Path, content_before: str) -
             os.fsync(f.fileno())
         check = _open_readonly(tmp)
         try:
-            if content_sha256(check) != content_before or _integrity(check) != ["ok"]:
-                raise MigrationRefused(f"{backup}: the backup just written does not match the store; "
+            if digest(check) != expected or _integrity(check) != ["ok"]:
+                raise MigrationRefused(f"{target}: the backup just written does not match the store; "
                                        f"nothing was migrated.")
         finally:
             check.close()
-        os.replace(tmp, backup)
-        _fsync_dir(backup.parent)
+        if overwrite:
+            os.replace(tmp, target)
+        else:
+            os.link(tmp, target)
+        _fsync_dir(target.parent)
     finally:
         if tmp.exists():
             tmp.unlink()
-    return _file_sha256(backup)
+    return _file_sha256(target)
 
 
 def _restore(conn: sqlite3.Connection, backup: Path, content_before: str) -> bool:

@@ -159,11 +159,11 @@ def reconcile_child(source: Image, now: Image, receipt: bool = False) -> Status:
     """One child's physical outcome: its source (not applied), its source migrated (applied), or unknown.
     With ``receipt``, applied means the store records the migration (its source migrated, at the new
     version), whatever writes of the new version landed since it reopened."""
+    target = migrated(source)
     if now == source:
         return Status.NOT_APPLIED
-    if now == migrated(source):
+    if now == target:
         return Status.APPLIED
-    target = migrated(source)
     if receipt and now.version == target.version and now.data.base is target.data.base \
             and now.data.writes >= target.data.writes:
         return Status.APPLIED
