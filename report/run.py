@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from envreplica.report.html import write_page
-from envreplica.report.traces import ImplementationUnavailable, ReportInputError, read
+from envreplica.report.traces import ImplementationUnavailable, ReportInputError, TraceView, read
 
 
 @dataclass
@@ -114,7 +114,8 @@ def _model_part(view: RunView, report: str) -> list[str]:
 
 def _traces(paths: list) -> tuple[list, list]:
     """The views of ``paths`` ((path, implementation factory or None)); notes for the ones not shown."""
-    views, notes = [], []
+    views: list[TraceView] = []
+    notes: list[str] = []
     for path, factory in paths:
         prefix = f"-t{len(views)}" if views else ""  # never a step number: ids stay unique
         try:
@@ -172,6 +173,8 @@ def _sqlite_factory(variant: str):
     from envreplica.conformance.lockstep.context import _scratch_dir
 
     class _Scratch(SqliteDriver):
+        _dir: str  # the scratch directory the file lives in, removed on close
+
         def close(self) -> None:
             try:
                 super().close()

@@ -43,7 +43,7 @@ def _map_rows(value: Any) -> Table:
     rows: Table = {}
     pairs = value.get("#map", []) if isinstance(value, dict) else []
     for k, v in pairs:
-        parts = k if isinstance(k, list) else k.get("#tup") if isinstance(k, dict) and "#tup" in k else [k]
+        parts = k if isinstance(k, list) else k.get("#tup") or [] if isinstance(k, dict) and "#tup" in k else [k]
         rows[tuple(key_part(p) for p in parts)] = _row(v)
     return rows
 

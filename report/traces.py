@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from envreplica.report import breaks
 from envreplica.report import tables as T
 from envreplica.report.gatesvg import Diagram, draw, edge_id
 from envreplica.report.values import one_line, pretty, show, unitf
@@ -91,6 +92,7 @@ class StepView:
     impl_result: Optional[str] = None  # lockstep: the implementation's response, when it differs
     agree: Optional[bool] = None
     parting: bool = False
+    breaks: bool = False  # the step at which the trace's property breaks (the page opens here)
 
 
 @dataclass
@@ -117,6 +119,8 @@ class TraceView:
     divergence: Optional[Divergence] = None
     notes: list = field(default_factory=list)
     prefix: str = ""  # element id suffix on a page with several traces ("" for the first, then "-t1", ...)
+    breaks_at: Optional[int] = None  # the index of the step at which the property breaks (the page opens there)
+    breaks_note: str = ""  # what breaks there, or why no step is marked
 
     @property
     def projects_and_keys(self) -> list[str]:
@@ -155,14 +159,15 @@ def _tokens_of(request: Any) -> list[str]:
 def _seed(kind: str, action: Any, before: Optional[dict]) -> tuple[Optional[str], str]:
     if isinstance(action, dict) and "crashAfterCommit" in action:
         inner = {k: v for k, v in action.items() if k != "crashAfterCommit"}
-        fn, note = _seed(_KIND_OF_OP.get(inner.get("op"), inner.get("op") or ""), inner, before)
+        op = str(inner.get("op") or "")
+        fn, note = _seed(_KIND_OF_OP.get(op, op), inner, before)
         dies = f"the process dies after write commit {action['crashAfterCommit']}"
         return fn, dies + (f"; {note}" if note else "")
     if kind == "resume":
         slot = action.get("slot") if isinstance(action, dict) else None
         inflight = (before or {}).get("inflight") or []
         tag = inflight[slot].get("tag") if isinstance(slot, int) and 0 <= slot < len(inflight) else None
-        fn, outer = _RESUMED.get(tag, ("readMaterializedValue", "a page or delivery"))
+        fn, outer = _RESUMED.get(str(tag), ("readMaterializedValue", "a page or delivery"))
         return fn, f"readMaterializedValue's await returns (in {outer})"
     return SEED_FUNCTIONS.get(kind, (None, ""))
 
@@ -203,7 +208,7 @@ def read(path: Path, impl_factory: Optional[Callable[[], Any]] = None, prefix: s
                                f"`envreplica check` or `envreplica conformance`")
     if not all(isinstance(s, dict) for s in doc["states"]):
         raise ReportInputError(f"{path}: not an ITF trace (a state is not an object)")
-    meta = doc.get("#meta") if isinstance(doc.get("#meta"), dict) else {}
+    meta: dict[str, Any] = doc["#meta"] if isinstance(doc.get("#meta"), dict) else {}
     variables = doc.get("vars") or []
     try:
         if "request" in variables or "request" in doc["states"][0]:
@@ -254,8 +259,15 @@ def _counterexample(path: Path, doc: dict, meta: dict, prefix: str) -> TraceView
             gate=st.get("gate"), edge=edges.get(i), diff=T.diff(before, tables), tokens=_tokens_of(action)))
         before, prev_state = tables, st
     title = f"counterexample: {meta.get('violated') or meta.get('description') or path.name}"
-    return TraceView(str(path), "counterexample", title, meta, _verdict_rows(meta), steps,
+    view = TraceView(str(path), "counterexample", title, meta, _verdict_rows(meta), steps,
                      draw(doc, f"gate{prefix}"), final=T.full(before or {}), prefix=prefix)
+    found = breaks.find(doc, meta)
+    if isinstance(found, breaks.Break) and found.step < len(steps):
+        steps[found.step].breaks = True
+        view.breaks_at, view.breaks_note = found.step, found.note
+    elif found is not None:
+        view.breaks_note = found.note
+    return view
 
 
 # ---------------------------------------------------------------------------
@@ -298,7 +310,7 @@ def _lockstep(path: Path, doc: dict, meta: dict, impl_factory, prefix: str) -> T
     from envreplica.conformance.drivers import ModelDriver
     from envreplica.conformance.lockstep.compare import compare_responses
     from envreplica.conformance.lockstep.traces import describe_response
-    from envreplica.model.state import Variant
+    from envreplica.spec.variants import Variant
 
     states = doc["states"]
     requests = [unitf(s["request"]) for s in states]
@@ -342,9 +354,10 @@ def _lockstep(path: Path, doc: dict, meta: dict, impl_factory, prefix: str) -> T
     gates = [T.gate_of_doc(d) for d in docs]
     parting = next((n for n, s in enumerate(states, 1) if s.get("agree") is False), len(states))
     # A pseudo ITF trace for spec.diagram: state 0 the fresh replica, state n after step #n.
-    pseudo = {"states": [{"gate": gates[0] or "inactive", "mbt::actionTaken": "init", "#meta": {}}]}
+    pseudo: dict[str, list[dict[str, Any]]] = {
+        "states": [{"gate": gates[0] or "inactive", "mbt::actionTaken": "init", "#meta": {}}]}
     for n, request in enumerate(requests, 1):
-        op = request.get("op") if isinstance(request, dict) else None
+        op = str(request.get("op")) if isinstance(request, dict) else ""
         crashed = isinstance(request, dict) and "crashAfterCommit" in request
         pseudo["states"].append({"gate": gates[n] if n < len(gates) and gates[n] else pseudo["states"][-1]["gate"],
                                  "mbt::actionTaken": "crash_after" if crashed else _KIND_OF_OP.get(op, op),
@@ -367,7 +380,7 @@ def _lockstep(path: Path, doc: dict, meta: dict, impl_factory, prefix: str) -> T
             gate=gates[n] if n < len(gates) else None, edge=edges.get(n),
             diff=T.diff(tables[n - 1], tables[n]) if n < len(tables) else [],
             tokens=_tokens_of(request), impl_result=describe_response(impls[n - 1]) if differs else None,
-            agree=agree, parting=n == parting))
+            agree=agree, parting=n == parting, breaks=n == parting))
 
     reason = str(meta.get("description", "")).removeprefix("lockstep divergence: ")
     m, i = models[parting - 1], impls[parting - 1]
@@ -391,7 +404,8 @@ def _lockstep(path: Path, doc: dict, meta: dict, impl_factory, prefix: str) -> T
                  "diverged" if reason else "agreed")]
     title = f"lockstep divergence: {path.name}"
     view = TraceView(str(path), "divergence", title, meta, verdicts, steps, draw(pseudo, f"gate{prefix}"),
-                     final=T.full(tables[-1]) if tables else [], divergence=divergence, notes=notes, prefix=prefix)
+                     final=T.full(tables[-1]) if tables else [], divergence=divergence, notes=notes, prefix=prefix,
+                     breaks_at=parting, breaks_note=f"the implementation parts from the model at step #{parting}")
     return view
 
 

@@ -211,6 +211,97 @@ def test_every_saved_trace_renders(path, tmp_path, capsys):
     assert_self_contained((tmp_path / "r.html").read_text(encoding="utf-8"))
 
 
+# ---------------------------------------------------------------------------
+# The step at which the property breaks
+# ---------------------------------------------------------------------------
+
+
+def _breaking_rows(dom: Node) -> list:
+    return [r for r in dom.find("table", id="steps").find_all("tr", cls="step") if "breaks" in r.classes]
+
+
+@pytest.mark.parametrize("path", TRACES, ids=[p.name for p in TRACES])
+def test_the_step_table_marks_the_first_state_that_violates_the_invariant(path, tmp_path, capsys):
+    """Each saved counterexample, replayed: the marked row is the first state that fails its invariant."""
+    from envreplica.checker import itf
+
+    dom = report_of(path, tmp_path / "r.html", capsys)
+    doc = json.loads(path.read_text())
+    prop = P.by_name(doc["#meta"]["violated"])
+    states = [st for _, _, st in itf.replay(doc).steps]
+    first = next(i for i, st in enumerate(states) if not prop.check(st))
+    marked = _breaking_rows(dom)
+    assert [r.attrs["data-step"] for r in marked] == [str(first)]
+    assert "breaks here" in marked[0].find("td", cls="index").text
+    assert dom.find("table", id="steps").attrs["data-breaks"] == str(first)
+    note = dom.find("p", cls="breaks-at")
+    assert f"step #{first}" in note.text and prop.name in note.text and prop.statement in note.text
+    assert note.find("a").attrs["href"] == f"#diff-{first}"
+    assert "breaks" in dom.find("section", cls="step-diff", data_step=str(first)).classes
+
+
+def _with_property(monkeypatch, prop) -> None:
+    """``#meta.violated`` names ``prop`` (a property the test defines on the real model's states)."""
+    real = P.by_name
+    monkeypatch.setattr(P, "by_name", lambda name: prop if name == prop.name else real(name))
+
+
+def _renamed(tmp_path: Path, violated: str) -> Path:
+    doc = json.loads(F1.read_text())
+    doc["#meta"]["violated"] = violated
+    out = tmp_path / "t.itf.json"
+    out.write_text(json.dumps(doc))
+    return out
+
+
+def test_an_invariant_is_marked_where_it_first_fails_not_where_the_trace_ends(tmp_path, monkeypatch):
+    """F1's gate first opens after the commit (#3); the trace goes on to #9: the mark is at #3."""
+    from envreplica.spec.gate import Gate
+
+    prop = P.Property("gate_never_open", lambda st: st.authority.gate is not Gate.OPEN, "invariant",
+                      doc="The gate is never open.")
+    _with_property(monkeypatch, prop)
+    view = read(_renamed(tmp_path, prop.name))
+    assert view.breaks_at == 3 and [s.index for s in view.steps if s.breaks] == [3]
+    assert view.breaks_note.startswith("the state after step #3 is the first to violate the invariant gate_never_open")
+
+
+def test_a_step_property_is_marked_at_the_transition_that_breaks_it(tmp_path, monkeypatch):
+    """A step property that fails on a gate closing from open: F1's second begin (#6) is the first such step."""
+    from envreplica.spec.gate import Gate
+
+    def never_leaves_open(pre, action, result, post):
+        return not (pre.authority.gate is Gate.OPEN and post.authority.gate is not Gate.OPEN)
+
+    prop = P.Property("never_leaves_open", never_leaves_open, "step", doc="An open gate stays open.")
+    _with_property(monkeypatch, prop)
+    view = read(_renamed(tmp_path, prop.name))
+    assert view.breaks_at == 6 and [s.index for s in view.steps if s.breaks] == [6]
+    assert view.breaks_note == "step #6 (begin) breaks the step property never_leaves_open: An open gate stays open."
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda doc: doc["#meta"].update(violated="no_such_property"), "is not one of this model's properties"),
+    (lambda doc: doc["#meta"].update(violated="sometimes_gate_open"), "which no single step breaks"),
+    (lambda doc: doc["states"][2].update(gate="open"), "state #2 differs (gate)"),
+])
+def test_no_step_is_marked_when_the_model_cannot_say_which(edit, says, tmp_path):
+    doc = json.loads(F1.read_text())
+    edit(doc)
+    path = tmp_path / "t.itf.json"
+    path.write_text(json.dumps(doc))
+    view = read(path)
+    assert view.breaks_at is None and not any(s.breaks for s in view.steps)
+    assert says in view.breaks_note and view.breaks_note.endswith("no step is marked")
+
+
+def test_a_divergence_is_marked_where_the_implementation_parts(tmp_path, capsys):
+    jsonl, _ = divergent_trace(tmp_path)
+    dom = report_of(jsonl, tmp_path / "d.html", capsys)
+    assert [r.attrs["data-step"] for r in _breaking_rows(dom)] == ["4"]
+    assert dom.find("table", id="steps").attrs["data-breaks"] == "4"
+
+
 def test_no_renderer_shows_the_dot_source(tmp_path, monkeypatch, capsys):
     from envreplica.report import gatesvg
 

@@ -123,10 +123,20 @@ def _no_script_errors(browser) -> None:
 
 def test_stepping_shows_each_steps_diff_and_its_gate_edge(browser, f1_page):
     _open(browser, f1_page)
-    first = browser.find_element("css selector", '#steps tr.step[data-step="0"]')
+    # The page opens at the step where the invariant breaks (#9), scrolled into view.
+    breaking = browser.find_element("css selector", '#steps tr.step[data-step="9"]')
+    assert {"current", "breaks"} <= set(breaking.get_attribute("class").split())
+    assert browser.find_element("css selector", "#trace .current-step").text == "9"
+    assert browser.execute_script(
+        "var r = arguments[0].getBoundingClientRect(); return r.top >= 0 && r.bottom <= window.innerHeight;",
+        breaking)
+    assert browser.find_element("id", "diff-9").is_displayed()
+    assert not browser.find_element("id", "diff-0").is_displayed()  # one step's diff at a time
+
+    first = _step(browser, 0)
     assert "current" in first.get_attribute("class").split()
     assert browser.find_element("id", "diff-0").is_displayed()
-    assert not browser.find_element("id", "diff-9").is_displayed()  # one step's diff at a time
+    assert not browser.find_element("id", "diff-9").is_displayed()
 
     next_button = browser.find_element("css selector", "#trace .stepper .next")
     for _ in range(3):
@@ -160,7 +170,9 @@ def test_stepping_shows_each_steps_diff_and_its_gate_edge(browser, f1_page):
 
 def test_filter_hides_rows_of_other_projects_and_keys(browser, f1_page):
     _open(browser, f1_page)
-    browser.find_element("css selector", "#trace .stepper .show-all-diffs").click()  # every step's diff
+    every = browser.find_element("css selector", "#trace .stepper .show-all-diffs")
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", every)  # the page opened at #9
+    every.click()  # every step's diff
     rows = _css(browser, "#diff tr.row:not(.global)")
     assert all(r.is_displayed() for r in rows)
     other = [r for r in rows if "A" not in json.loads(r.get_attribute("data-tokens"))]
@@ -201,6 +213,10 @@ def test_divergence_shows_model_and_implementation_side_by_side(browser, diverge
 
     row = browser.find_element("css selector", "#steps tr.step.parting")
     assert row.get_attribute("data-step") == parting
+    assert {"current", "breaks"} <= set(row.get_attribute("class").split())  # the page opens where they part
+    assert browser.find_element("id", f"diff-{parting}").is_displayed()
+    _step(browser, 1)
+    assert not browser.find_element("id", f"diff-{parting}").is_displayed()
     _step(browser, int(parting))
     assert browser.find_element("id", f"diff-{parting}").is_displayed()
 

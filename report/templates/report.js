@@ -67,7 +67,18 @@
       if (event.key === "ArrowRight" || event.key === "ArrowDown") { select(current + 1, true); event.preventDefault(); }
       if (event.key === "ArrowLeft" || event.key === "ArrowUp") { select(current - 1, true); event.preventDefault(); }
     });
-    select(0, false);
+    // The page opens at the step where the property breaks (or the implementation parts); else at the first.
+    var table = section.querySelector("table.steps");
+    var breaks = table ? table.getAttribute("data-breaks") : null;
+    var start = 0;
+    for (var b = 0; breaks !== null && b < rows.length; b++) {
+      if (rows[b].getAttribute("data-step") === breaks) { start = b; break; }
+    }
+    select(start, false);
+    if (breaks !== null && !opened && rows[start].scrollIntoView) {
+      opened = true;
+      rows[start].scrollIntoView({block: "center"});
+    }
     section.stepTo = function (step) {
       for (var i = 0; i < rows.length; i++) {
         if (rows[i].getAttribute("data-step") === String(step)) { select(i, true); return true; }
@@ -76,6 +87,7 @@
     };
   }
 
+  var opened = false;  // the first trace with a breaking step scrolls into view when the page opens
   each(document.querySelectorAll("section.trace"), setup);
 
   var filter = document.getElementById("filter");
