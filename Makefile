@@ -9,14 +9,41 @@ STAMP := $(VENV)/.installed
 KIT       := adapters/typescript
 KIT_STAMP := $(KIT)/node_modules/.installed
 
-.PHONY: check test nightly diagrams clean kit
+# The import package's subpackages, one per top-level folder (pyproject.toml maps envreplica.X to X/).
+PACKAGES := spec model checker impl conformance cli report reliability
+
+.PHONY: check test typecheck docs docs-serve nightly diagrams clean kit
 
 check: $(STAMP)
 	$(BIN)/envreplica check
 
-# pytest-xdist: one worker per CPU, each test file on one worker (its module fixtures computed once).
-test: $(STAMP) kit
-	$(BIN)/pytest -p no:cacheprovider -n auto --dist loadfile -m "not nightly" tests
+# mypy first, then pytest: pytest-xdist runs one worker per CPU, each test file on one worker (its module
+# fixtures computed once), in a random order (pytest-randomly prints "Using --randomly-seed=N"; replay an order
+# with make test PYTEST_ARGS="--randomly-seed=N").
+PYTEST_ARGS ?=
+test: typecheck kit
+	$(BIN)/pytest -p no:cacheprovider -n auto --dist loadfile -m "not nightly" $(PYTEST_ARGS) tests
+
+# mypy over the whole package (settings in pyproject.toml). mypy cannot follow setuptools' package-dir mapping,
+# so it runs from docs/.api, whose envreplica/ links name each folder by its import name (mkdocstrings reads the
+# same tree); paths print relative to the repository.
+typecheck: $(STAMP)
+	@cd docs/.api && "$(CURDIR)/$(BIN)/mypy" --config-file "$(CURDIR)/pyproject.toml" \
+	  --cache-dir "$(CURDIR)/$(VENV)/mypy-cache" $(addprefix -p envreplica.,$(PACKAGES)) > "$(CURDIR)/$(VENV)/mypy.out"; \
+	  status=$$?; sed 's#^envreplica/##' "$(CURDIR)/$(VENV)/mypy.out"; exit $$status
+
+# The documentation site (mkdocs.yml, docs/), built with --strict: a broken link or a page left out of the
+# navigation fails. docs-serve previews it at http://127.0.0.1:8000.
+DOCS_STAMP := $(VENV)/.docs-installed
+docs: $(DOCS_STAMP)
+	$(BIN)/mkdocs build --strict --site-dir site
+
+docs-serve: $(DOCS_STAMP)
+	$(BIN)/mkdocs serve
+
+$(DOCS_STAMP): $(STAMP)
+	$(BIN)/pip install --quiet -e '.[docs]'
+	touch $@
 
 # The full-size runs CI leaves out (tests marked nightly), for a nightly job.
 nightly: $(STAMP)
@@ -42,5 +69,5 @@ $(KIT_STAMP): $(KIT)/package.json $(KIT)/package-lock.json
 	touch $@
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .hypothesis .pytest_cache $(KIT)/node_modules
+	rm -rf $(VENV) build dist site *.egg-info .hypothesis .pytest_cache $(KIT)/node_modules
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,7 +1,7 @@
 """Benchmark of the model checker (not a test): the fast search beside the one it replaced, in one run.
 
 For each bound of a suite (``--bounds``, default ``default``), runs
-``checker.reference.check_reference`` (the search before issue 10: full
+``checker.reference.check_reference`` (the plain search: full
 states in the visited set, every property lifted to worlds and evaluated on
 every step) and ``checker.bfs.check`` (fingerprints, properties on the
 replica view, step properties only where they can fail), interleaved
@@ -10,8 +10,8 @@ states/s and transitions/s of each, the speed-up, and TLC's estimate of a
 fingerprint collision. The two must agree on the state and transition
 counts and on every verdict (a difference is printed and the exit code is 1).
 
-``--baseline REV`` (for example ``--baseline 8434dca``, the last commit
-before issue 10: the code the issue measured as "today") runs instead the
+``--baseline REV`` (for example ``--baseline 8434dca``, a commit
+without the checker's speed-ups) runs instead the
 whole check of each bound (model and search) with this checkout's code and
 with ``REV``'s (``bench/baseline.py``: a worktree imported first on
 ``PYTHONPATH``), each in its own subprocess, alternating ``--repeat`` times,
@@ -24,8 +24,8 @@ what the model's own speed-ups add (a hash kept once computed, a generated
 (``HEAD``, in a worktree) as it is and the same code compiled by Cython (``bench/baseline.py``'s
 ``compiled``: the model, the properties, the wire types and the search,
 untyped; needs ``pip install cython`` and a C compiler). It measures what
-compiling the model without rewriting it would give, towards issue 10's goal
-of five times the states/s in one process; the state and transition counts
+compiling the model without rewriting it would give, towards
+five times the states/s in one process; the state and transition counts
 must be the same.
 
 Both modes end with CPython's floor per transition on the first bound: the

@@ -16,8 +16,8 @@ derandomized, ``--examples`` examples of up to 30 steps), against the
 Prints examples, steps, seconds, steps per second and each row's ratio to
 the model-only row. Run: ``.venv/bin/python bench/bench_lockstep.py [--examples N]``.
 
-``--baseline REV`` (for example ``--baseline 0654bc1``, the commit before
-issue 11) measures instead the ``sqlite, in-process`` row of this checkout
+``--baseline REV`` (for example ``--baseline 0654bc1``, a commit without the
+lockstep's speed-ups) measures instead the ``sqlite, in-process`` row of this checkout
 beside the same row of ``REV`` (checked out with ``git worktree`` into a
 temporary directory and imported first on ``PYTHONPATH``), each in its own
 subprocess, alternating ``--rounds`` times: the before/after figure of one

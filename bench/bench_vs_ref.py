@@ -9,7 +9,7 @@ ratio this tree / ref. The measurement uses each tree's own
 ``bench/bench_impl.py`` helpers, so the two run the same scenario through
 their own API.
 
-Default ref: ``59cf726``, the last commit before integrity at rest (issue 8),
+Default ref: ``59cf726``, the last commit without integrity at rest,
 which the cost of tamper evidence is measured against.
 
 Run: ``.venv/bin/python bench/bench_vs_ref.py [--ref REF] [--rounds N] [--deliveries N]``.
@@ -65,7 +65,7 @@ def _probe(python: Path, tree: Path, n: int, values: int, sync: str) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ref", default="59cf726", help="the git ref to compare with (default: before issue 8)")
+    parser.add_argument("--ref", default="59cf726", help="the git ref to compare with (default: 59cf726, without integrity at rest)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--deliveries", type=int, default=400)
     parser.add_argument("--values", type=int, default=1000)

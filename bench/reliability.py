@@ -1,7 +1,7 @@
 """The reliability suite at full size (a benchmark, not a test): prints what each harness measured.
 
-Runs the harnesses of ``envreplica.reliability`` at the sizes issue 8 asks
-for, each over the real implementation, and prints their figures:
+Runs the harnesses of ``envreplica.reliability`` at full size,
+each over the real implementation, and prints their figures:
 
 * crash consistency: ``kill -9`` of an adapter applying a long stream, at
   ``--kills`` random moments (default 200);

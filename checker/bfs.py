@@ -59,7 +59,42 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Hashable, Iterable, Optional
+from typing import Any, Callable, Generic, Hashable, Iterable, Optional, Protocol, TypeVar
+
+#: A model's state: any hashable value (the visited sets and marks hold states or their fingerprints).
+S = TypeVar("S", bound=Hashable)
+
+
+class CheckedProperty(Protocol):
+    """What the checker reads of a property (``spec.properties.Property``, ``spec.migration.Property``).
+
+    ``check`` takes a state view (an invariant, a sometimes-state), a step
+    ``(pre, action, result, post)`` (a step property, a sometimes-step), or an
+    earlier step then a step (a sometimes-after, whose ``after`` is set); its
+    truth value is the verdict. ``actions`` and ``results``, read with
+    ``getattr``, are optional (``_applies``).
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def check(self) -> Callable[..., object]: ...
+
+    @property
+    def after(self) -> Optional[CheckedProperty]: ...
+
+    @property
+    def statement(self) -> str: ...
+
+
+#: A step as the properties read it: (pre, action, result, post), the states as views.
+StepView = tuple[Any, Any, Any, Any]
+#: ``step_table``'s answer for a step: (step properties, sometimes-step properties) to evaluate there.
+StepProperties = tuple[list[CheckedProperty], list[CheckedProperty]]
 
 
 class NondeterministicModel(RuntimeError):
@@ -79,7 +114,7 @@ class Step:
 class Violation:
     """The shortest run found that breaks ``prop``."""
 
-    prop: Any  # the violated property
+    prop: CheckedProperty  # the violated property
     steps: list[Step]  # from the initial state (steps[0].action is None)
 
     @property
@@ -88,20 +123,20 @@ class Violation:
 
 
 @dataclass
-class Model:
-    """The interface the checker needs."""
+class Model(Generic[S]):
+    """The interface the checker needs (``S``: the model's state; actions and results are the model's own)."""
 
-    init: Callable[[], Hashable]
-    enabled: Callable[[Hashable], Iterable]
-    next: Callable[[Hashable, Any], tuple]
-    invariants: tuple = ()
-    step_properties: tuple = ()
-    sometimes: tuple = ()  # properties that must hold at least once (state, step or after kind)
-    observe_state: Optional[Callable[[Hashable], None]] = None  # coverage hook per new state
-    observe_step: Optional[Callable[[Hashable, Any, Any, Hashable], None]] = None  # per transition
-    view: Optional[Callable[[Hashable], Any]] = None  # what the properties read of a state (default: the state)
-    fingerprint: Callable[[Hashable], int] = hash  # a state's 64-bit fingerprint in the visited set
-    canonical: Optional[Callable[[Hashable], Hashable]] = None  # symmetry: a state's representative (default: itself)
+    init: Callable[[], S]
+    enabled: Callable[[S], Iterable[Any]]
+    next: Callable[[S, Any], tuple[S, Any]]
+    invariants: tuple[CheckedProperty, ...] = ()
+    step_properties: tuple[CheckedProperty, ...] = ()
+    sometimes: tuple[CheckedProperty, ...] = ()  # properties that must hold at least once (state, step or after kind)
+    observe_state: Optional[Callable[[S], None]] = None  # coverage hook per new state
+    observe_step: Optional[Callable[[S, Any, Any, S], None]] = None  # per transition
+    view: Optional[Callable[[S], Any]] = None  # what the properties read of a state (default: the state)
+    fingerprint: Callable[[S], int] = hash  # a state's 64-bit fingerprint in the visited set
+    canonical: Optional[Callable[[S], S]] = None  # symmetry: a state's representative (default: itself)
 
 
 @dataclass
@@ -113,8 +148,8 @@ class Result:
     depth: int = 0  # the deepest BFS level reached
     seconds: float = 0.0
     complete: bool = True  # False when stopped by max_depth or max_states
-    violations: dict = field(default_factory=dict)  # property name -> Violation
-    witnessed: dict = field(default_factory=dict)  # sometimes-property name -> depth first seen
+    violations: dict[str, Violation] = field(default_factory=dict)  # property name -> Violation
+    witnessed: dict[str, int] = field(default_factory=dict)  # sometimes-property name -> depth first seen
     fingerprints: bool = False  # the visited set held fingerprints (collision_probability applies)
 
     @property
@@ -135,7 +170,7 @@ class Result:
         return not self.violations
 
 
-def _applies(prop, kind, result_type) -> bool:
+def _applies(prop: CheckedProperty, kind: object, result_type: type) -> bool:
     """Whether step property ``prop`` can fail on a step of this action kind and result type."""
     actions = getattr(prop, "actions", None)
     results = getattr(prop, "results", None)
@@ -143,39 +178,46 @@ def _applies(prop, kind, result_type) -> bool:
     return (actions is None or kind in actions) and (results is None or issubclass(result_type, results))
 
 
+def after_of(prop: CheckedProperty) -> CheckedProperty:
+    """A sometimes-after property's earlier step (``prop.after``, which that kind sets)."""
+    if prop.after is None:
+        raise ValueError(f"{prop.name}: a sometimes-after property without the step that must come first")
+    return prop.after
+
+
 # -- what every search of a Model shares (this one, checker.parallel's, checker.ray_search's) ---------
 
 
-def fingerprint_function(model: Model) -> Callable[[Hashable], int]:
+def fingerprint_function(model: Model[S]) -> Callable[[S], int]:
     """A state's key in the visited set: ``Model.fingerprint``, of its representative under symmetry."""
     if model.canonical is None:
         return model.fingerprint
     raw, canonical = model.fingerprint, model.canonical
 
-    def fingerprint(st) -> int:
+    def fingerprint(st: S) -> int:
         return raw(canonical(st))
 
     return fingerprint
 
 
-def view_function(model: Model) -> Callable[[Hashable], Any]:
+def view_function(model: Model[S]) -> Callable[[S], Any]:
     """What the properties read of a state: ``Model.view``, or the state itself."""
     return model.view if model.view is not None else _identity
 
 
-def _identity(st):
+def _identity(st: S) -> S:
     return st
 
 
-def step_table(model: Model) -> Callable[[Any, Any], tuple]:
+def step_table(model: Model[S]) -> Callable[[Any, Any], StepProperties]:
     """``(action, result) -> (step properties, sometimes-step properties)`` that can fail (or hold) there.
 
     Built once per (action kind, result type) from each property's filter (``_applies``).
     """
     step_sometimes = [p for p in model.sometimes if p.kind == "sometimes-step"]
-    table: dict = {}
+    table: dict[tuple[Any, type], StepProperties] = {}
 
-    def for_step(action, res) -> tuple:
+    def for_step(action: Any, res: Any) -> StepProperties:
         key = (getattr(action, "kind", None), type(res))
         entry = table.get(key)
         if entry is None:
@@ -188,9 +230,9 @@ def step_table(model: Model) -> Callable[[Any, Any], tuple]:
     return for_step
 
 
-def path_to(parent_of: Callable[[int], Optional[tuple]], end_fp: int) -> list:
+def path_to(parent_of: Callable[[int], Optional[tuple[int, Any]]], end_fp: int) -> list[Any]:
     """The actions from the initial state to ``end_fp``, following ``parent_of(fp) -> (parent fp, action)``."""
-    actions = []
+    actions: list[Any] = []
     node = parent_of(end_fp)
     while node is not None:
         prev_fp, action = node
@@ -200,7 +242,7 @@ def path_to(parent_of: Callable[[int], Optional[tuple]], end_fp: int) -> list:
     return actions
 
 
-def replay(model: Model, actions) -> list[Step]:
+def replay(model: Model[S], actions: Iterable[Any]) -> list[Step]:
     """The run of ``actions`` from ``model.init()``, as steps (the first one the initial state)."""
     st = model.init()
     steps = [Step(None, None, st)]
@@ -210,7 +252,7 @@ def replay(model: Model, actions) -> list[Step]:
     return steps
 
 
-def replay_to(model: Model, fingerprint: Callable[[Hashable], int], actions, end_fp: int) -> list[Step]:
+def replay_to(model: Model[S], fingerprint: Callable[[S], int], actions: list[Any], end_fp: int) -> list[Step]:
     """``replay(model, actions)``; ``NondeterministicModel`` unless it ends at fingerprint ``end_fp``."""
     steps = replay(model, actions)
     reached = fingerprint(steps[-1].state)
@@ -221,7 +263,7 @@ def replay_to(model: Model, fingerprint: Callable[[Hashable], int], actions, end
     return steps
 
 
-def reachable(model: Model, limit: Optional[int] = None) -> list:
+def reachable(model: Model[S], limit: Optional[int] = None) -> list[S]:
     """The states reachable from ``model.init()``, in breadth-first order (the first ``limit`` of them).
 
     No property is evaluated: the states themselves, for benchmarks and tests that need real ones.
@@ -240,7 +282,7 @@ def reachable(model: Model, limit: Optional[int] = None) -> list:
 
 
 def check(
-    model: Model,
+    model: Model[S],
     max_depth: Optional[int] = None,
     max_states: Optional[int] = None,
     stop_on_first: bool = False,
@@ -253,21 +295,22 @@ def check(
     init = model.init()
     init_fp = fingerprint(init)
     #: fingerprint -> (parent fingerprint, action), or None for the initial state
-    parent: dict = {init_fp: None}
+    parent: dict[int, Optional[tuple[int, Any]]] = {init_fp: None}
     frontier = deque([(init, init_fp, 0)])
     invariants = list(model.invariants)
     state_sometimes = [p for p in model.sometimes if p.kind == "sometimes-state"]
     after_sometimes = [p for p in model.sometimes if p.kind == "sometimes-after"]
+    after_step = {p.name: after_of(p) for p in after_sometimes}
     #: per sometimes-after property: fingerprint -> the earlier step (pre, action, result, post), as views
-    marks: dict = {p.name: {} for p in after_sometimes}
+    marks: dict[str, dict[int, StepView]] = {p.name: {} for p in after_sometimes}
 
-    def trace(end_fp, last=None) -> list[Step]:
+    def trace(end_fp: int, last: Optional[Step] = None) -> list[Step]:
         chain = replay_to(model, fingerprint, path_to(parent.__getitem__, end_fp), end_fp)
         if last is not None:
             chain.append(last)
         return chain
 
-    def on_new_state(st, fp, seen, depth):
+    def on_new_state(st: S, fp: int, seen: Any, depth: int) -> None:
         if model.observe_state is not None:
             model.observe_state(st)
         for prop in invariants:
@@ -312,7 +355,7 @@ def check(
                 if prop.name in witnessed:
                     continue
                 if earlier is None:
-                    if prop.after.check(pre, action, res, post):
+                    if after_step[prop.name].check(pre, action, res, post):
                         marked.setdefault(nxt_fp, (pre, action, res, post))
                 elif prop.check(earlier, pre, action, res, post):
                     witnessed[prop.name] = depth + 1

@@ -13,12 +13,21 @@ tests.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field, fields
+from dataclasses import Field, dataclass, field, fields
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Optional, Protocol, Self
 
 from envreplica.spec.domain import ActionKind
 from envreplica.spec.gate import fired_trigger
 from envreplica.spec.domain import Failed, MatKind, RefusalCode, UnavailableReason, WithheldReason
 from envreplica.spec.gate import TRANSITIONS, GateEdge
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from envreplica.model.state import State
+
+#: One row of a coverage table: (group, item, count).
+CoverageRow = tuple[str, str, int]
 
 #: Refusal codes no run can reach, and why (argued, and pinned by tests).
 UNREACHABLE = {
@@ -44,11 +53,18 @@ MATERIALIZATION_ITEMS = ["installed"] + [f"{k.value}: {r}" for k, r in REASONS] 
 class CoverageCounts:
     """What every coverage dataclass shares: its ``Counter`` fields merge, and ``rows()`` gives what was missed."""
 
-    def merge(self, other) -> None:
+    #: Set by ``@dataclass`` on each subclass (what ``fields`` reads).
+    __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
+
+    def merge(self, other: Self) -> None:
         for f in fields(self):
             getattr(self, f.name).update(getattr(other, f.name))
 
-    def unreached(self, exempt=()):
+    def rows(self) -> list[CoverageRow]:
+        """(group, item, count) for every item the run should reach (each subclass says)."""
+        raise NotImplementedError
+
+    def unreached(self, exempt: Iterable[str] = ()) -> list[tuple[str, str]]:
         """Items with count 0, minus the ones argued unreachable and ``exempt``."""
         skip = {c.value for c in UNREACHABLE} | set(exempt)
         return [(g, i) for g, i, n in self.rows() if n == 0 and i not in skip]
@@ -58,13 +74,13 @@ class CoverageCounts:
 class Coverage(CoverageCounts):
     """Counts of what a run reached."""
 
-    actions: Counter = field(default_factory=Counter)
-    refusals: Counter = field(default_factory=Counter)
-    reasons: Counter = field(default_factory=Counter)
-    edges: Counter = field(default_factory=Counter)
-    errors: Counter = field(default_factory=Counter)
+    actions: Counter[Optional[str]] = field(default_factory=Counter)  # by action kind (an ``ActionKind``, mostly)
+    refusals: Counter[RefusalCode] = field(default_factory=Counter)
+    reasons: Counter[tuple[MatKind, Optional[str]]] = field(default_factory=Counter)
+    edges: Counter[GateEdge] = field(default_factory=Counter)
+    errors: Counter[tuple[str, str]] = field(default_factory=Counter)
 
-    def observe_step(self, pre, action, result, post) -> None:
+    def observe_step(self, pre: State, action: Any, result: object, post: State) -> None:
         kind = getattr(action, "kind", None)
         self.actions[kind] += 1
         code = getattr(result, "code", None)
@@ -76,7 +92,7 @@ class Coverage(CoverageCounts):
         if trigger is not None:
             self.edges[GateEdge(trigger, pre.authority.gate, post.authority.gate)] += 1
 
-    def observe_state(self, st) -> None:
+    def observe_state(self, st: State) -> None:
         for rows in (st.records, st.stage_records):
             for row in rows.values():
                 mat = row.mat
@@ -85,9 +101,9 @@ class Coverage(CoverageCounts):
                 else:
                     self.reasons[(MatKind.INSTALLED, None)] += 1
 
-    def rows(self):
+    def rows(self) -> list[CoverageRow]:
         """(group, item, count) for every item the run should reach."""
-        out = []
+        out: list[CoverageRow] = []
         for kind in ActionKind:
             out.append(("action", kind.value, self.actions.get(kind, 0)))
         for code in RefusalCode:
@@ -103,7 +119,16 @@ class Coverage(CoverageCounts):
         return out
 
 
-def print_coverage_table(coverage, console, title: str, missing_label: str) -> list:
+class CoverageTable(Protocol):
+    """What ``print_coverage_table`` reads of a coverage."""
+
+    def rows(self) -> list[CoverageRow]: ...
+
+    def unreached(self) -> list[tuple[str, str]]: ...
+
+
+def print_coverage_table(coverage: CoverageTable, console: Console, title: str,
+                         missing_label: str) -> list[tuple[str, str]]:
     """Print ``coverage.rows()`` as a rich table, the argued-unreachable items, then what was missed.
 
     Serves both the model checker's ``Coverage`` and the lockstep's coverage

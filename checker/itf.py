@@ -19,9 +19,12 @@ import dataclasses
 import enum
 import json
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterable, Optional, Union
 
+from envreplica.checker.bfs import Step as CheckerStep
 from envreplica.model.actions import (
+    CRASHABLE,
+    Action,
     Begin,
     CloseGate,
     Commit,
@@ -36,7 +39,7 @@ from envreplica.model.actions import (
 )
 from envreplica.model.fmap import FMap
 from envreplica.model.generate import CloudChange, Move, World
-from envreplica.model.state import INITIAL, DeliveryInFlight, ModelConfig, PageInFlight, Variant
+from envreplica.model.state import INITIAL, DeliveryInFlight, ModelConfig, PageInFlight, State, Variant
 from envreplica.model.store import Found, Missing, Raises
 from envreplica.spec import wire
 from envreplica.spec.domain import BindOmit, BindWithhold, LegacyRef, StagedRef
@@ -47,6 +50,11 @@ VARIANTS = (StagedRef, LegacyRef, BindOmit, BindWithhold, PageInFlight, Delivery
 SAFE = 2**53 - 1
 REPLICA_VARS = ("authority", "projects", "records", "values", "stage_projects", "stage_records",
                 "stage_values", "receipts", "inflight", "store_on")
+
+#: A JSON object as ``json`` parses it (its values are any JSON).
+JsonObject = dict[str, Any]
+#: What a trace's step may hold: a replica action, or a cloud change (the model's only other action).
+TraceAction = Union[Action, CloudChange]
 
 
 def to_itf(value: Any) -> Any:
@@ -74,7 +82,7 @@ def to_itf(value: Any) -> Any:
     raise TypeError(f"no ITF encoding for {type(value).__name__}")
 
 
-def action_json(action) -> dict:
+def action_json(action: TraceAction) -> JsonObject:
     """An action as wire JSON (the adapter's request shapes, plus model-only ops).
 
     A ``CrashAfter`` is its action's request with ``crashAfterCommit``
@@ -109,11 +117,14 @@ def action_json(action) -> dict:
     raise TypeError(f"unknown action {action!r}")
 
 
-def parse_action(data: dict):
+def parse_action(data: JsonObject) -> TraceAction:
     """The inverse of ``action_json``."""
     if "crashAfterCommit" in data:
         inner = {k: v for k, v in data.items() if k != "crashAfterCommit"}
-        return CrashAfter(parse_action(inner), data["crashAfterCommit"])
+        cut = parse_action(inner)
+        if not isinstance(cut, CRASHABLE):  # what CrashAfter itself raises
+            raise TypeError(f"only a page, delivery or resume can crash after a commit, not {cut!r}")
+        return CrashAfter(cut, data["crashAfterCommit"])
     op = data.get("op")
     if op == "begin":
         return Begin(wire.parse_begin(data["frame"]), wire.parse_policy_epochs(data["keptPolicyEpochs"]),
@@ -141,22 +152,22 @@ def parse_action(data: dict):
     raise ValueError(f"trace action has unknown op {op!r}")
 
 
-def result_json(result) -> Any:
+def result_json(result: object) -> Any:
     return None if result is None else wire.encode(result)
 
 
-def state_vars(world) -> dict:
+def state_vars(world: Union[World, State]) -> JsonObject:
     replica = world.replica if isinstance(world, World) else world
-    out = {"gate": replica.authority.gate.value}
+    out: JsonObject = {"gate": replica.authority.gate.value}
     out.update({name: to_itf(getattr(replica, name)) for name in REPLICA_VARS})
     return out
 
 
-def write(path: Path, steps, description: str, meta: Optional[dict] = None) -> Path:
+def write(path: Path, steps: Iterable[CheckerStep], description: str, meta: Optional[JsonObject] = None) -> Path:
     """Write ``steps`` (checker ``Step`` values) as an ITF trace."""
-    states = []
+    states: list[JsonObject] = []
     for i, s in enumerate(steps):
-        state = {"#meta": {"index": i}}
+        state: JsonObject = {"#meta": {"index": i}}
         if s.action is not None:
             state["#meta"]["action"] = action_json(s.action)
             state["#meta"]["result"] = result_json(s.result)
@@ -177,7 +188,7 @@ def write(path: Path, steps, description: str, meta: Optional[dict] = None) -> P
     return path
 
 
-def load(path: Path) -> dict:
+def load(path: Path) -> JsonObject:
     """The ITF document at ``path``; ``ValueError`` naming the path and what is wrong (not UTF-8, not JSON,
     not a trace)."""
     try:
@@ -197,23 +208,24 @@ def load(path: Path) -> dict:
 class Replayed:
     """The outcome of replaying a trace on the model."""
 
-    steps: list  # (action, result, state) per step, as replayed
+    steps: list[tuple[Optional[TraceAction], object, State]]  # (action, result, state) per step, as replayed
     diverged_at: Optional[int]  # the first state index whose replayed state or result differs, or None
-    differing_vars: list  # what differs there: variable names, "result", or "missing <var>"
+    differing_vars: list[str]  # what differs there: variable names, "result", or "missing <var>"
 
 
-def replay(doc: dict, cfg: Optional[ModelConfig] = None):
+def replay(doc: JsonObject, cfg: Optional[ModelConfig] = None) -> Replayed:
     """Rerun a trace's actions on the model; report the first state that differs from the trace."""
     meta = doc.get("#meta", {})
     cfg = cfg or ModelConfig(variant=Variant(meta.get("variant", Variant.FIXED.value)),
                              ack_page_bytes=int(meta.get("ackPageBytes", ModelConfig().ack_page_bytes)))
     st = INITIAL
-    steps = []
-    diverged, differing = None, []
+    steps: list[tuple[Optional[TraceAction], object, State]] = []
+    diverged: Optional[int] = None
+    differing: list[str] = []
     for i, recorded in enumerate(doc["states"]):
         action_data = recorded.get("#meta", {}).get("action")
-        result = None
-        action = None
+        result: object = None
+        action: Optional[TraceAction] = None
         if action_data is not None:
             action = parse_action(action_data)
             if not isinstance(action, CloudChange):

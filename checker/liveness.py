@@ -20,28 +20,31 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Hashable, Iterable
+from typing import Callable, Generic, Hashable, Iterable, TypeVar
+
+#: A state of the searched model.
+S = TypeVar("S", bound=Hashable)
 
 
 @dataclass
-class Liveness:
+class Liveness(Generic[S]):
     """What the backward walk found."""
 
     reached: int = 0  # states of the safety search
     closure: int = 0  # states of the operator's closure (reached ones included)
     settled: int = 0  # settled states in the closure
-    stuck: frozenset = field(default_factory=frozenset)  # reached states from which nothing settles
+    stuck: frozenset[S] = field(default_factory=frozenset)  # reached states from which nothing settles
 
     @property
     def ok(self) -> bool:
         return not self.stuck
 
 
-def stuck_states(reached: Iterable[Hashable], operator: Callable[[Hashable], Iterable[Hashable]],
-                 settled: Callable[[Hashable], bool]) -> Liveness:
+def stuck_states(reached: Iterable[S], operator: Callable[[S], Iterable[S]],
+                 settled: Callable[[S], bool]) -> Liveness[S]:
     """The reached states from which no sequence of ``operator`` successors reaches a ``settled`` state."""
     reached = list(reached)
-    preds: dict = {}
+    preds: dict[S, list[S]] = {}
     frontier = deque(reached)
     seen = set(reached)
     while frontier:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from functools import partial
-from typing import Optional
+from typing import Callable, Optional
 
 from envreplica.checker.bfs import Model, Result, Violation, check
 from envreplica.checker.liveness import Liveness, stuck_states
@@ -28,8 +28,10 @@ from envreplica.spec import migration as spec
 RERUNS = 1
 
 
-def build_model(cfg: mm.MigrationBounds, invariants=None, step_properties=None, sometimes=None,
-                observe_state=None) -> Model:
+def build_model(cfg: mm.MigrationBounds, invariants: Optional[tuple[spec.Property, ...]] = None,
+                step_properties: Optional[tuple[spec.Property, ...]] = None,
+                sometimes: Optional[tuple[spec.Property, ...]] = None,
+                observe_state: Optional[Callable[[mm.MigrationState], None]] = None) -> Model[mm.MigrationState]:
     """``model.migration`` at ``cfg`` in the checker's narrow interface, with ``spec.migration``'s properties."""
     return Model(
         observe_state=observe_state,
@@ -48,7 +50,7 @@ class MigrationRun:
 
     bounds: mm.MigrationBounds
     result: Result
-    liveness: Optional[Liveness]
+    liveness: Optional[Liveness[mm.MigrationState]]
     stuck: Optional[Violation]  # the shortest path to a stuck state
     seconds: float
 
@@ -93,7 +95,7 @@ def run_suite(bounds: tuple[mm.MigrationBounds, ...], liveness: bool = True, sto
     return SuiteRun(runs)
 
 
-def operator_successors(cfg: mm.MigrationBounds, st: mm.MigrationState) -> list:
+def operator_successors(cfg: mm.MigrationBounds, st: mm.MigrationState) -> list[mm.MigrationState]:
     """The states the operator's steps alone lead to from ``st`` (``enabled`` without the environment)."""
     invocations = (cfg.migrations + RERUNS, cfg.recoveries + RERUNS)
     return [mm.next_state(cfg, st, a)[0] for a in mm.enabled(cfg, st, environment=False, invocations=invocations)]
@@ -103,7 +105,7 @@ def run(cfg: mm.MigrationBounds, liveness: bool = True, stop_on_first: bool = Fa
     """Check ``cfg``: properties by breadth-first search, then bounded liveness. With ``stop_on_first``, the
     search stops at the first violation, and then no liveness check follows."""
     started = time.perf_counter()
-    states: list = []
+    states: list[mm.MigrationState] = []
     result = check(build_model(cfg, observe_state=states.append), max_depth=cfg.max_depth,
                    stop_on_first=stop_on_first)
     live, stuck = None, None
@@ -112,7 +114,7 @@ def run(cfg: mm.MigrationBounds, liveness: bool = True, stop_on_first: bool = Fa
         if live.stuck:
             name, sentence = spec.RECOVERABLE
 
-            def recoverable(st) -> bool:
+            def recoverable(st: mm.MigrationState) -> bool:
                 return st not in live.stuck
 
             recoverable.__doc__ = sentence
@@ -125,7 +127,8 @@ def run(cfg: mm.MigrationBounds, liveness: bool = True, stop_on_first: bool = Fa
 
 def trace_lines(violation: Violation) -> list[str]:
     """A counterexample, one numbered line per step with what it returned, then the state it left."""
-    lines, prev = [], None
+    lines: list[str] = []
+    prev: Optional[mm.MigrationState] = None
     for i, step in enumerate(violation.steps):
         if step.action is None:
             lines.append(f"  #0 init: {mm.describe_state(step.state)}")
@@ -136,7 +139,7 @@ def trace_lines(violation: Violation) -> list[str]:
     return lines
 
 
-def _result(result) -> str:
+def _result(result: object) -> str:
     if isinstance(result, spec.Refused):
         return f"refused {result.code.value}"
     if isinstance(result, spec.Done):

@@ -74,12 +74,16 @@ import pickle
 import queue
 import time
 import traceback
-from multiprocessing.connection import wait
+from multiprocessing.connection import Connection, wait
+from multiprocessing.queues import Queue
 from operator import attrgetter
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Generic, Iterable, Optional, TypeVar, Union, cast
 
-from envreplica.checker.bfs import (Model, Result, Step, Violation, fingerprint_function, path_to, replay_to,
-                                     step_table, view_function)
+from envreplica.checker.bfs import (CheckedProperty, Model, Result, S, Step, StepView, Violation, after_of,
+                                     fingerprint_function, path_to, replay_to, step_table, view_function)
+
+if TYPE_CHECKING:
+    from envreplica.model.fmap import FMap
 
 #: Successors per message to another worker: thousands, so pickling and the pipe cost little per state.
 BATCH = 4096
@@ -90,8 +94,40 @@ SENT_CACHE = 4_000_000
 #: them took a fifth of its time on ``cloud``; states are immutable values, so they find no cycles.
 WORKER_GC_THRESHOLD = (50_000, 20, 100)
 
+K = TypeVar("K")
+V = TypeVar("V")
+#: What a model factory pairs with its model (e.g. the ``Coverage`` its hooks fill); the search only hands it back.
+E = TypeVar("E")
 
-def _fmap(d: dict, h):
+#: A model factory (see ``build``): a ``Model``, or ``(Model, extra)``.
+ModelFactory = Callable[[], Union[Model[S], tuple[Model[S], E]]]
+#: A pickler's reducer for objects of one class (any object of it: the pickler's argument is dynamic).
+Reducer = Callable[[Any], Union[str, tuple[Any, ...]]]
+#: Sometimes-after marks a transition carries: (property name, the earlier step as views) each.
+Marks = tuple[tuple[str, StepView], ...]
+#: Per sometimes-after property name, fingerprint -> (key of the transition that brought it, earlier step).
+MarkTable = dict[str, dict[int, tuple[int, StepView]]]
+#: An item for a state's owner: (state, or None for marks alone; fingerprint; parent fingerprint; action;
+#: key; marks or None).
+Item = tuple[Optional[S], int, Optional[int], Any, int, Optional[Marks]]
+#: A hand-off of one full batch of items to their owner: ``ship(owner, items)``.
+Ship = Callable[[int, list[Item[S]]], None]
+#: A violation found by a partition: (property name, key, fingerprint, last action or None).
+Found = tuple[str, int, int, Any]
+#: ``Partition.report()``: (distinct states, transitions, next level's size, violations, witnessed (name ->
+#: depth), changed, tentative).
+Report = tuple[int, int, int, list[Found], dict[str, int], int, tuple[str, ...]]
+#: A visited entry: (parent fingerprint, action), or None for the initial state.
+Parent = Optional[tuple[int, Any]]
+#: A round on every partition: ``round_(op, depth, violated, witnessed)`` -> one report per partition.
+Round = Callable[[str, int, tuple[str, ...], tuple[str, ...]], list[Report]]
+#: A command from the coordinator to a worker: (op, its arguments...); see ``_worker``.
+Command = tuple[Any, ...]
+#: A worker's answer: ("ok", what the command asked for) or ("error", a traceback).
+Answer = tuple[str, Any]
+
+
+def _fmap(d: dict[K, V], h: Optional[int]) -> FMap[K, V]:
     """An ``FMap`` from its dict and cached hash (None: computed again when asked), without copying the dict."""
     from envreplica.model.fmap import FMap
 
@@ -100,7 +136,7 @@ def _fmap(d: dict, h):
     return m
 
 
-class _Reducers(dict):
+class _Reducers(dict[type, Reducer]):
     """A pickler's ``dispatch_table``, filled on first sight of each class.
 
     A frozen dataclass whose ``__init__`` takes exactly its fields (no
@@ -116,43 +152,46 @@ class _Reducers(dict):
         super().__init__(copyreg.dispatch_table)
         self.keep_hash = keep_hash
 
-    def __missing__(self, cls):
+    def __missing__(self, cls: type) -> Reducer:
         from envreplica.model.fmap import FMap
 
         if issubclass(cls, type):  # a class with a metaclass (an Enum class): the pickler saves it by name
             raise KeyError(cls)
         if cls is FMap:
             if self.keep_hash:
-                def reducer(m):
-                    return _fmap, (m._d, m._h)
+                def reducer(o: Any) -> Union[str, tuple[Any, ...]]:
+                    return _fmap, (o._d, o._h)
             else:
-                def reducer(m):
-                    return _fmap, (m._d, None)
-        elif (dataclasses.is_dataclass(cls) and cls.__dataclass_params__.init
+                def reducer(o: Any) -> Union[str, tuple[Any, ...]]:
+                    return _fmap, (o._d, None)
+        # __dataclass_params__ (what @dataclass was given) is set on every dataclass, but typeshed's
+        # DataclassInstance declares only __dataclass_fields__.
+        elif (dataclasses.is_dataclass(cls) and cls.__dataclass_params__.init  # type: ignore[attr-defined]
               and not hasattr(cls, "__post_init__") and not _pickles_itself(cls)
               and all(f.init and not f.kw_only for f in dataclasses.fields(cls))):
             names = [f.name for f in dataclasses.fields(cls)]
             if not names:
-                def reducer(o):
+                def reducer(o: Any) -> Union[str, tuple[Any, ...]]:
                     return cls, ()
             elif len(names) == 1:
                 get_one = attrgetter(names[0])
 
-                def reducer(o):
+                def reducer(o: Any) -> Union[str, tuple[Any, ...]]:
                     return cls, (get_one(o),)
             else:
                 get = attrgetter(*names)
 
-                def reducer(o):
+                def reducer(o: Any) -> Union[str, tuple[Any, ...]]:
                     return cls, get(o)
         else:
-            def reducer(o):
-                return o.__reduce_ex__(pickle.HIGHEST_PROTOCOL)
+            def reducer(o: Any) -> Union[str, tuple[Any, ...]]:
+                reduced: Union[str, tuple[Any, ...]] = o.__reduce_ex__(pickle.HIGHEST_PROTOCOL)
+                return reduced
         self[cls] = reducer
         return reducer
 
 
-def _pickles_itself(cls) -> bool:
+def _pickles_itself(cls: type) -> bool:
     """Whether ``cls`` (or a base short of ``object``) says how to pickle it (beyond what dataclasses generate)."""
     for base in cls.__mro__[:-1]:
         own = vars(base)
@@ -166,7 +205,7 @@ def _pickles_itself(cls) -> bool:
 _REDUCERS = {True: _Reducers(keep_hash=True), False: _Reducers(keep_hash=False)}
 
 
-def dumps_batch(items, keep_hash: bool = True) -> bytes:
+def dumps_batch(items: object, keep_hash: bool = True) -> bytes:
     """Pickle a batch of items in one go (what successors share is written once) with ``_Reducers``."""
     buf = io.BytesIO()
     pickler = pickle.Pickler(buf, pickle.HIGHEST_PROTOCOL)
@@ -175,7 +214,7 @@ def dumps_batch(items, keep_hash: bool = True) -> bytes:
     return buf.getvalue()
 
 
-def loads_batch(data: bytes):
+def loads_batch(data: bytes) -> Any:
     """Unpickle a batch with the cyclic collector off (it would only walk the new objects, finding no cycles)."""
     enabled = gc.isenabled()
     gc.disable()
@@ -186,7 +225,7 @@ def loads_batch(data: bytes):
             gc.enable()
 
 
-def build(model_factory: Callable[[], Any]) -> tuple[Model, Any]:
+def build(model_factory: ModelFactory[S, E]) -> tuple[Model[S], Optional[E]]:
     """``model_factory()`` as (model, extra): a factory may return a ``Model`` or ``(Model, extra)``."""
     made = model_factory()
     if isinstance(made, tuple):
@@ -199,7 +238,7 @@ def build(model_factory: Callable[[], Any]) -> tuple[Model, Any]:
 RANK_RADIX = 1 << 20
 
 
-class Partition:
+class Partition(Generic[S]):
     """One owner's share of the search: its visited set, its frontier, and the work of one level.
 
     Transport-free: ``expand`` (and ``remark``) hand each full batch of
@@ -229,7 +268,7 @@ class Partition:
     counts only if its state's mark did not change after it (``tentative``).
     """
 
-    def __init__(self, model: Model, index: int, workers: int, batch: int = BATCH) -> None:
+    def __init__(self, model: Model[S], index: int, workers: int, batch: int = BATCH) -> None:
         self.model = model
         self.index = index
         self.workers = workers
@@ -237,30 +276,35 @@ class Partition:
         self.fingerprint = fingerprint_function(model)
         self.view = view_function(model)
         self.for_step = step_table(model)  # (action, result) -> the step properties that can fail there
-        self.visited: dict = {}  # fingerprint -> (parent fingerprint, action), or None for the initial state
-        self.frontier: dict = {}  # fingerprint -> state: this level, in rank order
-        self.rank: dict = {}  # fingerprint -> rank, of this level's states
-        self.next: dict = {}  # fingerprint -> state: the next level, being gathered
-        self.next_rank: dict = {}
+        #: fingerprint -> (parent fingerprint, action), or None for the initial state
+        self.visited: dict[int, Optional[tuple[Optional[int], Any]]] = {}
+        self.frontier: dict[int, S] = {}  # fingerprint -> state: this level, in rank order
+        self.rank: dict[int, int] = {}  # fingerprint -> rank, of this level's states
+        self.next: dict[int, S] = {}  # fingerprint -> state: the next level, being gathered
+        self.next_rank: dict[int, int] = {}
         self.invariants = list(model.invariants)
         self.state_sometimes = [p for p in model.sometimes if p.kind == "sometimes-state"]
         self.after_sometimes = [p for p in model.sometimes if p.kind == "sometimes-after"]
+        self.after_step = {p.name: after_of(p) for p in self.after_sometimes}
         #: per sometimes-after property, fingerprint -> (key, earlier step (pre, action, result, post) as views):
         self.early = self._marks()  # this level's states: the mark of the first transition from the level before
         self.same = self._marks()  # this level's states without an early mark: the first from this level
         self.next_early = self._marks()  # the next level's states
-        self.changed: set = set()  # this level's states whose same-level mark changed since they were expanded
-        self.tentative: dict = {p.name: set() for p in self.after_sometimes}  # witnessed by a re-expansion
-        self.violated: set = set()  # property names violated at an earlier level (not evaluated again)
-        self.witnessed: set = set()
-        self.step_found: dict = {}  # step property name -> (key, fingerprint, action): this level's first
-        self.invariant_found: dict = {}  # invariant name -> [fingerprint, ...] of the next level's states
-        self.found_witnessed: dict = {}  # name -> depth, since the last report
+        self.changed: set[int] = set()  # this level's states whose same-level mark changed since they were expanded
+        #: witnessed by a re-expansion
+        self.tentative: dict[str, set[int]] = {p.name: set() for p in self.after_sometimes}
+        self.violated: set[str] = set()  # property names violated at an earlier level (not evaluated again)
+        self.witnessed: set[str] = set()
+        #: step property name -> (key, fingerprint, action): this level's first
+        self.step_found: dict[str, tuple[int, int, Any]] = {}
+        #: invariant name -> [fingerprint, ...] of the next level's states
+        self.invariant_found: dict[str, list[int]] = {}
+        self.found_witnessed: dict[str, int] = {}  # name -> depth, since the last report
         self.transitions = 0
-        self.sent: set = set()  # fingerprints already offered to their owners (this one included)
-        self.out: list[list] = [[] for _ in range(workers)]
+        self.sent: set[int] = set()  # fingerprints already offered to their owners (this one included)
+        self.out: list[list[Item[S]]] = [[] for _ in range(workers)]
 
-    def _marks(self) -> dict:
+    def _marks(self) -> MarkTable:
         return {p.name: {} for p in self.after_sometimes}
 
     # -- the initial state -------------------------------------------------------------------------
@@ -276,7 +320,7 @@ class Partition:
 
     # -- one level ---------------------------------------------------------------------------------
 
-    def learn(self, violated, witnessed) -> None:
+    def learn(self, violated: Iterable[str], witnessed: Iterable[str]) -> None:
         """What the other partitions found: stop evaluating those properties here too."""
         self.violated.update(violated)
         self.witnessed.update(witnessed)
@@ -295,7 +339,7 @@ class Partition:
         self.tentative = {name: set() for name in self.tentative}
         self.step_found = {}
 
-    def _on_new_state(self, st, fp, depth) -> None:
+    def _on_new_state(self, st: S, fp: int, depth: int) -> None:
         model = self.model
         if model.observe_state is not None:
             model.observe_state(st)
@@ -308,7 +352,8 @@ class Partition:
                 self.witnessed.add(prop.name)
                 self.found_witnessed[prop.name] = depth
 
-    def accept(self, st, fp, parent_fp, action, key, marks, depth) -> None:
+    def accept(self, st: Optional[S], fp: int, parent_fp: Optional[int], action: Any, key: int,
+               marks: Optional[Marks], depth: int) -> None:
         """An item for a state owned here, reached at ``depth`` by the transition ``key``.
 
         ``st`` None: a mark proposal only (the sender offered the state before).
@@ -328,7 +373,7 @@ class Partition:
         if marks:
             self._propose(fp, key, marks)
 
-    def _propose(self, fp, key, marks) -> None:
+    def _propose(self, fp: int, key: int, marks: Marks) -> None:
         """Marks carried by transition ``key`` to state ``fp``: kept if first in bfs's order."""
         witnessed = self.witnessed
         if fp in self.next_rank:
@@ -351,33 +396,33 @@ class Partition:
                     kept[fp] = (key, earlier)
                     self.changed.add(fp)
 
-    def receive(self, items, depth) -> None:
+    def receive(self, items: Iterable[Item[S]], depth: int) -> None:
         """A batch from another worker: (state or None, fingerprint, parent fingerprint, action, key, marks) each."""
         accept = self.accept
         for st, fp, parent_fp, action, key, marks in items:
             accept(st, fp, parent_fp, action, key, marks, depth)
 
-    def _send(self, owner, item, ship) -> None:
+    def _send(self, owner: int, item: Item[S], ship: Ship[S]) -> None:
         buf = self.out[owner]
         buf.append(item)
         if len(buf) >= self.batch:
             self.out[owner] = []
             ship(owner, buf)
 
-    def _flush(self, ship) -> None:
+    def _flush(self, ship: Ship[S]) -> None:
         for owner, buf in enumerate(self.out):
             if buf:
                 self.out[owner] = []
                 ship(owner, buf)
 
-    def expand(self, depth: int, ship: Callable[[int, list], None]) -> None:
+    def expand(self, depth: int, ship: Ship[S]) -> None:
         """Expand this level's frontier; successors owned elsewhere go to ``ship`` in batches (all by return)."""
         model = self.model
         enabled, nxt_of, view, fingerprint = model.enabled, model.next, self.view, self.fingerprint
         observe_step = model.observe_step
         violated, witnessed, step_found = self.violated, self.witnessed, self.step_found
         found_witnessed = self.found_witnessed
-        after_sometimes, early = self.after_sometimes, self.early
+        after_sometimes, after_step, early = self.after_sometimes, self.after_step, self.early
         visited, next_rank, sent = self.visited, self.next_rank, self.sent
         workers, index, rank_of = self.workers, self.index, self.rank
         accept, for_step, send = self.accept, self.for_step, self._send
@@ -405,12 +450,12 @@ class Partition:
                     if prop.name not in witnessed and prop.check(pre, action, res, post):
                         witnessed.add(prop.name)
                         found_witnessed[prop.name] = child
-                marks = None
+                marks: Optional[Marks] = None
                 for prop, mark in pending_after:
                     if prop.name in witnessed:
                         continue
                     if mark is None:
-                        if prop.after.check(pre, action, res, post):
+                        if after_step[prop.name].check(pre, action, res, post):
                             marks = (marks or ()) + ((prop.name, (pre, action, res, post)),)
                     elif prop.check(mark[1], pre, action, res, post):
                         witnessed.add(prop.name)
@@ -443,7 +488,7 @@ class Partition:
             transitions = 0
         self._flush(ship)
 
-    def remark(self, depth: int, ship: Callable[[int, list], None]) -> None:
+    def remark(self, depth: int, ship: Ship[S]) -> None:
         """Expand again, for their marks alone, the states whose same-level mark changed (see the class)."""
         model, view, fingerprint = self.model, self.view, self.fingerprint
         workers, index, tentative = self.workers, self.index, self.tentative
@@ -451,9 +496,9 @@ class Partition:
         for fp in sorted(todo, key=self.rank.__getitem__):
             for held in tentative.values():
                 held.discard(fp)
-            pending = [(p, self.same[p.name].get(fp)) for p in self.after_sometimes
-                       if p.name not in self.witnessed and fp not in self.early[p.name]]
-            pending = [(p, mark) for p, mark in pending if mark is not None]
+            proposed = [(p, self.same[p.name].get(fp)) for p in self.after_sometimes
+                        if p.name not in self.witnessed and fp not in self.early[p.name]]
+            pending = [(p, mark) for p, mark in proposed if mark is not None]
             if not pending:
                 continue
             st = self.frontier[fp]
@@ -463,7 +508,7 @@ class Partition:
                 key += 1
                 nxt, res = model.next(st, action)
                 post = view(nxt)
-                marks = None
+                marks: Optional[Marks] = None
                 for prop, mark in pending:
                     if prop.check(mark[1], pre, action, res, post):
                         tentative[prop.name].add(fp)
@@ -478,7 +523,7 @@ class Partition:
                         self._send(owner, (None, nxt_fp, None, None, key, marks), ship)
         self._flush(ship)
 
-    def report(self) -> tuple:
+    def report(self) -> Report:
         """(distinct states, transitions, next level's size, violations, witnessed, changed, tentative).
 
         Violations are (name, key, fingerprint, last action or None), this
@@ -497,31 +542,34 @@ class Partition:
         tentative = tuple(name for name, held in self.tentative.items() if held)
         return len(self.visited), self.transitions, len(self.next), found, witnessed, len(self.changed), tentative
 
-    def parent(self, fp):
+    def parent(self, fp: int) -> Parent:
         """The visited entry of ``fp``: (parent fingerprint, action), or None for the initial state."""
-        return self.visited[fp]
+        # Only the initial state's entry lacks a parent fingerprint (seed overwrites it with None): every
+        # other entry was set from an item for a new state, which carries its parent's.
+        return cast(Parent, self.visited[fp])
 
 
 # -- the coordinator's side, shared with checker.ray_search ----------------------------------------
 
 
-class Coordinator:
+class Coordinator(Generic[S]):
     """Merges the partitions' reports into one ``Result`` and drives the levels (and their mark rounds)."""
 
-    def __init__(self, model: Model, max_depth, max_states, stop_on_first, progress, started) -> None:
+    def __init__(self, model: Model[S], max_depth: Optional[int], max_states: Optional[int], stop_on_first: bool,
+                 progress: Optional[Callable[[Result], None]], started: float) -> None:
         self.model = model
         self.max_depth, self.max_states = max_depth, max_states
         self.stop_on_first, self.progress = stop_on_first, progress
         self.started = started
         self.result = Result(fingerprints=True)
-        self.pending: dict = {}  # property name -> (depth, fingerprint, last action or None)
+        self.pending: dict[str, tuple[int, int, Any]] = {}  # property name -> (depth, fingerprint, last action or None)
         self.frontier = 0  # states in the next level
         self.changed = 0  # states a mark round would expand again
-        self.tentative: set = set()  # sometimes-after properties witnessed in the last mark round
+        self.tentative: set[str] = set()  # sometimes-after properties witnessed in the last mark round
         self.props = {p.name: p for p in (*model.invariants, *model.step_properties)}
         self.after = [p.name for p in model.sometimes if p.kind == "sometimes-after"]
 
-    def search(self, seed_reports: list, round_: Callable[[str, int, tuple, tuple], list]) -> None:
+    def search(self, seed_reports: list[Report], round_: Round) -> None:
         """Level by level: ``round_(op, depth, violated, witnessed)`` runs one round on every partition.
 
         ``op`` is ``"level"`` (advance to level ``depth`` and expand it) or
@@ -539,13 +587,13 @@ class Coordinator:
             self.report_progress()
             depth += 1
 
-    def merge(self, reports, depth: int) -> None:
+    def merge(self, reports: list[Report], depth: int) -> None:
         """One report per partition: sums, and each property's first violation and witness in bfs's order."""
         r = self.result
         r.states = sum(rep[0] for rep in reports)
         r.transitions = sum(rep[1] for rep in reports)
         self.frontier = sum(rep[2] for rep in reports)
-        first: dict = {}
+        first: dict[str, tuple[int, int, Any]] = {}
         for rep in reports:
             for name, key, fp, action in rep[3]:
                 if name not in self.pending and (name not in first or key < first[name][0]):
@@ -576,7 +624,7 @@ class Coordinator:
             return False
         return True
 
-    def known(self) -> tuple[tuple, tuple]:
+    def known(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """The properties violated and witnessed so far (the partitions stop evaluating them)."""
         return tuple(self.pending), tuple(self.result.witnessed)
 
@@ -585,7 +633,7 @@ class Coordinator:
             self.result.seconds = time.perf_counter() - self.started
             self.progress(self.result)
 
-    def violations(self, parent_of: Callable[[int], Any], steps_to: Callable[[list, int], list]) -> None:
+    def violations(self, parent_of: Callable[[int], Parent], steps_to: Callable[[list[Any], int], list[Step]]) -> None:
         """Rebuild each violation's counterexample: parent pointers from the owners, then a replay from init.
 
         ``steps_to(actions, fingerprint)`` replays ``actions`` in this process
@@ -610,7 +658,8 @@ class Coordinator:
 # -- worker processes ------------------------------------------------------------------------------
 
 
-def _worker(model_factory, index: int, workers: int, inboxes, conn, batch: int) -> None:
+def _worker(model_factory: ModelFactory[S, E], index: int, workers: int, inboxes: list[Queue[Union[bytes, int]]],
+            conn: Connection[Answer, Command], batch: int) -> None:
     """One worker process: a ``Partition`` driven by the coordinator's commands on ``conn``."""
     try:
         gc.set_threshold(*WORKER_GC_THRESHOLD)
@@ -642,7 +691,7 @@ def _worker(model_factory, index: int, workers: int, inboxes, conn, batch: int) 
                         else:
                             part.receive(loads(data), depth + 1)
 
-                def ship(owner: int, items: list) -> None:
+                def ship(owner: int, items: list[Item[S]]) -> None:
                     inboxes[owner].put(dumps(items))
                     drain(False)
 
@@ -670,7 +719,7 @@ class WorkerFailed(RuntimeError):
     """A worker process raised (its traceback is the message) or died."""
 
 
-def _answer(conn, index: int):
+def _answer(conn: Connection[Command, Answer], index: int) -> Any:
     try:
         status, payload = conn.recv()
     except EOFError:
@@ -680,26 +729,26 @@ def _answer(conn, index: int):
     return payload
 
 
-def _gather(conns) -> list:
+def _gather(conns: list[Connection[Command, Answer]]) -> list[Any]:
     """One answer from each worker, in worker order; raises as soon as any fails."""
-    answers: dict = {}
+    answers: dict[int, Any] = {}
     index_of = {id(c): i for i, c in enumerate(conns)}
     waiting = list(conns)
     while waiting:
-        for conn in wait(waiting):
+        for conn in cast("list[Connection[Command, Answer]]", wait(waiting)):  # some of those it was given
             answers[index_of[id(conn)]] = _answer(conn, index_of[id(conn)])
             waiting.remove(conn)
     return [answers[i] for i in range(len(conns))]
 
 
 def check_parallel(
-    model_factory: Callable[[], Any],
+    model_factory: ModelFactory[S, E],
     workers: int,
     max_depth: Optional[int] = None,
     max_states: Optional[int] = None,
     stop_on_first: bool = False,
     progress: Optional[Callable[[Result], None]] = None,
-    extras: Optional[list] = None,
+    extras: Optional[list[E]] = None,
     batch: int = BATCH,
 ) -> Result:
     """``bfs.check`` of ``model_factory()`` on ``workers`` forked processes (see the module docstring).
@@ -727,7 +776,7 @@ def check_parallel(
     conns = [parent for parent, _ in pipes]
     stopped = False
     try:
-        def round_(op: str, depth: int, violated: tuple, witnessed: tuple) -> list:
+        def round_(op: str, depth: int, violated: tuple[str, ...], witnessed: tuple[str, ...]) -> list[Report]:
             for conn in conns:
                 conn.send((op, depth, violated, witnessed))
             return _gather(conns)
@@ -735,10 +784,11 @@ def check_parallel(
         coordinator.search(_gather(conns), round_)
         fingerprint = fingerprint_function(model)
 
-        def parent_of(fp: int):
+        def parent_of(fp: int) -> Parent:
             conn = conns[fp % workers]
             conn.send(("parent", fp))
-            return _answer(conn, fp % workers)
+            entry: Parent = _answer(conn, fp % workers)  # the owner's Partition.parent(fp)
+            return entry
 
         coordinator.violations(parent_of, lambda actions, fp: replay_to(model, fingerprint, actions, fp))
         for conn in conns:

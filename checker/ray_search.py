@@ -62,30 +62,40 @@ import sys
 import time
 from collections.abc import Mapping
 from operator import attrgetter
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Generic, Hashable, Optional, TypeVar, Union
 
-from envreplica.checker.bfs import Result, replay, replay_to
-from envreplica.checker.parallel import (BATCH, WORKER_GC_THRESHOLD, Coordinator, Partition, build, dumps_batch,
-                                         loads_batch)
+from envreplica.checker.bfs import Model, Result, S, Step, replay, replay_to
+from envreplica.checker.parallel import (BATCH, WORKER_GC_THRESHOLD, Coordinator, E, Item, ModelFactory, Parent,
+                                         Partition, Report, build, dumps_batch, loads_batch)
 
 #: The ``PYTHONHASHSEED`` every actor runs with (unless ``hash_seed`` says otherwise).
 HASH_SEED = "0"
 #: What each actor hashes to show it shares the others' hash secret.
 _PROBE = "envreplica: one hash secret for every owner"
 
+H = TypeVar("H", bound=Hashable)
+#: A fingerprint of the objects of one type (``_hasher``): its argument is any object of that type.
+Hasher = Callable[[Any], int]
+#: A Ray object reference (``ray.ObjectRef``; ray is typed as Any, installed or not).
+ObjectRef = Any
+#: What the actors fingerprint states with: "auto", "stable", "model", or a function of a state.
+FingerprintOption = Union[str, Callable[[S], int]]
+#: ``Owner.hello()``: (hash of the probe, PYTHONHASHSEED, the initial state's fingerprint, host, the initial report).
+Hello = tuple[int, Optional[str], int, str, Report]
+
 
 # -- a fingerprint that does not depend on the process ----------------------------------------------
 
 #: What ``stable_fingerprint`` gives None (Python's own hash of None is its address before 3.12).
 _NONE = 0x2545F4914F6CDD1D
-_hashers: dict = {}
+_hashers: dict[type, Hasher] = {}
 #: id(node) -> (node, fingerprint) for tuples, mappings, sets and dataclasses: states share most of their
 #: nodes with their parent. Holding the node keeps its id from being reused; emptied past _CACHE_SIZE.
-_node_cache: dict = {}
+_node_cache: dict[int, tuple[object, int]] = {}
 _CACHE_SIZE = 200_000
 
 
-def stable_fingerprint(obj) -> int:
+def stable_fingerprint(obj: object) -> int:
     """A structural hash of ``obj`` that is the same in every process that shares ``PYTHONHASHSEED``.
 
     Python's ``hash`` is not, before 3.12: ``hash(None)`` (and the hash of
@@ -105,10 +115,10 @@ def stable_fingerprint(obj) -> int:
     return hasher(obj)
 
 
-def _remembered(compute: Callable[[Any], int]) -> Callable[[Any], int]:
+def _remembered(compute: Hasher) -> Hasher:
     cache = _node_cache
 
-    def hasher(o) -> int:
+    def hasher(o: object) -> int:
         held = cache.get(id(o))
         if held is not None and held[0] is o:
             return held[1]
@@ -121,12 +131,13 @@ def _remembered(compute: Callable[[Any], int]) -> Callable[[Any], int]:
     return hasher
 
 
-def _hasher(t: type) -> Callable[[Any], int]:
+def _hasher(t: type) -> Hasher:
     sf = stable_fingerprint
+    hasher: Hasher
     if t in (str, int, bool, bytes, float):
         hasher = hash
     elif t is type(None):
-        def hasher(o) -> int:
+        def hasher(o: Any) -> int:
             return _NONE
     elif issubclass(t, enum.Enum):
         hasher = {m: hash((t.__qualname__, m._name_)) for m in t}.__getitem__
@@ -141,7 +152,7 @@ def _hasher(t: type) -> Callable[[Any], int]:
         if not names:
             empty = hash(t.__qualname__)
 
-            def hasher(o) -> int:
+            def hasher(o: Any) -> int:
                 return empty
         elif len(names) == 1:
             get_one = attrgetter(names[0])
@@ -158,7 +169,7 @@ def _hasher(t: type) -> Callable[[Any], int]:
     return hasher
 
 
-def memoized_by_hash(fingerprint: Callable[[Any], int], limit: int = 4_000_000) -> Callable[[Any], int]:
+def memoized_by_hash(fingerprint: Callable[[H], int], limit: int = 4_000_000) -> Callable[[H], int]:
     """``fingerprint``, remembered by the state's own ``hash`` in this process (about 1 us, cached tables).
 
     Most transitions reach a state the actor has seen, so ``stable_fingerprint``
@@ -167,9 +178,9 @@ def memoized_by_hash(fingerprint: Callable[[Any], int], limit: int = 4_000_000) 
     collision, as likely as one in the visited set (``Result.collision_probability``).
     The memo holds ints only (no states; the collector never walks it).
     """
-    memo: dict = {}
+    memo: dict[int, int] = {}
 
-    def memoized(st) -> int:
+    def memoized(st: H) -> int:
         h = hash(st)
         fp = memo.get(h)
         if fp is None:
@@ -182,7 +193,7 @@ def memoized_by_hash(fingerprint: Callable[[Any], int], limit: int = 4_000_000) 
     return memoized
 
 
-def _actor_fingerprint(model, fingerprint) -> Callable:
+def _actor_fingerprint(model: Model[S], fingerprint: FingerprintOption[S]) -> Callable[[S], int]:
     if fingerprint == "stable":
         return memoized_by_hash(stable_fingerprint)
     if fingerprint == "model":
@@ -194,10 +205,11 @@ def _actor_fingerprint(model, fingerprint) -> Callable:
     raise ValueError(f"fingerprint: 'auto', 'stable', 'model' or a function, not {fingerprint!r}")
 
 
-class Owner:
+class Owner(Generic[S, E]):
     """One partition of the search as a Ray actor (``check_ray`` wraps it with ``ray.remote``)."""
 
-    def __init__(self, model_factory, index: int, workers: int, batch: int, fingerprint) -> None:
+    def __init__(self, model_factory: ModelFactory[S, E], index: int, workers: int, batch: int,
+                 fingerprint: FingerprintOption[S]) -> None:
         model, self.extra = build(model_factory)
         self.model = dataclasses.replace(model, fingerprint=_actor_fingerprint(model, fingerprint))
         # As in a forked worker; more so here: stable_fingerprint's cache keeps many nodes alive, and at the
@@ -207,29 +219,30 @@ class Owner:
         self.part = Partition(self.model, index, workers, batch)
         self.init_fp = self.part.seed()
 
-    def hello(self) -> tuple:
+    def hello(self) -> Hello:
         """(hash of the probe, PYTHONHASHSEED, the initial state's fingerprint, host, the initial report)."""
         import socket
 
         return (hash(_PROBE), os.environ.get("PYTHONHASHSEED"), self.init_fp, socket.gethostname(),
                 self.part.report())
 
-    def round(self, op: str, depth: int, violated: tuple, witnessed: tuple) -> list:
+    def round(self, op: str, depth: int, violated: tuple[str, ...],
+              witnessed: tuple[str, ...]) -> list[list[ObjectRef]]:
         """Expand (``"level"``) or re-expand for marks (``"remark"``); the batches' references, per owner."""
         import ray
 
         if op == "level":
             self.part.advance()
         self.part.learn(violated, witnessed)
-        refs: list[list] = [[] for _ in range(self.workers)]
+        refs: list[list[ObjectRef]] = [[] for _ in range(self.workers)]
 
-        def ship(owner: int, items: list) -> None:
+        def ship(owner: int, items: list[Item[S]]) -> None:
             refs[owner].append(ray.put(dumps_batch(items, keep_hash=False)))
 
         (self.part.expand if op == "level" else self.part.remark)(depth, ship)
         return refs
 
-    def receive(self, depth: int, refs: list) -> tuple:
+    def receive(self, depth: int, refs: list[ObjectRef]) -> Report:
         """The batches the others made for this owner in this round; then this owner's report."""
         import ray
 
@@ -237,30 +250,30 @@ class Owner:
             self.part.receive(loads_batch(data), depth + 1)
         return self.part.report()
 
-    def parent(self, fp: int):
+    def parent(self, fp: int) -> Parent:
         return self.part.parent(fp)
 
-    def check_replay(self, actions, fp: int) -> None:
+    def check_replay(self, actions: list[Any], fp: int) -> None:
         """``NondeterministicModel`` unless ``actions`` replayed from init reach ``fp`` (fingerprinted here)."""
         replay_to(self.model, self.part.fingerprint, actions, fp)
 
-    def finish(self):
+    def finish(self) -> Optional[E]:
         return self.extra
 
 
 def check_ray(
-    model_factory: Callable[[], Any],
+    model_factory: ModelFactory[S, E],
     workers: Optional[int],
     address: Optional[str] = "auto",
     max_depth: Optional[int] = None,
     max_states: Optional[int] = None,
     stop_on_first: bool = False,
     progress: Optional[Callable[[Result], None]] = None,
-    extras: Optional[list] = None,
+    extras: Optional[list[E]] = None,
     batch: int = BATCH,
-    runtime_env: Optional[dict] = None,
+    runtime_env: Optional[dict[str, Any]] = None,
     hash_seed: str = HASH_SEED,
-    fingerprint: Union[str, Callable] = "auto",
+    fingerprint: FingerprintOption[S] = "auto",
     shutdown: bool = True,
 ) -> Result:
     """``bfs.check`` of ``model_factory()`` with ``workers`` Ray actors as the owners (see the module docstring).
@@ -320,13 +333,14 @@ def check_ray(
         # Seconds count from here, the actors up: starting Ray and its workers is not search time.
         coordinator = Coordinator(model, max_depth, max_states, stop_on_first, progress, time.perf_counter())
 
-        def round_(op: str, depth: int, violated: tuple, witnessed: tuple) -> list:
+        def round_(op: str, depth: int, violated: tuple[str, ...], witnessed: tuple[str, ...]) -> list[Report]:
             made = ray.get([a.round.remote(op, depth, violated, witnessed) for a in actors])
-            return ray.get([actors[j].receive.remote(depth, [ref for refs in made for ref in refs[j]])
-                            for j in range(workers)])
+            reports: list[Report] = ray.get([actors[j].receive.remote(depth, [ref for refs in made for ref in refs[j]])
+                                             for j in range(workers)])
+            return reports
 
         coordinator.search([hello[4] for hello in hellos], round_)
-        def steps_to(actions, fp: int) -> list:
+        def steps_to(actions: list[Any], fp: int) -> list[Step]:
             """Checked by an actor (it fingerprints as the owners do), then replayed here: the driver's own steps."""
             ray.get(actors[0].check_replay.remote(actions, fp))
             return replay(model, actions)

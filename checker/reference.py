@@ -1,4 +1,4 @@
-"""The checker as it was before issue 10: full states in the visited set, every property on every step.
+"""The plain reference search: full states in the visited set, every property on every step.
 
 Kept callable, unchanged, so that ``bench/bench_checker.py`` measures the
 fast search (``checker.bfs.check``) beside it in one run, and the tests can
@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
-from envreplica.checker.bfs import Model, Result, Step, Violation
+from envreplica.checker.bfs import S, Model, Result, Step, StepView, Violation, after_of
 
 
 def check_reference(
-    model: Model,
+    model: Model[S],
     max_depth: Optional[int] = None,
     max_states: Optional[int] = None,
     stop_on_first: bool = False,
@@ -29,19 +29,20 @@ def check_reference(
     started = time.perf_counter()
     result = Result()
     init = model.init()
-    parent: dict = {init: None}  # state -> (previous state, action, result) or None
+    parent: dict[S, Optional[tuple[S, Any, Any]]] = {init: None}  # state -> (previous state, action, result) or None
     frontier = deque([(init, 0)])
     state_sometimes = [p for p in model.sometimes if p.kind == "sometimes-state"]
     step_sometimes = [p for p in model.sometimes if p.kind == "sometimes-step"]
     after_sometimes = [p for p in model.sometimes if p.kind == "sometimes-after"]
+    after_step = {p.name: after_of(p) for p in after_sometimes}
     #: per sometimes-after property: state -> the earlier step (pre, action, result, post) on a path to it
-    marks: dict = {p.name: {} for p in after_sometimes}
+    marks: dict[str, dict[S, StepView]] = {p.name: {} for p in after_sometimes}
 
-    def trace(end, last=None) -> list[Step]:
+    def trace(end: S, last: Optional[Step] = None) -> list[Step]:
         chain = []
         node = end
-        while parent[node] is not None:
-            prev, action, res = parent[node]
+        while (entry := parent[node]) is not None:
+            prev, action, res = entry
             chain.append(Step(action, res, node))
             node = prev
         chain.append(Step(None, None, node))
@@ -50,7 +51,7 @@ def check_reference(
             chain.append(last)
         return chain
 
-    def on_new_state(st, depth):
+    def on_new_state(st: S, depth: int) -> None:
         if model.observe_state is not None:
             model.observe_state(st)
         for prop in model.invariants:
@@ -87,7 +88,7 @@ def check_reference(
                 if prop.name in result.witnessed:
                     continue
                 if earlier is None:
-                    if prop.after.check(st, action, res, nxt):
+                    if after_step[prop.name].check(st, action, res, nxt):
                         marked.setdefault(nxt, (st, action, res, nxt))
                 elif prop.check(earlier, st, action, res, nxt):
                     result.witnessed[prop.name] = depth + 1

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Any, Callable, Iterable, Optional, TypedDict, Unpack
 
-from envreplica.checker.bfs import Model, Result, check
+from envreplica.checker.bfs import Model, Result, StepView, check
 from envreplica.checker.coverage import Coverage
-from envreplica.model.generate import Bounds, enabled, init, next_state
+from envreplica.model.generate import Bounds, World, enabled, init, next_state
+from envreplica.model.state import State
 from envreplica.model.symmetry import symmetry as symmetry_of
 from envreplica.spec import properties as P
 
@@ -36,15 +37,17 @@ def _lift_step(prop: P.Property) -> P.Property:
 
 def _lift_after(prop: P.Property) -> P.Property:
     f = prop.check
+    if prop.after is None:
+        raise ValueError(f"{prop.name}: a sometimes-after property without the step that must come first")
 
-    def check(earlier, a, x, r, b):
+    def check(earlier: StepView, a: World, x: Any, r: Any, b: World) -> bool:
         pre, action, result, post = earlier
         return f((pre.replica, action, result, post.replica), a.replica, x, r, b.replica)
 
     return P.Property(prop.name, check, prop.kind, prop.statement, after=_lift_step(prop.after))
 
 
-def lift(props):
+def lift(props: Iterable[P.Property]) -> tuple[P.Property, ...]:
     return tuple(
         _lift_after(p) if p.kind == "sometimes-after"
         else _lift_step(p) if p.kind in ("step", "sometimes-step")
@@ -60,13 +63,16 @@ class SuiteRun:
     coverage: Coverage
 
 
-def _replica(world):
+def _replica(world: World) -> State:
     """What the properties read of a checker world: the replica."""
     return world.replica
 
 
-def build_model(bounds: Bounds, coverage: Optional[Coverage] = None, invariants=None, step_properties=None,
-                sometimes=None, lifted: bool = False, symmetry: bool = False) -> Model:
+def build_model(bounds: Bounds, coverage: Optional[Coverage] = None,
+                invariants: Optional[Iterable[P.Property]] = None,
+                step_properties: Optional[Iterable[P.Property]] = None,
+                sometimes: Optional[Iterable[P.Property]] = None,
+                lifted: bool = False, symmetry: bool = False) -> Model[World]:
     """The checker's model of ``bounds``: the spec's properties (or those given) read each world's replica.
 
     ``symmetry``: the visited set is keyed by each world's representative up to renaming of
@@ -94,14 +100,21 @@ def build_model(bounds: Bounds, coverage: Optional[Coverage] = None, invariants=
     )
 
 
-def coverage_model(bounds: Bounds, symmetry: bool = False) -> tuple[Model, Coverage]:
+def coverage_model(bounds: Bounds, symmetry: bool = False) -> tuple[Model[World], Coverage]:
     """The model of ``bounds`` and the ``Coverage`` its hooks fill: a worker's model in a parallel search."""
     coverage = Coverage()
     return build_model(bounds, coverage, symmetry=symmetry), coverage
 
 
+class SearchOptions(TypedDict, total=False):
+    """What ``run`` passes on to the search (``bfs.check``, ``check_parallel``, ``check_ray``)."""
+
+    max_states: Optional[int]
+    stop_on_first: bool
+
+
 def run(bounds: Bounds, progress: Optional[Callable[[Result], None]] = None, symmetry: bool = False,
-        workers: Optional[int] = None, ray: Optional[str] = None, **kwargs) -> SuiteRun:
+        workers: Optional[int] = None, ray: Optional[str] = None, **kwargs: Unpack[SearchOptions]) -> SuiteRun:
     """Check ``bounds``: ``checker.bfs`` in this process, or a parallel search with the same answers.
 
     ``workers`` > 1: ``checker.parallel`` on that many forked processes.
@@ -115,7 +128,7 @@ def run(bounds: Bounds, progress: Optional[Callable[[Result], None]] = None, sym
         result = check(model, max_depth=bounds.max_depth, progress=progress, **kwargs)
         return SuiteRun(bounds, result, coverage)
     factory = functools.partial(coverage_model, bounds, symmetry)
-    coverages: list = []
+    coverages: list[Coverage] = []
     if ray is not None:
         from envreplica.checker.ray_search import check_ray
 
@@ -124,6 +137,7 @@ def run(bounds: Bounds, progress: Optional[Callable[[Result], None]] = None, sym
     else:
         from envreplica.checker.parallel import check_parallel
 
+        assert workers is not None  # ray is None: past the early return, workers > 1
         result = check_parallel(factory, workers, max_depth=bounds.max_depth, progress=progress, extras=coverages,
                                 **kwargs)
     coverage = Coverage()

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 
 from envreplica.checker.bfs import Step, Violation
 from envreplica.checker.coverage import Coverage
-from envreplica.model.generate import Bounds, enabled, init, next_state
+from envreplica.model.generate import Bounds, World, enabled, init, next_state
 from envreplica.model.state import GateEngine
 from envreplica.spec import properties as P
 
@@ -29,7 +29,7 @@ class Simulation:
     walks: int = 0
     steps: int = 0
     seconds: float = 0.0
-    violations: dict = field(default_factory=dict)  # property name -> Violation (first found)
+    violations: dict[str, Violation] = field(default_factory=dict)  # property name -> Violation (first found)
     coverage: Coverage = field(default_factory=Coverage)
     distinct: int = 0  # distinct states seen
 
@@ -39,12 +39,12 @@ class Simulation:
 
 
 def simulate(bounds: Bounds, walks: int, depth: int, seed: int = 0,
-             engine: GateEngine = GateEngine.MACHINE, record: list | None = None) -> Simulation:
+             engine: GateEngine = GateEngine.MACHINE, record: list[World] | None = None) -> Simulation:
     """``walks`` random walks of up to ``depth`` steps; ``record`` (if given) collects every state."""
     rng = random.Random(seed)
     cfg = replace(bounds.model_config(), gate_engine=engine)
     sim = Simulation()
-    seen = set()
+    seen: set[World] = set()
     started = time.perf_counter()
     for _ in range(walks):
         world = init(bounds)

@@ -42,7 +42,7 @@ class UsageError(Exception):
     """Options that cannot go together, or a value an option cannot take."""
 
 
-def user_errors() -> tuple[type, ...]:
+def user_errors() -> tuple[type[BaseException], ...]:
     """The exception types that mean "the command cannot run as asked"."""
     from envreplica.impl.files import ReplicaPathError, ReplicaUnavailable
     from envreplica.impl.sealing import KeyConfigError

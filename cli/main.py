@@ -155,7 +155,8 @@ def _gate(args, started: float, background: Optional["_BackgroundModelCheck"]) -
     table = Table(title=f"envreplica check: the gate (variant {args.variant})")
     for col in ("stage", "what", "result", "seconds"):
         table.add_column(col, justify="right" if col == "seconds" else "left")
-    stages = [("model check", f"bounds {args.bounds}", _verdict(model_rc == 0), f"{model_seconds:.1f}")]
+    stages: list[tuple[str, ...]] = [("model check", f"bounds {args.bounds}", _verdict(model_rc == 0),
+                                      f"{model_seconds:.1f}")]
     if migration is not None:
         stages.append(("migration model check", f"bounds {args.migration_bounds} (paired writer migration)",
                        _verdict(migration[0] == 0), f"{migration[1]:.1f}"))
@@ -416,17 +417,17 @@ def cmd_conformance(args) -> int:
             impl.close()
 
     _outputs_writable(args.junit, getattr(args, "report", None))
-    started = [_started_adapter(args.adapter, args.timeout)]  # the lockstep's first driver: not started twice
+    first_driver = [_started_adapter(args.adapter, args.timeout)]  # the lockstep's first driver: not started twice
     settings = lockstep_settings(args.profile, max_examples=args.max_examples, step_count=args.steps)
     console.print(f"[bold]lockstep[/]: {args.adapter!r} against the model (variant {variant.value}, "
                   f"profile {args.profile}, {settings.max_examples} examples of up to "
                   f"{settings.stateful_step_count} steps)")
     try:
         report = run_lockstep(
-            lambda: started.pop() if started else SubprocessDriver(args.adapter, timeout=args.timeout),
+            lambda: first_driver.pop() if first_driver else SubprocessDriver(args.adapter, timeout=args.timeout),
             variant=variant, settings=settings, out_dir=out_dir)
     finally:
-        for unused in started:
+        for unused in first_driver:
             unused.close()
     _print_lockstep(report)
     failed = failed or not report.ok
@@ -456,6 +457,7 @@ def _migration_check(args, name: str, gate: bool = False) -> int:
     In the ``gate`` (beside the replica's check), a replica-only variant such as fix-f1 takes the fixed one."""
     from envreplica.checker import migration as cm
     from envreplica.model import migration as mm
+    from envreplica.spec import migration as spec
 
     if gate and args.variant != mm.MigrationVariant.SEED.value:
         variant = mm.MigrationVariant.FIXED
@@ -483,7 +485,8 @@ def _migration_check(args, name: str, gate: bool = False) -> int:
                           f"{violation.prop.statement}", highlight=False)
             console.print("\n".join(cm.trace_lines(violation)), highlight=False, markup=False)
         if r.stuck is not None:
-            name_, sentence = cm.spec.RECOVERABLE
+            assert r.liveness is not None  # a stuck state's path is searched for after the liveness check
+            name_, sentence = spec.RECOVERABLE
             console.print(f"[bold red]VIOLATED[/] {name_} at bounds {r.bounds.name}: {len(r.liveness.stuck):,} "
                           f"reached states from which no rerun or recovery settles; the shortest path to one, "
                           f"{r.stuck.length} steps: {sentence}", highlight=False)
@@ -491,25 +494,25 @@ def _migration_check(args, name: str, gate: bool = False) -> int:
     verdicts = Table(title="properties of the paired writer migration (spec.migration)")
     for col in ("property", "kind", "verdict", "statement"):
         verdicts.add_column(col)
-    for prop in (*cm.spec.INVARIANTS, *cm.spec.STEP_PROPERTIES):
+    for prop in (*spec.INVARIANTS, *spec.STEP_PROPERTIES):
         broken = [r.bounds.name for r in result.runs if prop.name in r.result.violations]
         verdicts.add_row(prop.name, prop.kind, f"[red]violated ({', '.join(broken)})[/]" if broken
                          else "[green]holds[/]", prop.statement)
     stuck = [r.bounds.name for r in result.runs if r.liveness is not None and not r.liveness.ok]
-    verdicts.add_row(cm.spec.RECOVERABLE[0], "bounded liveness",
+    verdicts.add_row(spec.RECOVERABLE[0], "bounded liveness",
                      f"[red]violated ({', '.join(stuck)})[/]" if stuck else "[green]holds[/]",
-                     cm.spec.RECOVERABLE[1])
-    for prop in cm.spec.SOMETIMES:
+                     spec.RECOVERABLE[1])
+    for prop in spec.SOMETIMES:
         seen = [r.bounds.name for r in result.runs if prop.name not in r.missed]
         verdicts.add_row(prop.name, "sometimes", f"[green]witnessed ({', '.join(seen)})[/]" if seen
                          else "[red]never witnessed[/]", prop.statement)
     console.print(verdicts)
     for prop_name in result.missed:
         console.print(f"[bold red]NEVER WITNESSED[/] {prop_name} (at no bounds of the suite): a pass would be vacuous")
-    props = len(cm.spec.INVARIANTS) + len(cm.spec.STEP_PROPERTIES) + 1
+    props = len(spec.INVARIANTS) + len(spec.STEP_PROPERTIES) + 1
     if result.ok:
         console.print(f"[bold green]PASS[/]: {props} properties hold (bounded liveness among them), "
-                      f"{len(cm.spec.SOMETIMES)} sometimes properties witnessed")
+                      f"{len(spec.SOMETIMES)} sometimes properties witnessed")
     else:
         console.print("[bold red]FAIL[/]: the paired writer migration")
     return 0 if result.ok else 1
@@ -727,7 +730,7 @@ def _replay_requests(args) -> int:
     if args.adapter:
         from envreplica.conformance.external import SubprocessDriver
 
-        impl = SubprocessDriver(args.adapter)
+        impl: SubprocessDriver | SqliteDriver = SubprocessDriver(args.adapter)
         what = repr(args.adapter)
     else:
         scratch = _scratch_dir()

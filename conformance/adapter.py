@@ -47,11 +47,11 @@ import json
 import os
 import sys
 import tempfile
-from typing import Any, Optional, TextIO
+from typing import Any, Callable, Optional, TextIO
 
 from envreplica.cli.errors import UsageError, guarded
 from envreplica.conformance.drivers import TEST_MASTER_KEY, Driver, ModelDriver, SqliteDriver
-from envreplica.model.state import Variant
+from envreplica.spec.variants import Variant
 
 __all__ = ["serve", "main", "register", "build_driver"]
 
@@ -175,18 +175,19 @@ def build_driver(args: argparse.Namespace, tmpdir: Optional[str] = None) -> Driv
         from envreplica.impl.anchor import FileAnchor
 
         anchor = FileAnchor(args.anchor)
+    store_factory: Optional[Callable[[], Any]] = None  # None: the embedded store
+    if args.store == "ssm":
+        from envreplica.impl.valuestores import SsmStore
+
+        def ssm_store() -> SsmStore:
+            return SsmStore(region_name=os.environ.get("AWS_REGION"),
+                            endpoint_url=os.environ.get("ENVREPLICA_SSM_ENDPOINT"))
+
+        store_factory = ssm_store
     # ``state`` (docs/protocol.md section 6) shows every value in plaintext: offered only with --test-key.
-    options = dict(master_key=key, exclusive=True, created_by=files.CREATED_BY_ADAPTER, anchor=anchor,
-                   on_test_key=_warn_test_key, offer_state=bool(args.test_key))
-    if args.store != "ssm":
-        return SqliteDriver(args.variant, db, **options)
-    from envreplica.impl.valuestores import SsmStore
-
-    def ssm_store():
-        return SsmStore(region_name=os.environ.get("AWS_REGION"),
-                        endpoint_url=os.environ.get("ENVREPLICA_SSM_ENDPOINT"))
-
-    return SqliteDriver(args.variant, db, store_factory=ssm_store, forbid_test_key=True, **options)
+    return SqliteDriver(args.variant, db, master_key=key, exclusive=True, created_by=files.CREATED_BY_ADAPTER,
+                        anchor=anchor, on_test_key=_warn_test_key, offer_state=bool(args.test_key),
+                        store_factory=store_factory, forbid_test_key=args.store == "ssm")
 
 
 def run(args: argparse.Namespace) -> int:

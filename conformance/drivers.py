@@ -111,7 +111,7 @@ from __future__ import annotations
 import os
 import re
 from functools import lru_cache
-from typing import Any, Callable, Optional, Protocol, Union, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, Union, runtime_checkable
 
 from envreplica.model.actions import (
     Begin,
@@ -133,7 +133,6 @@ from envreplica.model.state import (
     ModelConfig,
     ReadRequest,
     State,
-    Variant,
 )
 from envreplica.model.store import (
     Answer,
@@ -158,6 +157,10 @@ from envreplica.spec.domain import (
     StagedRef,
     ValueRef,
 )
+from envreplica.spec.variants import Variant
+
+if TYPE_CHECKING:
+    from envreplica.impl.replica import SqliteReplica
 
 __all__ = [
     "TEST_MASTER_KEY",
@@ -687,7 +690,7 @@ class SqliteDriver(_BaseDriver):
         # ``state`` shows plaintext values: offered by default only under the public test key.
         self._offer_state = (self._master_key == TEST_MASTER_KEY and not forbid_test_key
                              if offer_state is None else bool(offer_state))
-        self._replica = None
+        self._replica: Optional[SqliteReplica] = None
         self._lives = 0
         self._last_drop = OPERATION_LOST_RESTART
         self.cfg = ReplicaConfig(variant=self.variant)  # the implementation's own config (impl.config)
@@ -714,7 +717,7 @@ class SqliteDriver(_BaseDriver):
             raise ReplicaPathError(f"{self._unopened} (or send reset, which replaces this adapter's own replica "
                                    f"with a fresh one)")
 
-    def _open(self):
+    def _open(self) -> SqliteReplica:
         from envreplica.impl.replica import SqliteReplica
 
         return SqliteReplica(self.db_path, **self._replica_options())
@@ -733,7 +736,7 @@ class SqliteDriver(_BaseDriver):
             return False
         return meta.get("created_by") == self._created_by and meta.get("key_source") == KEY_FROM_RESET
 
-    def _open_for_reset(self):
+    def _open_for_reset(self) -> SqliteReplica:
         """The replica a ``reset`` is about to empty, under the reset's key.
 
         A ``reset`` gives a fresh, empty replica (docs/protocol.md section 5).
@@ -802,7 +805,13 @@ class SqliteDriver(_BaseDriver):
         self._last_drop = OPERATION_LOST_RESET
 
     @property
-    def replica(self):
+    def replica(self) -> Optional[SqliteReplica]:
+        return self._replica
+
+    @property
+    def _live(self) -> SqliteReplica:
+        """The open replica: an op runs only while one is (``_ready_for``; ``reset`` opens one)."""
+        assert self._replica is not None, "an op ran with no replica open"
         return self._replica
 
     def close(self) -> None:
@@ -831,7 +840,7 @@ class SqliteDriver(_BaseDriver):
         ``restart`` does; the answer is ``Crashed(k)``.
         """
         lives = self._lives
-        replica = self._replica
+        replica = self._live
         crash_at = fields.get(CRASH_FIELD)
         if crash_at is not None:
             replica.after_commit = _commit_counter(crash_at)
@@ -895,12 +904,12 @@ class SqliteDriver(_BaseDriver):
         # SqliteReplica fixes an operation's reader when it starts (the seed's per-call
         # reader), so this affects only operations that start later.
         self._store_on = False
-        self._replica.reader = None
+        self._live.reader = None
         return Done()
 
     def _op_begin(self, fields, nested):
         frame, epochs, org_id = _begin_args(fields)
-        return self._replica.begin(frame, epochs, org_id)
+        return self._live.begin(frame, epochs, org_id)
 
     def _op_page(self, fields, nested):
         frame = wire.parse_page(fields["frame"])
@@ -911,20 +920,20 @@ class SqliteDriver(_BaseDriver):
         return self._guarded(lambda replica, cb: replica.apply_delivery(frame, during_fetch=cb), fields, nested)
 
     def _op_commit(self, fields, nested):
-        return self._replica.complete(wire.parse_commit(fields["frame"]))
+        return self._live.complete(wire.parse_commit(fields["frame"]))
 
     def _op_close(self, fields, nested):
-        self._replica.close_gate()
+        self._live.close_gate()
         return Done()
 
     def _op_status(self, fields, nested):
-        return self._replica.read_status()
+        return self._live.read_status()
 
     def _op_snapshot(self, fields, nested):
-        return self._replica.read_snapshot(wire.parse_project_ids(fields["projectIds"]))
+        return self._live.read_snapshot(wire.parse_project_ids(fields["projectIds"]))
 
     def _op_receipts(self, fields, nested):
-        return list(self._replica.list_receipts())
+        return list(self._live.list_receipts())
 
     def _op_restart(self, fields, nested):
         # As model.replica.restart: in-flight work is lost, then startup closes the gate.
@@ -935,15 +944,15 @@ class SqliteDriver(_BaseDriver):
 
     def _op_ready(self, fields, nested):
         try:
-            self._replica.await_ready(fields["timeoutMs"] / 1000)
+            self._live.await_ready(fields["timeoutMs"] / 1000)
         except TimeoutError:
             return Readiness(False)
         return Readiness(True)
 
     def _op_diagnostics(self, fields, nested):
-        return self._replica.diagnose(wire.parse_project_ids(fields["projectIds"]))
+        return self._live.diagnose(wire.parse_project_ids(fields["projectIds"]))
 
     def _op_state(self, fields, nested):
         if not self._offer_state:
             raise _Unsupported(STATE_NOT_OFFERED)
-        return self._replica.export_state()
+        return self._live.export_state()

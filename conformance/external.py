@@ -54,7 +54,7 @@ import shlex
 import subprocess
 import threading
 import time
-from typing import Any, Optional, Sequence, Union
+from typing import IO, Any, Optional, Sequence, Union
 
 from envreplica.conformance.readback import STATE_TABLES
 
@@ -69,6 +69,12 @@ _EOF = object()
 
 class AdapterError(RuntimeError):
     """The external adapter did not answer a request with one JSON line."""
+
+
+def _pipe(stream: Optional[IO[bytes]]) -> IO[bytes]:
+    """One of ``SubprocessDriver.proc``'s streams: never None, each is opened with ``subprocess.PIPE``."""
+    assert stream is not None, "the adapter's standard streams are pipes"
+    return stream
 
 
 class SubprocessDriver:
@@ -102,7 +108,7 @@ class SubprocessDriver:
     # -- reader threads -------------------------------------------------------
 
     def _read_stdout(self) -> None:
-        stream = self.proc.stdout
+        stream = _pipe(self.proc.stdout)
         try:
             for line in iter(stream.readline, b""):
                 self._lines.put(line)
@@ -112,7 +118,7 @@ class SubprocessDriver:
 
     def _read_stderr(self) -> None:
         try:
-            for line in iter(self.proc.stderr.readline, b""):
+            for line in iter(_pipe(self.proc.stderr).readline, b""):
                 self._stderr.append(line.decode("utf-8", "replace").rstrip("\n"))
         except (OSError, ValueError):
             pass
@@ -154,8 +160,9 @@ class SubprocessDriver:
         if self.proc.poll() is not None:
             raise self._died("waiting for a request")
         try:
-            self.proc.stdin.write(data)
-            self.proc.stdin.flush()
+            stdin = _pipe(self.proc.stdin)
+            stdin.write(data)
+            stdin.flush()
         except (BrokenPipeError, OSError, ValueError):
             raise self._died("reading a request") from None
         self.requests += 1
@@ -182,7 +189,7 @@ class SubprocessDriver:
         proc = self.proc
         if proc.poll() is None:
             try:
-                proc.stdin.close()
+                _pipe(proc.stdin).close()
             except OSError:
                 pass
             try:
@@ -192,7 +199,7 @@ class SubprocessDriver:
                 proc.wait()
         for stream in (proc.stdout, proc.stderr):
             try:
-                stream.close()
+                _pipe(stream).close()
             except OSError:
                 pass
         return proc.returncode
@@ -404,7 +411,9 @@ class StateProbe:
             return (f"state (out-of-band request id {rid}): the implementation answered "
                     f"{_brief(response)}; its id must be {rid}")
         if response.get("ok") is False:
-            error = response.get("error") if isinstance(response.get("error"), dict) else {}
+            error = response.get("error")
+            if not isinstance(error, dict):
+                error = {}
             if error.get("type") == "unsupported":
                 if self.supported:
                     return (f"state: the implementation answered 'state' {self.compared} times in this run, and "
@@ -444,8 +453,8 @@ class StateProbe:
 #: The requests of docs/protocol.md section 6 the lockstep generates (``state`` is ``StateProbe``'s).
 GENERATED_EXTENSIONS = ("ready", "diagnostics", "crashAfterCommit")
 
-_PROBE_PAGE = {"opId": "probe", "attemptId": "probe", "projectId": "probe", "after": None, "recordVersion": 0,
-               "records": [], "complete": True}
+_PROBE_PAGE: dict[str, Any] = {"opId": "probe", "attemptId": "probe", "projectId": "probe", "after": None,
+                               "recordVersion": 0, "records": [], "complete": True}
 
 
 def probe_extensions(driver: Any, first_id: int = STATE_ID_BASE - 10) -> dict[str, bool]:
@@ -457,7 +466,7 @@ def probe_extensions(driver: Any, first_id: int = STATE_ID_BASE - 10) -> dict[st
     as the model does (``corrupt``: not activated), one that does not rejects
     the key (``invalid``) or the request (``unsupported``).
     """
-    requests = {
+    requests: dict[str, dict[str, Any]] = {
         "reset": {"op": "reset"},
         "ready": {"op": "ready", "timeoutMs": 0},
         "diagnostics": {"op": "diagnostics", "projectIds": []},

@@ -162,6 +162,7 @@ def pipelined(command: Command, requests: Sequence[Any], *, window: int = DEFAUL
 
     def writer() -> None:
         out = proc.stdin
+        assert out is not None, "SubprocessDriver opens the adapter's standard input as a pipe"
         try:
             for line in lines:
                 if not slots.acquire(blocking=False):

@@ -149,10 +149,11 @@ class ConformanceItem(pytest.Item):
     def runtest(self) -> None:
         from envreplica.conformance.external import SubprocessDriver
         from envreplica.conformance.lockstep import lockstep_settings, run_lockstep
-        from envreplica.model.state import Variant
+        from envreplica.spec.variants import Variant
 
         config = self.config
         command = _adapter(config)
+        assert command is not None, "items are collected only when --envreplica-adapter names a command"
         profile = config.getoption("envreplica_profile")
         timeout = config.getoption("envreplica_timeout")
         settings = lockstep_settings(profile, max_examples=config.getoption("envreplica_max_examples"),

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from functools import lru_cache, partial
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Literal, Optional, overload
 
 from envreplica.model.fmap import FMap
 from envreplica.model.state import (
@@ -111,6 +111,10 @@ def _bool(value: Any, path: str) -> bool:
     return value
 
 
+@overload
+def _count(value: Any, path: str, *, nullable: Literal[False] = ...) -> int: ...
+@overload
+def _count(value: Any, path: str, *, nullable: bool) -> Optional[int]: ...
 def _count(value: Any, path: str, *, nullable: bool = False) -> Optional[int]:
     if value is None and nullable:
         return None
@@ -119,7 +123,11 @@ def _count(value: Any, path: str, *, nullable: bool = False) -> Optional[int]:
     return value
 
 
-def _pattern(value: Any, path: str, pattern, *, nullable: bool = False) -> Optional[str]:
+@overload
+def _pattern(value: Any, path: str, pattern: Any, *, nullable: Literal[False] = ...) -> str: ...
+@overload
+def _pattern(value: Any, path: str, pattern: Any, *, nullable: bool) -> Optional[str]: ...
+def _pattern(value: Any, path: str, pattern: Any, *, nullable: bool = False) -> Optional[str]:
     if value is None and nullable:
         return None
     if not isinstance(value, str) or pattern.regex.fullmatch(value) is None:
@@ -258,8 +266,10 @@ def doc_to_state(doc: Any, *, store_on: bool) -> State:
         mac = row["requestMac"]
         if not isinstance(mac, str) or not mac:
             raise _bad(f"{path}.requestMac", "must be a non-empty string (the request's MAC)", mac)
+        # A receipt read back carries its request's MAC where the model's carries the request (module doc).
+        receipt = Receipt(mac, ok, code, result, version)  # type: ignore[arg-type]
         receipts[(_pattern(row["streamId"], f"{path}.streamId", wire.ID),
-                  _count(row["sequence"], f"{path}.sequence"))] = Receipt(mac, ok, code, result, version)
+                  _count(row["sequence"], f"{path}.sequence"))] = receipt
     return State(
         authority=authority,
         projects=FMap(projects),
@@ -347,7 +357,9 @@ def with_macs(state: State, mac: Callable[[DeliveryRequest], str]) -> State:
     if last_in is state.receipts and last_mac is mac:
         receipts = last_out  # the same table object (tables are persistent maps): the same answer
     else:
-        receipts = FMap({k: replace(r, request=mac(r.request)) for k, r in state.receipts.items()})
+        # Each receipt's request becomes its MAC (as a read-back receipt's: module doc).
+        receipts = FMap({k: replace(r, request=mac(r.request))  # type: ignore[arg-type]
+                         for k, r in state.receipts.items()})
         _LAST_WITH_MACS = (state.receipts, mac, receipts)  # one assignment: a reader sees all three or none
     return replace(state, receipts=receipts)
 

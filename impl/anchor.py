@@ -12,7 +12,7 @@ another user, than the replica; or point it at a file the host's
 configuration management keeps). ``SqliteReplica(anchor=...)`` checks it when
 it opens and before each snapshot, and advances it after each committed write.
 
-What holds, and what does not (README, "Integrity at rest"):
+What holds, and what does not (docs/integrity.md):
 
 * the anchor is advanced *after* the commit: a crash between the two leaves
   the anchor one transaction behind, so a rollback of exactly that one
@@ -84,7 +84,7 @@ class FileAnchor:
         except OSError as error:
             raise ReplicaIOError(f"{self.path}: the anchor cannot be read ({error.strerror})") from None
 
-    def _parse(self, data: bytes) -> Optional[re.Match]:
+    def _parse(self, data: bytes) -> Optional[re.Match[str]]:
         """The anchor line in ``data`` (None for an empty file), or ``ReplicaPathError`` for anything else."""
         text = data.decode("ascii", "replace")
         if not text.strip():

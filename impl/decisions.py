@@ -44,6 +44,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence, Union
 
+from envreplica.impl.rows import LiveRecord, StagedRecord
 from envreplica.spec import wire
 from envreplica.spec.domain import (
     BindingState,
@@ -189,7 +190,7 @@ class _Unparsable(Exception):
     """``parseStoredProjectEnv`` threw: the text is not an exact v1 envelope."""
 
 
-def _stored_project_env(raw: str) -> dict:
+def _stored_project_env(raw: str) -> dict[str, Any]:
     """``parseStoredProjectEnv``: an exact v1 envelope with string fields, or ``_Unparsable``."""
     envelope = _js_json(raw)
     if type(envelope) is not dict or envelope.keys() != _LEGACY_ENVELOPE:
@@ -288,7 +289,7 @@ class Decisions:
     @staticmethod
     def _moves() -> dict[tuple[int, int], tuple[Callable[[BindingState, BindingState], bool], ...]]:
         """(revision step, generation step) -> what that move must keep (every requirement holds)."""
-        def same(*facets: str):
+        def same(*facets: str) -> Callable[[BindingState, BindingState], bool]:
             return lambda i, c: not _differs(i, c, facets)
 
         def both_live(i: BindingState, c: BindingState) -> bool:
@@ -331,8 +332,8 @@ class Decisions:
         return (not state.head.tombstone and mat.kind is not MatKind.INSTALLED
                 and self.desired(state, epochs).kind is MatKind.UNAVAILABLE)
 
-    def retention(self, view: View, stored, incoming: BindingState, epochs: tuple[int, ...], *,
-                  rejudge_retained: bool = False) -> Retention:
+    def retention(self, view: View, stored: Union[LiveRecord, StagedRecord, None], incoming: BindingState,
+                  epochs: tuple[int, ...], *, rejudge_retained: bool = False) -> Retention:
         """What retaining ``incoming`` over the row ``stored`` (or none) does.
 
         ``retainStageState`` (``View.STAGE``) and ``retainLiveState``
@@ -345,7 +346,7 @@ class Decisions:
         as it is desired now.
         """
         order = None if stored is None else self.order(incoming, stored.state)
-        if order in (Order.OLDER, Order.CONFLICT):
+        if stored is not None and order in (Order.OLDER, Order.CONFLICT):  # (an order only when one is stored)
             mat, drop = stored.mat, False
             if rejudge_retained:
                 judged = self.desired(stored.state, epochs)
@@ -353,7 +354,7 @@ class Decisions:
                     mat, drop = judged, True
             return Retention(stored.state, mat, view is View.STAGE, drop,
                              self.awaits_fetch(stored.state, mat, epochs))
-        if order is Order.SAME:
+        if stored is not None and order is Order.SAME:
             judged = self.desired(stored.state, epochs)
             keeps_value = stored.mat.kind is MatKind.INSTALLED and judged.kind is not MatKind.WITHHELD
             mat = stored.mat if keeps_value else judged

@@ -47,11 +47,14 @@ from __future__ import annotations
 import sqlite3
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import Iterator, Union
+from typing import TYPE_CHECKING, Iterator, Union, cast
 
 from sqlalchemy import Connection, Engine, create_engine, event
 
 from envreplica.impl.writer import register_writer
+
+if TYPE_CHECKING:
+    from sqlalchemy.pool import ConnectionPoolEntry
 
 __all__ = ["SYNCHRONOUS_LEVELS", "open_engine", "write_transaction", "read_transaction"]
 
@@ -88,7 +91,7 @@ def open_engine(
     )
 
     @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_con, _record) -> None:
+    def _on_connect(dbapi_con: sqlite3.Connection, _record: ConnectionPoolEntry) -> None:
         # pysqlite must not begin or commit anything on its own.
         dbapi_con.isolation_level = None
         cur = dbapi_con.cursor()
@@ -108,11 +111,17 @@ def open_engine(
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
         # SQLAlchemy autobegins: BEGIN IMMEDIATE, unless ``_transaction`` already began one.
-        dbapi = conn.connection.dbapi_connection
+        dbapi = _driver(conn)
         if not dbapi.in_transaction:
             dbapi.execute(_IMMEDIATE)
 
     return engine
+
+
+def _driver(conn: Connection) -> sqlite3.Connection:
+    """The pysqlite connection under ``conn``: every engine here is ``sqlite+pysqlite``, and a held connection
+    is checked out (SQLAlchemy types it as any DB-API connection, or None once detached)."""
+    return cast(sqlite3.Connection, conn.connection.dbapi_connection)
 
 
 @contextmanager
@@ -124,7 +133,7 @@ def _transaction(conn: Connection, begin: str) -> Iterator[sqlite3.Connection]:
     ``synchronous=NORMAL``. The schema stays declared in SQLAlchemy (``impl.schema``); the statements
     are ``impl.tables``'s, prepared once by pysqlite's statement cache.
     """
-    dbapi = conn.connection.dbapi_connection
+    dbapi = _driver(conn)
     if conn.in_transaction() or dbapi.in_transaction:
         raise RuntimeError("a replica transaction is already open on this connection")
     dbapi.execute(begin)

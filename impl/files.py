@@ -1,6 +1,6 @@
 """The replica's files: what a path holds, owner-only creation, the holder lock, and the errors.
 
-Rules every command follows (README, "Files"):
+Rules every command follows (docs/implementation.md):
 
 * **Nothing destroys a user's data.** A path is inspected (``probe``) before it
   is opened: a directory, a missing directory, a file that is not SQLite, or a
@@ -116,7 +116,7 @@ class Probe:
 
     path: Path  # the path asked about
     kind: PathKind  # what it holds
-    meta: dict = field(default_factory=dict)  # store_meta of a replica
+    meta: dict[str, str] = field(default_factory=dict)  # store_meta of a replica
 
 
 def path_option(text: str) -> str:
@@ -170,7 +170,7 @@ def probe(path: Union[str, Path]) -> Probe:
             raise sqlite_error(error, path) from None
 
 
-def current_meta(path: Union[str, Path]) -> dict:
+def current_meta(path: Union[str, Path]) -> dict[str, str]:
     """A replica's ``store_meta`` as SQLite reads it now: through its write-ahead log when one is beside
     the file (``probe`` reads the main file alone), else from the main file, creating nothing."""
     path = Path(path)
@@ -252,7 +252,7 @@ def fsync_path(path: Union[str, Path]) -> None:
         os.close(fd)
 
 
-def _os_error(error: OSError, path, done: str) -> Exception:
+def _os_error(error: OSError, path: Union[str, Path], done: str) -> Exception:
     why = error.strerror or type(error).__name__
     if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         return ReplicaPathError(f"{path}: cannot be {done} ({why}); check the permissions of the file and its "
@@ -262,7 +262,7 @@ def _os_error(error: OSError, path, done: str) -> Exception:
     return ReplicaIOError(f"{path}: cannot be {done} ({why})")
 
 
-def sqlite_error(error: BaseException, path) -> Exception:
+def sqlite_error(error: BaseException, path: Union[str, Path]) -> Exception:
     """The envreplica error for a SQLite error on ``path`` (lock, I/O, not a database, corrupt)."""
     from envreplica.spec.domain import CorruptReplica
 

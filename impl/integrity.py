@@ -1,6 +1,6 @@
 """Integrity at rest: every stored fact that decides what is served is authenticated.
 
-The threat (README, "Integrity at rest"): someone who can write the replica's
+The threat (docs/integrity.md): someone who can write the replica's
 file but does not hold the master key (a backup restored over it, a stray
 tool, an attacker with the file's permissions). What they can do, and what
 detects it:
@@ -28,7 +28,7 @@ detects it:
   of itself from the current one. ``authority.write_counter`` counts committed
   write transactions; an optional anchor outside the file (``impl.anchor``)
   keeps the highest counter seen, and a replica whose counter is below it is
-  refused. Without an anchor, whole-file rollback is not detected (README).
+  refused. Without an anchor, whole-file rollback is not detected (docs/integrity.md).
 
 Updates are incremental (``Digest`` arithmetic on the elements of the rows a
 transaction changed), so a write costs a few HMACs however large the
@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, NoReturn, Sequence
 
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
@@ -99,7 +99,7 @@ def _field(value: Any) -> bytes:
     if kind is int:
         return b"i%d;" % value
     if kind is str:
-        data = value.encode("utf-8", "surrogatepass")
+        data: bytes = value.encode("utf-8", "surrogatepass")
         return b"s%d:" % len(data) + data
     if kind is bytes or kind is bytearray or kind is memoryview:
         data = bytes(value)
@@ -110,6 +110,10 @@ def _field(value: Any) -> bytes:
 def row_message(table: str, values: Iterable[Any]) -> bytes:
     """The bytes a row's tag covers: domain, table name, then each column (type, length, bytes)."""
     return _ROW_DOMAIN + table.encode("ascii") + b"\0" + b"".join([_field(v) for v in values])
+
+
+#: A verified row as remembered: (table, its stored columns, its tag).
+_MemoKey = tuple[str, tuple[Any, ...], Any]
 
 
 class RowAuthenticator:
@@ -125,13 +129,13 @@ class RowAuthenticator:
         self._tag_key = hkdf(master, ROW_TAG_INFO, 64)
         self._mask_key = hkdf(master, DIGEST_MASK_INFO, 32)
         self._check = hmac.digest(hkdf(master, KEY_CHECK_INFO, 32), _KEY_CHECK_MESSAGE, "sha256").hex()
-        self._opened: dict = {}  # (table, stored columns, tag) -> element, for rows that verified
-        self._masks: dict = {}  # (scope, counter, n) -> the n masks
+        self._opened: dict[_MemoKey, int] = {}  # (table, stored columns, tag) -> element, for rows that verified
+        self._masks: dict[tuple[bytes, int, int], tuple[int, ...]] = {}  # (scope, counter, n) -> the n masks
 
     def __repr__(self) -> str:
         return "RowAuthenticator(<keys hidden>)"
 
-    def __reduce__(self):
+    def __reduce__(self) -> NoReturn:
         raise TypeError("RowAuthenticator holds key material and cannot be pickled")
 
     @property
@@ -153,7 +157,7 @@ class RowAuthenticator:
         out = hmac.digest(self._tag_key, row_message(table, values), "sha512")
         return out[:TAG_BYTES], int.from_bytes(out[TAG_BYTES:], "big")
 
-    def _remember(self, memo_key: tuple, element: int) -> None:
+    def _remember(self, memo_key: _MemoKey, element: int) -> None:
         if sum(len(v) for v in memo_key[1] if isinstance(v, (bytes, str))) > 4096:
             return  # a value row with a large blob: not worth its memory
         if len(self._opened) >= self.MEMO_ROWS:
@@ -163,7 +167,7 @@ class RowAuthenticator:
         except TypeError:  # pragma: no cover - every column envreplica writes is hashable
             pass
 
-    def open_row(self, table: str, values: Sequence[Any], tag: Any, ident: tuple) -> int:
+    def open_row(self, table: str, values: Sequence[Any], tag: Any, ident: tuple[object, ...]) -> int:
         """The element of a stored row whose tag verifies; ``TamperDetected`` naming it (``ident``) otherwise.
 
         A row that verified once is remembered (its exact columns and tag): reading

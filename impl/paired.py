@@ -50,7 +50,8 @@ import uuid
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Callable, Iterator, Optional, Sequence, Union
+import argparse
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, Union
 
 from envreplica.impl import schema
 from envreplica.impl import writer as W
@@ -63,6 +64,12 @@ _RECOVERY_RESULT_SCHEMA = "envreplica/paired-recovery-result@1"
 RECEIPT = "migration_request"
 
 Hook = Callable[[str], None]
+#: The migration steps by source version (``writer.MIGRATIONS``).
+Steps = Mapping[int, Callable[[sqlite3.Connection, W.MigrationContext], None]]
+#: A published JSON document (request, result, recovery plan): its fields by name.
+Doc = dict[str, Any]
+#: Parsed JSON, before it is checked: any JSON value.
+Json = Any
 
 
 class PairedRefused(W.MigrationRefused):
@@ -111,7 +118,7 @@ def facts_of(path: Path) -> StoreFacts:
         conn.close()
 
 
-def _publish(path: Path, data: dict, conflict: str) -> None:
+def _publish(path: Path, data: Doc, conflict: str) -> None:
     """Publish ``data`` at ``path`` once: the same bytes there are accepted, other bytes refused."""
     body = (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
     if path.exists():
@@ -135,7 +142,7 @@ def _publish(path: Path, data: dict, conflict: str) -> None:
     W._fsync_dir(path.parent)
 
 
-def _read_json(path: Path) -> dict:
+def _read_json(path: Path) -> Json:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
@@ -175,18 +182,18 @@ def _writing(path: Path, token: str, busy_timeout: float) -> Iterator[sqlite3.Co
         conn.close()
 
 
-def _digest(data: dict) -> str:
+def _digest(data: Doc) -> str:
     """SHA-256 of ``data``'s canonical JSON, its own ``sha256`` field left out."""
     body = {k: v for k, v in data.items() if k != "sha256"}
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
-def _request_id(request: dict) -> str:
+def _request_id(request: Doc) -> str:
     """The request's id in fences and receipts: the first 16 hex digits of its digest."""
     return _digest(request)[:16]
 
 
-def _read_request(path: Path) -> dict:
+def _read_request(path: Path) -> Doc:
     """The published request, checked: its schema and its digest (an edited request is refused)."""
     req = _read_json(path)
     if not isinstance(req, dict) or req.get("schema_id") != _REQUEST_SCHEMA or req.get("sha256") != _digest(req) \
@@ -209,7 +216,7 @@ def _usable(paths: Sequence[Path]) -> None:
             files.refuse_unusable(found, what="a store to migrate")
 
 
-def _status(request: dict, i: int, facts: StoreFacts, rid: str) -> Status:
+def _status(request: Doc, i: int, facts: StoreFacts, rid: str) -> Status:
     source = request["stores"][i]
     if facts.version == request["target"] and facts.receipt == rid:
         return Status.APPLIED
@@ -272,7 +279,7 @@ class Outcome:
 def migrate_paired(dbs: Sequence[Union[str, Path]], *, request: Union[str, Path, None] = None,
                    backup_dir: Union[str, Path, None] = None, master_key: Optional[bytes] = None,
                    target: int = schema.SCHEMA_VERSION, hook: Hook = _no_hook, busy_timeout: float = 5.0,
-                   steps=None) -> Outcome:
+                   steps: Optional[Steps] = None) -> Outcome:
     """Migrate ``dbs`` together to schema version ``target``, or resume the published request."""
     steps = W.MIGRATIONS if steps is None else steps
     paths = [Path(d).resolve() for d in dbs]
@@ -370,7 +377,7 @@ def migrate_paired(dbs: Sequence[Union[str, Path]], *, request: Union[str, Path,
                                          f"{result_path}")
 
 
-def _require_key(steps, version: int, target: int, master_key: Optional[bytes]) -> None:
+def _require_key(steps: Steps, version: int, target: int, master_key: Optional[bytes]) -> None:
     """Refuse, before anything is written, a migration whose steps authenticate rows when no key was given."""
     if master_key is None and any(getattr(steps[v], "needs_key", False) for v in range(version, target)):
         raise PairedRefused("master_key_missing", "the migration authenticates every row under the master key: "
@@ -378,7 +385,7 @@ def _require_key(steps, version: int, target: int, master_key: Optional[bytes]) 
                                                   "run it again")
 
 
-def _read_evidence(result_path: Path, rid: str) -> dict:
+def _read_evidence(result_path: Path, rid: str) -> Doc:
     """The published result, checked: this request's, and its backups still the ones it recorded."""
     evidence = _read_json(result_path)
     if not isinstance(evidence, dict) or evidence.get("schema_id") != _RESULT_SCHEMA or evidence.get("request") != rid:
@@ -411,7 +418,7 @@ def _backup(path: Path, backup: Path, source_sha256: str) -> str:
         src.close()
 
 
-def _apply(path: Path, req: dict, rid: str, token: str, steps, master_key: Optional[bytes],
+def _apply(path: Path, req: Doc, rid: str, token: str, steps: Steps, master_key: Optional[bytes],
            busy_timeout: float) -> None:
     """One store's steps to the target in one transaction, its receipt recorded, the fence kept."""
     with _writing(path, token, busy_timeout) as conn:
@@ -514,7 +521,7 @@ def recover_paired(request: Union[str, Path], *, hook: Hook = _no_hook, busy_tim
                                           f"backups, the others unchanged")
 
 
-def _unchanged(req: dict, i: int, facts: StoreFacts) -> bool:
+def _unchanged(req: Doc, i: int, facts: StoreFacts) -> bool:
     """The store is as before the migration: still its prepared source, or never applied (old version, no
     backup: every apply comes after both backups), whatever writers of the old version wrote while open."""
     source = req["stores"][i]
@@ -584,12 +591,12 @@ INPUT_REFUSALS = frozenset({
     "no_migration_request", "restore_original_recovery", "invalid_recovery_intent"})
 
 
-def cmd_recover(args) -> int:
+def cmd_recover(args: argparse.Namespace) -> int:
     """``envreplica recover --request FILE``."""
     return run_command(lambda: recover_paired(args.request, hook=kill_hook_from_env()), "recover")
 
 
-def register(subparsers) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``recover --request FILE``."""
     p = subparsers.add_parser(
         "recover", help="select the recovery of a paired migration: restore its stores together",

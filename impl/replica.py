@@ -87,8 +87,9 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Optional, Union, cast
 
+from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DatabaseError, IntegrityError, OperationalError
 
 from envreplica.impl import files, writer
@@ -104,10 +105,12 @@ from envreplica.impl.files import (
     ReplicaUnavailable,
 )
 from envreplica.impl.integrity import TamperDetected
-from envreplica.impl.rows import AuthorityRow, OpenedValue, StagedProject, StagedRecord, StoredReceipt
+from envreplica.impl.rows import AuthorityRow, LiveRecord, OpenedValue, StagedProject, StagedRecord, StoredReceipt
 from envreplica.impl.sealing import ENV_KEY, ENV_KEY_FILE, Sealer, SealError, TextEncoding
 from envreplica.impl.tables import (
+    StoredRow,
     Tables,
+    VerifiedProject,
     count_of,
     json_text,
     ref_json,
@@ -134,6 +137,7 @@ from envreplica.spec.domain import (
     Cursor,
     Diagnosis,
     DiagnosisReason,
+    Head,
     Materialization,
     MatKind,
     PageFrame,
@@ -148,6 +152,7 @@ from envreplica.spec.domain import (
     SnapshotEntry,
     SnapshotProject,
     Status,
+    UnavailableReason,
     ValueRef,
     unavailable,
 )
@@ -213,29 +218,34 @@ class _Slot:
     key: str
 
     @property
-    def _value_ident(self) -> tuple:
-        return (self.project, self.key) if self.view is View.LIVE else (self.attempt, self.project, self.key)
+    def _attempt(self) -> str:
+        """The attempt of a staged record (every staged slot is built with its attempt)."""
+        return cast(str, self.attempt)
 
-    def record(self, tx: Tables):
+    @property
+    def _value_ident(self) -> tuple[str, ...]:
+        return (self.project, self.key) if self.view is View.LIVE else (self._attempt, self.project, self.key)
+
+    def record(self, tx: Tables) -> Union[LiveRecord, StagedRecord, None]:
         """The stored record (``LiveRecord`` / ``StagedRecord``), or None."""
         if self.view is View.LIVE:
             return tx.live_record(self.project, self.key)
-        return tx.stage_record(self.attempt, self.project, self.key)
+        return tx.stage_record(self._attempt, self.project, self.key)
 
     def put(self, tx: Tables, state: BindingState, mat: Materialization, present: bool = True) -> None:
         """``putLiveRecord`` / ``putStageRecord`` (a staged record written here is present unless told)."""
         if self.view is View.LIVE:
             tx.put_live_record(self.project, state, mat)
         else:
-            tx.put_stage_record(self.attempt, self.project, StagedRecord(state, mat, present))
+            tx.put_stage_record(self._attempt, self.project, StagedRecord(state, mat, present))
 
     def drop_value(self, tx: Tables) -> None:
         if self.view is View.LIVE:
             tx.delete_live_value(self.project, self.key)
         else:
-            tx.delete_stage_value(self.attempt, self.project, self.key)
+            tx.delete_stage_value(self._attempt, self.project, self.key)
 
-    def put_value(self, tx: Tables, head, blob: bytes, *, had_none: bool) -> None:
+    def put_value(self, tx: Tables, head: Head, blob: bytes, *, had_none: bool) -> None:
         """Write the value row fetched for ``head``; ``had_none``: the record was not installed (no row to read)."""
         table = "record_values" if self.view is View.LIVE else "stage_values"
         if had_none:
@@ -243,7 +253,7 @@ class _Slot:
         if self.view is View.LIVE:
             tx.put_live_value(self.project, self.key, head, blob)
         else:
-            tx.put_stage_value(self.attempt, self.project, self.key, head, blob)
+            tx.put_stage_value(self._attempt, self.project, self.key, head, blob)
 
 
 #: ``SqliteReplica._retain``'s default ``stored``: the slot's record is not read yet.
@@ -263,7 +273,7 @@ class _Prepared:
         return View.LIVE if self.attempt is None else View.STAGE
 
 
-def _value_matches_head(vrow, head) -> Optional[Any]:
+def _value_matches_head(vrow: Optional[StoredRow], head: Head) -> Optional[Any]:
     """``wire.encode(head.value_ref)`` when the value row was fetched for exactly this head, else None.
 
     The seed compares the reference as JSON text; the encoded reference is
@@ -287,11 +297,11 @@ class TablesRead:
     """Every table of one read transaction, verified and parsed (``SqliteReplica.read_tables``)."""
 
     authority: AuthorityRow  # the authority row
-    live: dict  # project -> (record version, VerifiedProject): the live records, sorted by key
-    live_values: dict  # (project, key) -> OpenedValue
-    stage: dict  # (attempt, project) -> (StagedProject, VerifiedProject)
-    stage_values: dict  # (attempt, project, key) -> OpenedValue
-    receipts: dict  # (stream, sequence) -> StoredReceipt
+    live: dict[str, tuple[int, VerifiedProject[LiveRecord]]]  # the live records, sorted by key, by project
+    live_values: dict[tuple[str, str], OpenedValue]  # (project, key) -> OpenedValue
+    stage: dict[tuple[str, str], tuple[StagedProject, VerifiedProject[StagedRecord]]]  # by (attempt, project)
+    stage_values: dict[tuple[str, str, str], OpenedValue]  # (attempt, project, key) -> OpenedValue
+    receipts: dict[tuple[str, int], StoredReceipt]  # (stream, sequence) -> StoredReceipt
 
 
 class SqliteReplica:
@@ -348,8 +358,8 @@ class SqliteReplica:
         self._floor = 0  # the highest write counter seen: a file below it was rolled back
         self._closed = True
         self._holder: Optional[ReplicaLock] = None
-        self._engine = None
-        self._conn = None
+        self._engine: Optional[Engine] = None
+        self._connection: Optional[Connection] = None  # held while open (``_conn``)
         found = files.probe(self.path)
         files.refuse_unusable(found, what="a replica", missing_ok=create)
         if created_by is not None and found.kind is PathKind.REPLICA and found.meta.get("created_by") != created_by:
@@ -364,7 +374,7 @@ class SqliteReplica:
             self._identity = _identity(self.path)
             self._engine = open_engine(self.path, synchronous=synchronous, busy_timeout_ms=busy_timeout_ms)
             with self._sql_errors():
-                self._conn = self._engine.connect()
+                self._connection = self._engine.connect()
                 self._closed = False
                 self.replica_id = self._open_file()
             if self.anchor is not None:
@@ -376,8 +386,9 @@ class SqliteReplica:
             raise
 
     @classmethod
-    def from_environment(cls, path, *, reader: Optional[ValueReader], config: ReplicaConfig = ReplicaConfig(),
-                         synchronous: str = "FULL", env=None, **options) -> "SqliteReplica":
+    def from_environment(cls, path: Union[str, Path], *, reader: Optional[ValueReader],
+                         config: ReplicaConfig = ReplicaConfig(), synchronous: str = "FULL",
+                         env: Optional[Mapping[str, str]] = None, **options: Any) -> "SqliteReplica":
         """Open a replica sealed under the configured master key.
 
         The key comes from ``ENVREPLICA_MASTER_KEY`` (64 hex digits) or
@@ -525,6 +536,14 @@ class SqliteReplica:
                     self._floor = tx.write_counter
                     yield tx
 
+    @property
+    def _conn(self) -> Connection:
+        """The held connection (used once ``_ensure_open`` has passed: an open replica holds one)."""
+        conn = self._connection
+        if conn is None:
+            raise RuntimeError("the replica is closed")
+        return conn
+
     def _ensure_open(self) -> None:
         if self._closed:
             raise RuntimeError("the replica is closed")
@@ -534,7 +553,7 @@ class SqliteReplica:
             self._generation += 1
             self._changed.notify_all()
 
-    def _seal(self, value: str, project: str, key: str, head) -> bytes:
+    def _seal(self, value: str, project: str, key: str, head: Head) -> bytes:
         return self.sealer.seal(
             value, project_id=project, key=key, revision=head.revision, generation=head.generation,
             value_ref=wire.encode(head.value_ref), text=self._text,
@@ -545,7 +564,7 @@ class SqliteReplica:
         """How a value's text becomes the bytes sealed: the seed's Node encoding, or exactly (FIX(F3))."""
         return TextEncoding.NODE_UTF8 if self.config.variant is not Variant.FIXED else TextEncoding.EXACT
 
-    def _open_value(self, vrow, table: str, ident: tuple, project: str, key: str,
+    def _open_value(self, vrow: StoredRow, table: str, ident: tuple[str, ...], project: str, key: str,
                     ref: Optional[ValueRef] = None, encoded_ref: Any = None) -> OpenedValue:
         """Open a value row's sealed blob for its own record fields.
 
@@ -574,11 +593,11 @@ class SqliteReplica:
         planned = self.decisions.plan_read(self.config.prefix, project, state, window.reader is not None)
         if isinstance(planned, Fetched):
             return planned  # answered without I/O: not a window
-        answer = ask(window.reader, planned)
+        answer = ask(cast(ValueReader, window.reader), planned)  # a read is planned only with a reader
         window.read_returned()
         return self.decisions.judge_answer(org, project, state, planned, answer)
 
-    def _still_awaits_value(self, row, epochs: tuple[int, ...]) -> bool:
+    def _still_awaits_value(self, row: Union[LiveRecord, StagedRecord], epochs: tuple[int, ...]) -> bool:
         """FIX(F1): a fetched value lands only on a row that still awaits one under today's kept epochs.
 
         The seed checks only that the record is unchanged; a begin with other
@@ -617,13 +636,13 @@ class SqliteReplica:
                 return
             if not self._still_awaits_value(current, a.policy_epochs):  # FIX(F1)
                 return
-            present = current.present if staged else True
+            present = current.present if isinstance(current, StagedRecord) else True  # (staged: StagedRecord)
             if blob is not None:
                 slot.put_value(tx, before.head, blob, had_none=current.mat.kind is not MatKind.INSTALLED)
                 slot.put(tx, before, INSTALLED, present)
             else:
                 slot.drop_value(tx)
-                slot.put(tx, before, unavailable(fetched.reason), present)
+                slot.put(tx, before, unavailable(cast(UnavailableReason, fetched.reason)), present)  # no value: a reason
 
     # -- retaining a record -----------------------------------------------
 
@@ -817,6 +836,7 @@ class SqliteReplica:
             return self._transient(a, R.RECONCILIATION_ATTEMPT_MISMATCH)
         epochs = a.policy_epochs
         project = frame.project_id
+        base: Optional[int]  # (an int past the checks below)
         if a.attempt_id is not None:  # staging: the delta goes into the attempt's view
             staged = tx.stage_project(a.attempt_id, project)
             if staged is None or not staged.complete or staged.record_version is None:
@@ -833,8 +853,9 @@ class SqliteReplica:
         stored = slot.record(tx)
         if self._advances(frame, base, stored):
             _, fetch = self._retain(tx, slot, frame.state, epochs, stored)
-            if view is View.STAGE:
-                tx.put_stage_project(a.attempt_id, project, replace(staged, record_version=frame.record_version))
+            if view is View.STAGE:  # staging: the attempt and its staged project were checked above
+                attempt, staged_project = cast(str, a.attempt_id), cast(StagedProject, staged)
+                tx.put_stage_project(attempt, project, replace(staged_project, record_version=frame.record_version))
             else:
                 tx.set_project_version(project, frame.record_version)
             return _Prepared(fetch, frame.record_version, a.attempt_id)
@@ -845,7 +866,7 @@ class SqliteReplica:
         self._save_receipt(tx, frame, mac, ok=False, code=R.RECORD_VERSION_CONFLICT)
         return self._consumed(tx, R.RECORD_VERSION_CONFLICT, epochs)
 
-    def _advances(self, frame: ApplyFrame, base: int, stored) -> bool:
+    def _advances(self, frame: ApplyFrame, base: int, stored: Union[LiveRecord, StagedRecord, None]) -> bool:
         """The delta is the next record version, newer than what is stored, and one reachable head move."""
         current = None if stored is None else stored.state
         return (frame.record_version == base + 1
@@ -919,7 +940,8 @@ class SqliteReplica:
             _project, _key, installed = bad
             raise CorruptReplica("staged installed value does not match its replica head" if installed
                                  else "staged withheld replica record still has a value")
-        tx.replace_live(sorted((p, sp.record_version) for p, (sp, _) in staged.items()))
+        # Each staged project matched its version above: complete, at a record version (never None).
+        tx.replace_live(sorted((p, cast(int, sp.record_version)) for p, (sp, _) in staged.items()))
         for project, (_, view) in sorted(staged.items()):
             for key, row in view.records:
                 if not row.present:
@@ -974,7 +996,7 @@ class SqliteReplica:
                     self._changed.wait(min(READY_POLL_SECONDS, remaining))
 
 
-    def _snapshot(self, tx: Tables, project_ids) -> Optional[Snapshot]:
+    def _snapshot(self, tx: Tables, project_ids: Iterable[str]) -> Optional[Snapshot]:
         """The served view of exactly ``project_ids`` (task order), None when it must not serve; corrupt raises."""
         a = tx.authority()
         if not a.serving:
@@ -1003,7 +1025,8 @@ class SqliteReplica:
                         # Defence in depth (variant fixed): serve nothing the kept policy or binding withholds.
                         raise CorruptReplica(f"records row {project}/{key} is installed, but its binding or policy "
                                              f"epoch withholds it under the kept epochs; nothing is served")
-                    value = self._open_value(vrow, "record_values", (project, key), project, key,
+                    matched = cast(StoredRow, vrow)  # the value row matched the head just above: there is one
+                    value = self._open_value(matched, "record_values", (project, key), project, key,
                                              row.state.head.value_ref, encoded_ref).value
                 elif vrow is not None:
                     raise CorruptReplica("withheld replica record still has a value")
@@ -1013,7 +1036,7 @@ class SqliteReplica:
             projects.append(SnapshotProject(project, version, tuple(entries)))
         return Snapshot(tuple(projects))
 
-    def read_snapshot(self, project_ids) -> Optional[Snapshot]:
+    def read_snapshot(self, project_ids: Iterable[str]) -> Optional[Snapshot]:
         """``readProjectEnvReplicaSnapshot``: the served view of exactly these projects, or None.
 
         Fails closed: any mismatch, corrupt row or seal that does not open gives None.
@@ -1026,7 +1049,7 @@ class SqliteReplica:
         except Exception:  # the seed's catch-all: never serve on doubt
             return None
 
-    def diagnose(self, project_ids) -> Optional[Diagnosis]:
+    def diagnose(self, project_ids: Iterable[str]) -> Optional[Diagnosis]:
         """Why ``read_snapshot(project_ids)`` fails closed, or None when it serves.
 
         The reason is checked in the order of ``DiagnosisReason``: not
@@ -1054,7 +1077,7 @@ class SqliteReplica:
             return Diagnosis(DiagnosisReason.CORRUPT, f"replica read failed ({type(error).__name__})")
         return None
 
-    def snapshot_diagnostics(self, project_ids) -> Optional[str]:
+    def snapshot_diagnostics(self, project_ids: Iterable[str]) -> Optional[str]:
         """``diagnose``'s message (None when the snapshot serves); a busy or failing file's error text."""
         try:
             found = self.diagnose(project_ids)
@@ -1092,7 +1115,7 @@ class SqliteReplica:
         receipts = {(row.stream_id, row.sequence): receipt_of_row(row) for row in receipt_rows}
         return TablesRead(a, live, opened_live, stage, opened_stage, receipts)
 
-    def export_state(self) -> dict:
+    def export_state(self) -> dict[str, Any]:
         """Every table, each row and set verified and each value opened: the ``state`` document.
 
         The shape is docs/protocol.md section 6's ``state`` (JSON-ready: dicts,
@@ -1103,7 +1126,7 @@ class SqliteReplica:
         """
         read = self.read_tables()
         a = read.authority
-        doc: dict = {
+        doc: dict[str, Any] = {
             "authority": {"activated": a.activated, "gateOpen": a.gate_open, "attemptId": a.attempt_id,
                           "streamId": a.stream_id, "appliedSequence": a.applied_sequence, "orgId": a.org_id,
                           "policyEpochs": list(a.policy_epochs)},
@@ -1111,7 +1134,7 @@ class SqliteReplica:
             "stageProjects": [], "stageRecords": [], "stageValues": [], "receipts": [],
         }
 
-        def opened(value: OpenedValue) -> dict:
+        def opened(value: OpenedValue) -> dict[str, Any]:
             return {"revision": value.revision, "generation": value.generation,
                     "valueRef": wire.encode(value.value_ref), "value": value.value}
 
@@ -1122,15 +1145,15 @@ class SqliteReplica:
                                        "materialization": wire.encode(row.mat)})
             for key in sorted(view.values):
                 doc["values"].append({"projectId": project, "key": key, **opened(read.live_values[project, key])})
-        for (attempt, project), (sp, view) in sorted(read.stage.items()):
+        for (attempt, project), (sp, staged) in sorted(read.stage.items()):
             doc["stageProjects"].append({"attemptId": attempt, "projectId": project,
                                          "recordVersion": sp.record_version, "lastKey": sp.last_key,
                                          "complete": sp.complete})
-            for key, row in view.records:
+            for key, srow in staged.records:
                 doc["stageRecords"].append({"attemptId": attempt, "projectId": project, "key": key,
-                                            "state": wire.encode(row.state), "materialization": wire.encode(row.mat),
-                                            "present": row.present})
-            for key in sorted(view.values):
+                                            "state": wire.encode(srow.state), "materialization": wire.encode(srow.mat),
+                                            "present": srow.present})
+            for key in sorted(staged.values):
                 doc["stageValues"].append({"attemptId": attempt, "projectId": project, "key": key,
                                            **opened(read.stage_values[attempt, project, key])})
         for (stream, sequence), receipt in sorted(read.receipts.items()):
@@ -1167,18 +1190,18 @@ class SqliteReplica:
         connection since it was read; None once closed. For harnesses deciding whether the tables can have
         moved (``conformance.lockstep``); never a substitute for reading them.
         """
-        conn = self._conn
+        conn = self._connection
         if conn is None:
             return None
-        return conn.connection.dbapi_connection.total_changes
+        return cast(sqlite3.Connection, conn.connection.dbapi_connection).total_changes  # a pysqlite engine
 
     def close(self) -> None:
         """Close the connection and the engine, then release the holder lock (idempotent)."""
         with self._lock:
             was_open, self._closed = not self._closed, True
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+            if self._connection is not None:
+                self._connection.close()
+                self._connection = None
             if self._engine is not None:
                 self._engine.dispose()
                 self._engine = None
@@ -1191,7 +1214,7 @@ class SqliteReplica:
     def __enter__(self) -> "SqliteReplica":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __repr__(self) -> str:

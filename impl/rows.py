@@ -21,7 +21,7 @@ decision (``impl.decisions``, ``impl.replica``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, cast
 
 from envreplica.spec.domain import (
     BindingState,
@@ -62,7 +62,8 @@ class AuthorityRow:
         """
         if not self.activated:
             return None
-        return Cursor(self.stream_id, self.applied_sequence)
+        # An activated row's stream id was checked to be an id where it was parsed (``impl.tables``).
+        return Cursor(cast(str, self.stream_id), self.applied_sequence)
 
     def required_cursor(self) -> Cursor:
         """The seed's ``requiredCursor``: the cursor of an activated replica, else corrupt."""
@@ -79,7 +80,7 @@ class AuthorityRow:
         """
         if not self.activated:
             raise CorruptReplica("stored replica organization is invalid")
-        return self.org_id
+        return cast(str, self.org_id)  # checked to be a segment where an activated row is parsed
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,8 @@ which the primary keys serve).
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import (
     Boolean,
     CheckConstraint,
@@ -45,7 +47,7 @@ SCHEMA_VERSION = 2
 MATERIALIZATIONS = ("installed", "withheld", "unavailable")
 
 
-def _record_columns() -> list:
+def _record_columns() -> list[Column[Any]]:
     """The columns of a record (live or staged): a BindingState and its materialization."""
     return [
         Column("revision", Integer, nullable=False),
@@ -60,7 +62,7 @@ def _record_columns() -> list:
     ]
 
 
-def _record_checks(prefix: str) -> list:
+def _record_checks(prefix: str) -> list[CheckConstraint]:
     kinds = ", ".join(f"'{k}'" for k in MATERIALIZATIONS)
     return [
         CheckConstraint("revision >= 0 AND generation >= 0 AND listing_generation >= 0", name=f"{prefix}_counts"),
@@ -72,7 +74,7 @@ def _record_checks(prefix: str) -> list:
     ]
 
 
-def _value_columns() -> list:
+def _value_columns() -> list[Column[Any]]:
     """A sealed value and the head it was fetched for."""
     return [
         Column("revision", Integer, nullable=False),
@@ -85,16 +87,16 @@ def _value_columns() -> list:
 def _build(metadata: MetaData, integrity: bool) -> tuple[Table, ...]:
     """The replica's tables in ``metadata``: of schema version 2 (``integrity``), or of versions 0 and 1."""
 
-    def tag() -> list:
+    def tag() -> list[Column[Any]]:
         """The row's integrity tag (``impl.integrity``): HMAC of every other column."""
         return [Column("tag", LargeBinary, nullable=False)] if integrity else []
 
-    def digest() -> list:
+    def digest() -> list[Column[Any]]:
         """A set digest of a parent row's children, and the write counter that masked it."""
         return [Column("rows_digest", LargeBinary, nullable=False),
                 Column("written_at", Integer, nullable=False)] if integrity else []
 
-    def authority_integrity() -> list:
+    def authority_integrity() -> list[Column[Any]]:
         return [
             Column("write_counter", Integer, nullable=False),  # committed write transactions (impl.anchor)
             Column("stream_epoch", Integer, nullable=False),  # the write that started this stream's receipts

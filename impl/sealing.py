@@ -60,7 +60,7 @@ import re
 import secrets
 import stat
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -285,7 +285,7 @@ class Sealer:
     def __repr__(self) -> str:
         return "Sealer(<keys hidden>)"
 
-    def __reduce__(self):
+    def __reduce__(self) -> NoReturn:
         raise TypeError("Sealer holds key material and cannot be pickled")
 
     def seal(

@@ -50,7 +50,8 @@ import sqlite3
 from collections import namedtuple
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Iterable, Optional
+from typing import (TYPE_CHECKING, Any, Generic, Iterable, Literal, Mapping, Optional, Protocol, TypeVar, Union, cast,
+                    overload)
 
 
 from envreplica.impl import integrity as I
@@ -61,6 +62,7 @@ from envreplica.spec import wire
 from envreplica.spec.domain import (
     BindingState,
     CorruptReplica,
+    Head,
     InvalidFrame,
     Materialization,
     MatKind,
@@ -68,6 +70,9 @@ from envreplica.spec.domain import (
     RefusalCode,
     ValueRef,
 )
+
+if TYPE_CHECKING:
+    from sqlalchemy import Table
 
 __all__ = ["AUTHORITY_ID", "Tables", "VerifiedProject", "json_text", "ref_json", "value_ref_of_row",
            "record_of_row", "receipt_of_row", "count_of", "where_text"]
@@ -78,6 +83,37 @@ _T = S.TAGGED
 _AUTH_SCOPE = b"authority"  # the authority row's three digests are masked by one PRF output, cut in three
 _AUTH_DIGEST_COLUMN = {"live": "live_digest", "stage": "stage_digest", "receipts": "receipts_digest"}
 _AUTH_MASK_INDEX = {"live": 0, "stage": 1, "receipts": 2}
+
+#: A column value as pysqlite reads it from the file: whatever the file holds (it is checked where it is parsed).
+Cell = Any
+#: A row's columns by name (read, or to be written).
+Columns = dict[str, Any]
+#: A row named for a message (its table's primary key values).
+Ident = tuple[object, ...]
+
+
+class StoredRow(Protocol):
+    """A row as read: an instance of its table's ``ROW_TYPES`` namedtuple, built from the schema at import.
+
+    Its fields are the table's columns, known only at run time: read by name (``row.key``), by position
+    (``row[-1]`` is the tag), or all at once (``_asdict``).
+    """
+
+    def __getattr__(self, column: str) -> Cell: ...
+
+    @overload
+    def __getitem__(self, index: int) -> Cell: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[Cell, ...]: ...
+
+    def _asdict(self) -> Columns: ...
+
+
+class _RowType(Protocol):
+    """A ``ROW_TYPES`` namedtuple class: ``_make`` builds a row from the values of a ``SELECT`` of its columns."""
+
+    def _make(self, iterable: Iterable[Cell]) -> StoredRow: ...
 
 
 def _auth_mask(rows: RowAuthenticator, name: str, counter: int) -> int:
@@ -100,7 +136,7 @@ def ref_json(ref: ValueRef) -> str:
     return json_text(wire.encode(ref))
 
 
-def where_text(table: str, ident: tuple) -> str:
+def where_text(table: str, ident: Ident) -> str:
     return f"{table} {'/'.join(str(part) for part in ident)}"
 
 
@@ -108,7 +144,7 @@ def count_of(value: Any) -> bool:
     return type(value) is int and 0 <= value <= wire.MAX_COUNT
 
 
-def _state_columns(state: BindingState) -> dict:
+def _state_columns(state: BindingState) -> Columns:
     ref = state.head.value_ref
     return {
         "revision": state.head.revision,
@@ -121,7 +157,7 @@ def _state_columns(state: BindingState) -> dict:
     }
 
 
-def _mat_columns(mat: Materialization) -> dict:
+def _mat_columns(mat: Materialization) -> Columns:
     return {
         "materialization": mat.kind.value,
         "materialization_reason": None if mat.kind is MatKind.INSTALLED else mat.reason,
@@ -133,7 +169,7 @@ def _bool(value: Any) -> Any:
     return bool(value) if type(value) is int and value in (0, 1) else value
 
 
-def _parse_json_column(text: Any, what: str, table: str, ident: tuple) -> Any:
+def _parse_json_column(text: Cell, what: str, table: str, ident: Ident) -> Any:
     if text is None:
         return None
     if not isinstance(text, str):
@@ -144,7 +180,8 @@ def _parse_json_column(text: Any, what: str, table: str, ident: tuple) -> Any:
         raise CorruptReplica(f"stored {what} is malformed ({where_text(table, ident)})") from None
 
 
-def record_of_row(row, table: str, ident: tuple) -> tuple[BindingState, Materialization]:
+def record_of_row(row: Union[StoredRow, _RecordFields], table: str,
+                  ident: Ident) -> tuple[BindingState, Materialization]:
     """``rowState`` and ``rowMaterialization``: the record of a row, validated by the wire parsers."""
     ref = _parse_json_column(row.value_ref_json, "replica value reference", table, ident)
     binding = _parse_json_column(row.binding_json, "replica binding", table, ident)
@@ -172,21 +209,20 @@ def record_of_row(row, table: str, ident: tuple) -> tuple[BindingState, Material
     return state, mat
 
 
-_RECORD_FIELDS = ("key", "revision", "generation", "tombstone", "value_ref_json", "binding_json", "policy_epoch",
-                  "listing_generation", "materialization", "materialization_reason")
-
-
 #: The fields ``record_of_row`` reads, as a hashable value (the key of the parse memo).
-_RecordFields = namedtuple("_RecordFields", _RECORD_FIELDS)
+_RecordFields = namedtuple("_RecordFields", ("key", "revision", "generation", "tombstone", "value_ref_json",
+                                             "binding_json", "policy_epoch", "listing_generation", "materialization",
+                                             "materialization_reason"))
+_RECORD_FIELDS = _RecordFields._fields
 _record_of_fields = lru_cache(maxsize=20_000)(record_of_row)
 
 
-def parsed_record(row, table: str, ident: tuple) -> tuple[BindingState, Materialization]:
+def parsed_record(row: StoredRow, table: str, ident: Ident) -> tuple[BindingState, Materialization]:
     """``record_of_row``, remembered: the same stored fields parse to the same record (a failure is not kept)."""
     return _record_of_fields(_RecordFields._make([getattr(row, f) for f in _RECORD_FIELDS]), table, ident)
 
 
-def value_ref_of_row(row, table: str, ident: tuple) -> ValueRef:
+def value_ref_of_row(row: StoredRow, table: str, ident: Ident) -> ValueRef:
     doc = _parse_json_column(row.value_ref_json, "replica value reference", table, ident)
     try:
         return wire.parse_value_ref(doc)
@@ -194,21 +230,22 @@ def value_ref_of_row(row, table: str, ident: tuple) -> ValueRef:
         raise CorruptReplica(f"stored replica value reference is invalid ({where_text(table, ident)})") from None
 
 
-def _parse_code(code: Any, ident: tuple) -> RefusalCode:
+def _parse_code(code: Cell, ident: Ident) -> RefusalCode:
     try:
         return RefusalCode(code)
     except ValueError:
         raise CorruptReplica(f"stored replica receipt code is invalid ({where_text('receipts', ident)})") from None
 
 
-def receipt_of_row(row) -> StoredReceipt:
+def receipt_of_row(row: StoredRow) -> StoredReceipt:
     """A receipt row, parsed: its MAC, outcome, code, result and record version."""
     return _receipt_of_columns(row.stream_id, row.sequence, row.request_mac, row.ok, row.code, row.result_json,
                                row.record_version)
 
 
 @lru_cache(maxsize=4096)
-def _receipt_of_columns(stream_id, sequence, request_mac, ok, code, result_json, record_version) -> StoredReceipt:
+def _receipt_of_columns(stream_id: Cell, sequence: Cell, request_mac: Cell, ok: Cell, code: Cell, result_json: Cell,
+                        record_version: Cell) -> StoredReceipt:
     """``receipt_of_row`` of these column values: a pure parse (the same columns give the same receipt),
     memoised because receipts are read again on every readback; a CorruptReplica is not cached."""
     ident = (stream_id, sequence)
@@ -227,13 +264,13 @@ _AUTHORITY_FIELDS = ("activated", "gate_open", "stream_id", "applied_sequence", 
                      "policy_epochs_json")
 
 
-def _authority_of(cols: dict) -> AuthorityRow:
+def _authority_of(cols: Columns) -> AuthorityRow:
     """``authorityRow``, parsed; a row whose columns contradict each other is corrupt."""
     return _authority_of_fields(tuple(cols[f] for f in _AUTHORITY_FIELDS))
 
 
 @lru_cache(maxsize=1024)
-def _authority_of_fields(fields: tuple) -> AuthorityRow:
+def _authority_of_fields(fields: tuple[Cell, ...]) -> AuthorityRow:
     cols = dict(zip(_AUTHORITY_FIELDS, fields))
     text = cols["policy_epochs_json"]
     try:
@@ -260,7 +297,7 @@ def _authority_of_fields(fields: tuple) -> AuthorityRow:
     return AuthorityRow(activated, gate_open, attempt, stream, sequence, org, epochs)
 
 
-def _stage_project_of(cols: dict, ident: tuple) -> StagedProject:
+def _stage_project_of(cols: Columns, ident: Ident) -> StagedProject:
     rv, last_key = cols["record_version"], cols["last_key"]
     if (rv is not None and not count_of(rv)) or (
         last_key is not None and (not isinstance(last_key, str) or wire.KEY.regex.fullmatch(last_key) is None)
@@ -269,7 +306,7 @@ def _stage_project_of(cols: dict, ident: tuple) -> StagedProject:
     return StagedProject(rv, last_key, bool(cols["complete"]))
 
 
-def initial_authority_columns() -> dict:
+def initial_authority_columns() -> Columns:
     """The authority row of a replica that was never activated (digests and tag added by ``Tables``)."""
     return {"id": AUTHORITY_ID, "activated": False, "gate_open": False, "stream_id": None, "applied_sequence": 0,
             "attempt_id": None, "org_id": None, "policy_epochs_json": "[]", "write_counter": 0, "stream_epoch": 0}
@@ -281,7 +318,9 @@ def initial_authority_columns() -> dict:
 
 
 #: The row type of each table: a namedtuple of its columns, in schema order (``tag`` is last).
-ROW_TYPES = {t.name: namedtuple(f"{t.name}_row", [c.name for c in t.c]) for t in S.TABLES}
+#: (The checker cannot read columns taken from the schema: each class is typed by the rows its ``_make`` builds.)
+ROW_TYPES: dict[str, _RowType] = {t.name: cast(_RowType, namedtuple(f"{t.name}_row", [c.name for c in t.c]))
+                                  for t in S.TABLES}
 
 
 @dataclass(frozen=True)
@@ -293,7 +332,7 @@ class _Q:
     columns: tuple[str, ...] = ()  # a write's parameters, in order, taken from a dict of columns
 
 
-def undecodable_text(db, table: str, error: sqlite3.OperationalError) -> Exception:
+def undecodable_text(db: sqlite3.Connection, table: str, error: sqlite3.OperationalError) -> Exception:
     """What a read that SQLite could not hand back as text means: ``TamperDetected`` naming the row.
 
     Every column envreplica writes as TEXT holds UTF-8; a value written back into one as bytes that are not
@@ -325,22 +364,22 @@ def undecodable_text(db, table: str, error: sqlite3.OperationalError) -> Excepti
                           f"replica serves nothing until it is replaced")
 
 
-def _names(table) -> list[str]:
+def _names(table: Table) -> list[str]:
     return [c.name for c in table.c]
 
 
-def _select(table, *keys: str) -> _Q:
+def _select(table: Table, *keys: str) -> _Q:
     where = " AND ".join(f"{k} = ?" for k in keys) or "1"
     return _Q(f"SELECT {', '.join(_names(table))} FROM {table.name} WHERE {where}", table.name)
 
 
-def _insert(table) -> _Q:
+def _insert(table: Table) -> _Q:
     cols = _names(table)
     return _Q(f"INSERT INTO {table.name} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
               table.name, tuple(cols))
 
 
-def _upsert(table, keys: tuple[str, ...]) -> _Q:
+def _upsert(table: Table, keys: tuple[str, ...]) -> _Q:
     """``INSERT ... ON CONFLICT (keys) DO UPDATE SET <every other column> = excluded.<column>``."""
     cols = _names(table)
     sets = ", ".join(f"{c} = excluded.{c}" for c in cols if c not in keys)
@@ -348,7 +387,7 @@ def _upsert(table, keys: tuple[str, ...]) -> _Q:
               f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET {sets}", table.name, tuple(cols))
 
 
-def _delete(table, *keys: str, returning: bool = False) -> _Q:
+def _delete(table: Table, *keys: str, returning: bool = False) -> _Q:
     where = " AND ".join(f"{k} = ?" for k in keys) or "1"
     tail = f" RETURNING {', '.join(_names(table))}" if returning else ""
     return _Q(f"DELETE FROM {table.name} WHERE {where}{tail}", table.name)
@@ -447,8 +486,12 @@ ORDER BY r.project_id, r.key
 LIMIT 1"""
 
 
+#: The record type of a view: ``LiveRecord`` (``LIVE``) or ``StagedRecord`` (``STAGE``).
+_R = TypeVar("_R", LiveRecord, StagedRecord)
+
+
 @dataclass(frozen=True)
-class _View:
+class _View(Generic[_R]):
     """The live or the staged view: its tables, the key of its parent rows, its statements."""
 
     records: str  # the table of its records
@@ -464,11 +507,13 @@ class _View:
     delete_value: _Q
 
 
-LIVE = _View("records", "record_values", "projects", ("project_id",), _Sql.live_record, _Sql.live_records,
-             _Sql.put_live_record, _Sql.live_value, _Sql.live_values, _Sql.put_live_value, _Sql.delete_live_value)
-STAGE = _View("stage_records", "stage_values", "stage_projects", ("attempt_id", "project_id"), _Sql.stage_record,
-              _Sql.stage_records_of, _Sql.put_stage_record, _Sql.stage_value, _Sql.stage_values_of,
-              _Sql.put_stage_value, _Sql.delete_stage_value)
+LIVE: _View[LiveRecord] = _View(
+    "records", "record_values", "projects", ("project_id",), _Sql.live_record, _Sql.live_records,
+    _Sql.put_live_record, _Sql.live_value, _Sql.live_values, _Sql.put_live_value, _Sql.delete_live_value)
+STAGE: _View[StagedRecord] = _View(
+    "stage_records", "stage_values", "stage_projects", ("attempt_id", "project_id"), _Sql.stage_record,
+    _Sql.stage_records_of, _Sql.put_stage_record, _Sql.stage_value, _Sql.stage_values_of,
+    _Sql.put_stage_value, _Sql.delete_stage_value)
 
 
 # ---------------------------------------------------------------------------
@@ -481,7 +526,7 @@ class _Parent:
 
     __slots__ = ("cols", "digest", "counted", "dirty")
 
-    def __init__(self, cols: dict, digest: int, counted: Optional[int]) -> None:
+    def __init__(self, cols: Columns, digest: int, counted: Optional[int]) -> None:
         self.cols = cols  # its columns but the digest, counter and tag
         self.digest = digest  # the digest of its rows (unmasked)
         self.counted = counted  # the element the authority's digest counts for it (None: not yet)
@@ -489,11 +534,11 @@ class _Parent:
 
 
 @dataclass(frozen=True, slots=True)
-class VerifiedProject:
+class VerifiedProject(Generic[_R]):
     """A parent and its rows, each verified and their sum checked against the parent's digest."""
 
-    records: tuple  # (key, LiveRecord | StagedRecord) sorted by key
-    values: dict  # key -> the value row (as read)
+    records: tuple[tuple[str, _R], ...]  # (key, LiveRecord | StagedRecord) sorted by key
+    values: dict[str, StoredRow]  # key -> the value row (as read)
 
 
 # ---------------------------------------------------------------------------
@@ -511,29 +556,30 @@ class Tables:
     __slots__ = ("db", "rows", "notify", "_auth_cols", "_auth", "_digests", "_new_stream", "_projects", "_stage",
                  "_elements", "_dirty")
 
-    def __init__(self, db, rows: RowAuthenticator) -> None:
+    def __init__(self, db: sqlite3.Connection, rows: RowAuthenticator) -> None:
         self.db = db  # pysqlite, inside the transaction ``impl.engine`` began (it yields the driver's connection)
         self.rows = rows
         self.notify = False  # the authority row or the live view changed
-        self._auth_cols: Optional[dict] = None  # the authority row's columns but digests and tag
+        self._auth_cols: Columns = {}  # the authority row's columns but digests and tag (once ``_auth`` is loaded)
         self._auth: Optional[AuthorityRow] = None
         self._digests: dict[str, int] = {}  # the authority row's live / stage / receipts digests, unmasked
         self._new_stream = False  # receipts were cleared: a new stream incarnation
         self._projects: dict[str, Optional[_Parent]] = {}
         self._stage: dict[tuple[str, str], Optional[_Parent]] = {}
-        self._elements: dict[tuple, Optional[int]] = {}  # (table, *pk) -> element of the stored row (None: absent)
+        # (table, *pk) -> element of the stored row (None: absent)
+        self._elements: dict[tuple[str, ...], Optional[int]] = {}
         self._dirty = False  # something was written
 
     # -- plumbing -----------------------------------------------------------
 
-    def _one(self, q: _Q, *params):
+    def _one(self, q: _Q, *params: object) -> Optional[StoredRow]:
         try:
             row = self.db.execute(q.sql, params).fetchone()
         except sqlite3.OperationalError as error:
             raise undecodable_text(self.db, q.table, error) from None
         return None if row is None else ROW_TYPES[q.table]._make(row)
 
-    def _all(self, q: _Q, *params) -> list:
+    def _all(self, q: _Q, *params: object) -> list[StoredRow]:
         make = ROW_TYPES[q.table]._make
         try:
             rows = self.db.execute(q.sql, params).fetchall()
@@ -541,17 +587,17 @@ class Tables:
             raise undecodable_text(self.db, q.table, error) from None
         return [make(r) for r in rows]
 
-    def _run(self, q: _Q, *params) -> None:
+    def _run(self, q: _Q, *params: object) -> None:
         self.db.execute(q.sql, params)
 
-    def _write(self, q: _Q, cols: dict) -> None:
+    def _write(self, q: _Q, cols: Columns) -> None:
         self.db.execute(q.sql, tuple([cols[c] for c in q.columns]))
 
-    def _open(self, table: str, row, ident: tuple, extra: tuple = ()) -> int:
+    def _open(self, table: str, row: StoredRow, ident: Ident, extra: tuple[object, ...] = ()) -> int:
         """The element of a row read (its columns, ``tag`` last), verified."""
         return self.rows.open_row(table, row[:-1] + extra, row[-1], ident)
 
-    def _seal(self, table: str, cols: dict, extra: tuple = ()) -> int:
+    def _seal(self, table: str, cols: Columns, extra: tuple[object, ...] = ()) -> int:
         """Add the tag to ``cols`` (a full row); return the row's element."""
         tag, element = self.rows.seal_row(table, tuple([cols[c] for c in _T[table]]) + extra)
         cols["tag"] = tag
@@ -559,7 +605,7 @@ class Tables:
 
     # -- the authority row --------------------------------------------------
 
-    def _load_authority(self) -> None:
+    def _load_authority(self) -> AuthorityRow:
         row = self._one(_Sql.authority, AUTHORITY_ID)
         if row is None:
             raise CorruptReplica("project environment replica authority row is missing")
@@ -571,18 +617,20 @@ class Tables:
         cols.pop("tag")
         self._auth_cols = cols
         self._auth = _authority_of(cols)
+        return self._auth
 
     def authority(self) -> AuthorityRow:
         """``authorityRow``: the verified authority row, parsed."""
         if self._auth is None:
-            self._load_authority()
+            return self._load_authority()
         return self._auth
 
     @property
     def write_counter(self) -> int:
         """Committed write transactions of this file, as of this transaction's start."""
         self.authority()
-        return self._auth_cols["write_counter"]
+        counter: int = self._auth_cols["write_counter"]  # an int, as this code wrote it (its tag verified)
+        return counter
 
     def _digest(self, name: str) -> int:
         """The authority row's digest ``name`` (``live``, ``stage`` or ``receipts``), unmasked."""
@@ -598,7 +646,7 @@ class Tables:
         self._digests[name] = digest
         self._dirty = True
 
-    def _clear(self, statements: tuple, digest: str, tables: tuple[str, ...]) -> None:
+    def _clear(self, statements: tuple[_Q, ...], digest: str, tables: tuple[str, ...]) -> None:
         """Delete every row of a view (children first): its set digest becomes the empty set's."""
         for q in statements:
             self._run(q)
@@ -607,7 +655,7 @@ class Tables:
         self._elements = {k: v for k, v in self._elements.items() if k[0] not in tables}
         self._dirty = True
 
-    def set_authority(self, **columns) -> None:
+    def set_authority(self, **columns: Any) -> None:
         self.authority()
         self._auth_cols.update(columns)
         self._auth = _authority_of(self._auth_cols)
@@ -617,7 +665,8 @@ class Tables:
     @property
     def stream_epoch(self) -> int:
         self.authority()
-        return self._auth_cols["stream_epoch"]
+        epoch: int = self._auth_cols["stream_epoch"]  # an int, as this code wrote it (its tag verified)
+        return epoch
 
     # -- flush: parents and the authority row, once, before commit ----------
 
@@ -654,7 +703,7 @@ class Tables:
         self._new_stream = self._dirty = False
         return True
 
-    def _write_parent(self, table: str, key: dict, parent: _Parent, counter: int) -> int:
+    def _write_parent(self, table: str, key: dict[str, str], parent: _Parent, counter: int) -> int:
         scope = _parent_scope(table, key)
         cols = {**key, **parent.cols, "rows_digest": self.rows.store_digest(parent.digest, scope, counter),
                 "written_at": counter}
@@ -672,7 +721,7 @@ class Tables:
 
     # -- parents ------------------------------------------------------------
 
-    def _parent_of_row(self, table: str, row, key: dict) -> _Parent:
+    def _parent_of_row(self, table: str, row: StoredRow, key: dict[str, str]) -> _Parent:
         ident = tuple(key.values())
         element = self._open(table, row, ident)
         cols = {c: getattr(row, c) for c in _T[table] if c not in key and c not in ("rows_digest", "written_at")}
@@ -692,6 +741,12 @@ class Tables:
         if parent is None:
             raise CorruptReplica(f"replica record has no project row ({where_text('projects', (project,))})")
         return parent
+
+    @overload
+    def _stage_parent(self, attempt: str, project: str, *, required: Literal[True] = ...) -> _Parent: ...
+
+    @overload
+    def _stage_parent(self, attempt: str, project: str, *, required: bool) -> Optional[_Parent]: ...
 
     def _stage_parent(self, attempt: str, project: str, *, required: bool = True) -> Optional[_Parent]:
         k = (attempt, project)
@@ -724,13 +779,13 @@ class Tables:
         if any(p is not None and p.dirty for p in self._projects.values()):
             raise RuntimeError("projects() after a change to a project in the same transaction")
         rows = self._all(_Sql.projects)
-        elements = []
+        elements: list[int] = []
         out = {}
         for row in rows:
             parent = self._parent_of_row("projects", row, {"project_id": row.project_id})
             if row.project_id not in self._projects:
                 self._projects[row.project_id] = parent
-            elements.append(parent.counted)
+            elements.append(cast(int, parent.counted))  # a parent read from its row counts its element
             out[row.project_id] = parent.cols["record_version"]
         if I.total(elements) != self._digest("live"):
             raise TamperDetected("projects: the set of project rows is not the one the authority row records "
@@ -745,7 +800,7 @@ class Tables:
 
     # -- records and values of a view (live or staged) ---------------------
 
-    def _element(self, table: str, q: _Q, ident: tuple) -> Optional[int]:
+    def _element(self, table: str, q: _Q, ident: tuple[str, ...]) -> Optional[int]:
         """The element of the stored row ``ident`` of ``table`` (verified), or None when absent."""
         k = (table, *ident)
         if k not in self._elements:
@@ -753,29 +808,30 @@ class Tables:
             self._elements[k] = None if row is None else self._open(table, row, ident)
         return self._elements[k]
 
-    def _parent_of(self, view: _View, key: tuple) -> _Parent:
+    def _parent_of(self, view: _View[_R], key: tuple[str, ...]) -> _Parent:
         return self._live_parent(*key) if view is LIVE else self._stage_parent(*key)
 
-    def _record_of(self, view: _View, row, ident: tuple):
+    def _record_of(self, view: _View[_R], row: StoredRow, ident: tuple[str, ...]) -> _R:
         """A verified record row as a ``LiveRecord`` or ``StagedRecord`` (its element remembered)."""
         self._elements[(view.records, *ident)] = self._open(view.records, row, ident)
         state, mat = parsed_record(row, view.records, ident)
-        return LiveRecord(state, mat) if view is LIVE else StagedRecord(state, mat, bool(row.present))
+        # (``view is LIVE`` exactly when ``_R`` is ``LiveRecord``: the checker cannot follow the identity.)
+        return cast(_R, LiveRecord(state, mat) if view is LIVE else StagedRecord(state, mat, bool(row.present)))
 
-    def _get_record(self, view: _View, ident: tuple):
+    def _get_record(self, view: _View[_R], ident: tuple[str, ...]) -> Optional[_R]:
         row = self._one(view.record, *ident)
         if row is None:
             self._elements[(view.records, *ident)] = None
             return None
         return self._record_of(view, row, ident)
 
-    def _get_records(self, view: _View, key: tuple) -> list:
+    def _get_records(self, view: _View[_R], key: tuple[str, ...]) -> list[tuple[str, _R]]:
         """The records of one parent, sorted by key (``ORDER BY key``), each verified."""
         out = [(r.key, self._record_of(view, r, (*key, r.key))) for r in self._all(view.records_of, *key)]
         out.sort(key=lambda kv: kv[0])
         return out
 
-    def _get_values(self, view: _View, key: tuple) -> dict[str, Any]:
+    def _get_values(self, view: _View[_R], key: tuple[str, ...]) -> dict[str, StoredRow]:
         """The value rows of one parent, by key, each verified."""
         out = {}
         for r in self._all(view.values_of, *key):
@@ -783,8 +839,9 @@ class Tables:
             out[r.key] = r
         return out
 
-    def _put_record(self, view: _View, key: tuple, state: BindingState, mat: Materialization, **extra) -> None:
-        ident = (*key, state.key)
+    def _put_record(self, view: _View[_R], key: tuple[str, ...], state: BindingState, mat: Materialization,
+                    **extra: Any) -> None:
+        ident: tuple[str, ...] = (*key, state.key)
         parent = self._parent_of(view, key)
         old = self._element(view.records, view.record, ident)
         cols = {**dict(zip(view.keys, key)), "key": state.key, **_state_columns(state), **_mat_columns(mat), **extra}
@@ -793,7 +850,7 @@ class Tables:
         self._elements[(view.records, *ident)] = new
         self._child_moved(parent, old, new)
 
-    def _put_value(self, view: _View, ident: tuple, columns: dict) -> None:
+    def _put_value(self, view: _View[_R], ident: tuple[str, ...], columns: Columns) -> None:
         parent = self._parent_of(view, ident[:-1])
         old = self._element(view.values, view.value, ident)
         cols = {**dict(zip(view.keys + ("key",), ident)), **columns}
@@ -802,7 +859,7 @@ class Tables:
         self._elements[(view.values, *ident)] = new
         self._child_moved(parent, old, new)
 
-    def _delete_value(self, view: _View, ident: tuple) -> bool:
+    def _delete_value(self, view: _View[_R], ident: tuple[str, ...]) -> bool:
         """Delete the value row ``ident`` (verified first: its element leaves its parent's digest)."""
         k = (view.values, *ident)
         if k in self._elements and self._elements[k] is None:
@@ -814,12 +871,13 @@ class Tables:
         self._child_moved(self._parent_of(view, ident[:-1]), self._open(view.values, rows[0], ident), None)
         return True
 
-    def _verified_set(self, view: _View, key: tuple, parent: _Parent) -> VerifiedProject:
+    def _verified_set(self, view: _View[_R], key: tuple[str, ...], parent: _Parent) -> VerifiedProject[_R]:
         """The records and values of one parent, each verified, their sum checked against its digest."""
         records = self._get_records(view, key)
         values = self._get_values(view, key)
-        got = I.total([self._elements[(view.records, *key, k)] for k, _ in records]
-                      + [self._elements[(view.values, *key, k)] for k in values])
+        # Each row was just verified: its element is known (never None).
+        got = I.total(cast(list[int], [self._elements[(view.records, *key, k)] for k, _ in records]
+                           + [self._elements[(view.values, *key, k)] for k in values]))
         if got != parent.digest:
             raise TamperDetected(f"{view.parent} row {'/'.join(key)}: the set of its records and values is not "
                                  f"the one it records (a row was deleted, inserted or rolled back)")
@@ -850,16 +908,16 @@ class Tables:
         if self._delete_value(LIVE, (project, key)):
             self.notify = True
 
-    def put_live_value(self, project: str, key: str, head, blob: bytes) -> None:
+    def put_live_value(self, project: str, key: str, head: Head, blob: bytes) -> None:
         self._put_value(LIVE, (project, key), _value_columns(head, blob))
         self.notify = True
 
-    def put_live_value_row(self, project: str, key: str, vrow) -> None:
+    def put_live_value_row(self, project: str, key: str, vrow: StoredRow) -> None:
         """Install a (verified) staged value row as the live value of ``key``: the commit's promotion."""
         self._put_value(LIVE, (project, key), _copied_value(vrow))
         self.notify = True
 
-    def verified_live_project(self, project: str) -> VerifiedProject:
+    def verified_live_project(self, project: str) -> VerifiedProject[LiveRecord]:
         """The project's records and values, each verified, their sum checked against its row."""
         parent = self._project(project)
         if parent is None:
@@ -884,7 +942,7 @@ class Tables:
             self._projects[project] = self._create_parent("projects", {"project_id": project},
                                                           {"record_version": version})
 
-    def _create_parent(self, table: str, key: dict, cols: dict) -> _Parent:
+    def _create_parent(self, table: str, key: dict[str, str], cols: Columns) -> _Parent:
         """Insert a new parent row now (its children need it); ``flush`` rewrites it with its digest."""
         parent = _Parent(dict(cols), I.ZERO_DIGEST, None)
         row = {**key, **parent.cols, "rows_digest": bytes(I.DIGEST_BYTES), "written_at": 0}
@@ -917,7 +975,7 @@ class Tables:
     def delete_stage_value(self, attempt: str, project: str, key: str) -> None:
         self._delete_value(STAGE, (attempt, project, key))
 
-    def put_stage_value(self, attempt: str, project: str, key: str, head, blob: bytes) -> None:
+    def put_stage_value(self, attempt: str, project: str, key: str, head: Head, blob: bytes) -> None:
         self._put_value(STAGE, (attempt, project, key), _value_columns(head, blob))
 
     def clear_stage(self) -> None:
@@ -943,15 +1001,15 @@ class Tables:
             self._elements[(STAGE.values, attempt, project, key)] = None
             self._put_value(STAGE, (attempt, project, key), _copied_value(vrow))
 
-    def verified_stage(self) -> dict[tuple[str, str], tuple[StagedProject, VerifiedProject]]:
+    def verified_stage(self) -> dict[tuple[str, str], tuple[StagedProject, VerifiedProject[StagedRecord]]]:
         """Every staged project with its rows, each verified, every sum checked (a commit's promotion)."""
         out = {}
-        elements = []
+        elements: list[int] = []
         for row in self._all(_Sql.stage_projects):
-            key = (row.attempt_id, row.project_id)
+            key: tuple[str, str] = (row.attempt_id, row.project_id)
             parent = self._parent_of_row("stage_projects", row, {"attempt_id": key[0], "project_id": key[1]})
             self._stage.setdefault(key, parent)
-            elements.append(parent.counted)
+            elements.append(cast(int, parent.counted))  # a parent read from its row counts its element
             out[key] = (_stage_project_of(parent.cols, key), self._verified_set(STAGE, key, parent))
         orphans = self._owners(S.stage_records, S.stage_values) - set(out)
         if orphans:
@@ -976,7 +1034,7 @@ class Tables:
         """
         self._get_records(LIVE, (project,))
         self._get_records(STAGE, (attempt, project))
-        differing = self.db.execute(_SAME_STATES_SQL, (project, attempt, project)).fetchone()[0]
+        differing: int = self.db.execute(_SAME_STATES_SQL, (project, attempt, project)).fetchone()[0]
         return differing == 0
 
     def stage_matches_versions(self, attempt: str, versions: Iterable[ProjectVersion]) -> bool:
@@ -1005,14 +1063,14 @@ class Tables:
 
     # -- receipts -----------------------------------------------------------
 
-    def receipt_row(self, stream: str, sequence: int):
+    def receipt_row(self, stream: str, sequence: int) -> Optional[StoredRow]:
         """The verified receipt row of (stream, sequence), or None."""
         row = self._one(_Sql.receipt, stream, sequence)
         if row is not None:
             self._open("receipts", row, (stream, sequence), (self.stream_epoch,))
         return row
 
-    def put_receipt(self, **columns) -> None:
+    def put_receipt(self, **columns: Any) -> None:
         if self._new_stream:
             raise RuntimeError("a receipt written in the transaction that started its stream")
         cols = dict(columns)
@@ -1025,7 +1083,7 @@ class Tables:
         self._clear(_Sql.clear_receipts, "receipts", ())
         self._new_stream = True
 
-    def verified_receipts(self) -> list:
+    def verified_receipts(self) -> list[StoredRow]:
         """Every receipt row, each verified, the set checked against the authority row."""
         rows = self._all(_Sql.receipts)
         epoch = (self.stream_epoch,)
@@ -1037,7 +1095,7 @@ class Tables:
 
     # -- the whole file -----------------------------------------------------
 
-    def verified_live(self) -> dict[str, tuple[int, VerifiedProject]]:
+    def verified_live(self) -> dict[str, tuple[int, VerifiedProject[LiveRecord]]]:
         """Every live project with its rows, all verified (the project set against the authority)."""
         projects = self.projects()
         out = {p: (v, self.verified_live_project(p)) for p, v in sorted(projects.items())}
@@ -1046,9 +1104,9 @@ class Tables:
             raise TamperDetected(f"records of project {sorted(orphans)[0]} have no projects row (it was deleted)")
         return out
 
-    def _owners(self, *tables) -> set:
+    def _owners(self, *tables: Table) -> set[Union[str, tuple[str, ...]]]:
         """The distinct parents that rows of ``tables`` name (project ids, or (attempt, project))."""
-        out: set = set()
+        out: set[Union[str, tuple[str, ...]]] = set()
         for t in tables:
             cols = "attempt_id, project_id" if "attempt_id" in t.c else "project_id"
             for r in self.db.execute(f"SELECT DISTINCT {cols} FROM {t.name}").fetchall():
@@ -1056,11 +1114,11 @@ class Tables:
         return out
 
 
-def _parent_scope(table: str, key: dict) -> bytes:
+def _parent_scope(table: str, key: dict[str, str]) -> bytes:
     return table.encode("ascii") + b"\0" + b"\0".join(str(v).encode("utf-8") for v in key.values())
 
 
-def _value_columns(head, blob: bytes) -> dict:
+def _value_columns(head: Head, blob: bytes) -> Columns:
     """A value row's columns (but its key): the head it was fetched for, and its sealed blob."""
     return {
         "revision": head.revision,
@@ -1070,13 +1128,14 @@ def _value_columns(head, blob: bytes) -> dict:
     }
 
 
-def _copied_value(vrow) -> dict:
+def _copied_value(vrow: StoredRow) -> Columns:
     """The columns of a (verified) value row, to write under another key of the same record."""
     return {"revision": vrow.revision, "generation": vrow.generation, "value_ref_json": vrow.value_ref_json,
             "value_enc": vrow.value_enc}
 
 
-def authenticate_contents(rows: RowAuthenticator, contents: dict, counter: int) -> dict:
+def authenticate_contents(rows: RowAuthenticator, contents: Mapping[str, Iterable[Columns]],
+                          counter: int) -> dict[str, list[Columns]]:
     """Tags and digests, computed from scratch, for a whole replica's rows (the 1 -> 2 migration).
 
     ``contents`` maps each tagged table to its rows (dicts of the columns of
@@ -1086,7 +1145,7 @@ def authenticate_contents(rows: RowAuthenticator, contents: dict, counter: int) 
     authenticates what the file holds when it runs.
     """
     out = {name: [dict(r) for r in contents.get(name, [])] for name in _T}
-    children: dict[tuple, list[int]] = {}
+    children: dict[tuple[object, ...], list[int]] = {}
     for table, parent_key in (("records", ("project_id",)), ("record_values", ("project_id",)),
                               ("stage_records", ("attempt_id", "project_id")),
                               ("stage_values", ("attempt_id", "project_id"))):
@@ -1095,7 +1154,7 @@ def authenticate_contents(rows: RowAuthenticator, contents: dict, counter: int) 
             r["tag"] = tag
             children.setdefault((table in ("records", "record_values"),) + tuple(r[k] for k in parent_key),
                                 []).append(element)
-    sums = {"live": [], "stage": [], "receipts": []}
+    sums: dict[str, list[int]] = {"live": [], "stage": [], "receipts": []}
     for table, key_cols, live in (("projects", ("project_id",), True),
                                   ("stage_projects", ("attempt_id", "project_id"), False)):
         for r in out[table]:

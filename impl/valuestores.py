@@ -34,7 +34,7 @@ from __future__ import annotations
 import copy
 import threading
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional, Protocol, Sequence, Union, runtime_checkable
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Protocol, Sequence, Union, runtime_checkable
 
 import boto3
 from botocore.config import Config
@@ -50,6 +50,10 @@ from envreplica.impl.decisions import (
     staged_parameter_name,
 )
 from envreplica.spec.domain import LegacyRef, StagedRef, ValueRef
+
+if TYPE_CHECKING:  # boto3-stubs: types only, not needed at run time
+    from mypy_boto3_ssm import SSMClient
+    from mypy_boto3_ssm.type_defs import GetParameterResultTypeDef
 
 __all__ = [
     "ValueStoreError",
@@ -229,9 +233,9 @@ class SsmStore:
     5 s, 3 attempts in standard retry mode).
     """
 
-    def __init__(self, client: Any = None, *, region_name: Optional[str] = None,
+    def __init__(self, client: Optional[SSMClient] = None, *, region_name: Optional[str] = None,
                  endpoint_url: Optional[str] = None, credentials: Optional[Credentials] = None,
-                 config: Any = None) -> None:
+                 config: Optional[Config] = None) -> None:
         if client is None:
             # A copy: botocore rewrites a config's retries in place when it builds a client (max_attempts becomes
             # total_max_attempts), which would change DEFAULT_SSM_CONFIG, or the caller's config, for everyone.
@@ -263,7 +267,7 @@ class SsmStore:
             raise ValueStoreError("ssm read_legacy: GetParameter response has no Version")
         return value, reported
 
-    def _get(self, name: str, op: str, not_found: frozenset[str]) -> Optional[Mapping[str, Any]]:
+    def _get(self, name: str, op: str, not_found: frozenset[str]) -> Optional[GetParameterResultTypeDef]:
         try:
             return self.client.get_parameter(Name=name, WithDecryption=True)
         except ClientError as exc:
@@ -300,7 +304,7 @@ def _parameter(response: Mapping[str, Any], op: str) -> tuple[str, Optional[int]
     value = param.get("Value") if isinstance(param, Mapping) else None
     if not isinstance(value, str):
         raise ValueStoreError(f"ssm {op}: GetParameter response has no Parameter.Value")
-    version = param.get("Version")
+    version = param.get("Version") if isinstance(param, Mapping) else None  # (a Mapping whenever Value is a str)
     if version is not None and (isinstance(version, bool) or not isinstance(version, int)):
         raise ValueStoreError(f"ssm {op}: GetParameter response has a non-integer Version")
     return value, version

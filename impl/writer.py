@@ -97,7 +97,7 @@ import sys
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Union
+from typing import Any, Callable, Mapping, Optional, TypedDict, TypeVar, Union
 
 from sqlalchemy.dialects import sqlite as _sqlite_dialect
 from sqlalchemy.schema import CreateTable
@@ -214,14 +214,17 @@ def _is_sqlalchemy(conn: Conn) -> bool:
     return hasattr(conn, "exec_driver_sql")
 
 
-def _run(conn: Conn, sql: str, params: tuple = ()) -> list:
+def _run(conn: Conn, sql: str, params: tuple[object, ...] = ()) -> list[tuple[Any, ...]]:
     if isinstance(conn, sqlite3.Connection):
         return conn.execute(sql, params).fetchall()
     result = conn.exec_driver_sql(sql, params)
     return [tuple(r) for r in result.fetchall()] if result.returns_rows else []
 
 
-def _with_transaction(conn: Conn, body: Callable[[Conn], Any]) -> Any:
+_T = TypeVar("_T")
+
+
+def _with_transaction(conn: Conn, body: Callable[[Conn], _T]) -> _T:
     """Run ``body`` in the caller's open transaction, or in a new immediate one."""
     if _is_sqlalchemy(conn):
         if conn.in_transaction():
@@ -240,7 +243,7 @@ def _with_transaction(conn: Conn, body: Callable[[Conn], Any]) -> Any:
     return out
 
 
-def _read(conn: Conn, body: Callable[[Conn], Any]) -> Any:
+def _read(conn: Conn, body: Callable[[Conn], _T]) -> _T:
     """Run read-only ``body``; on a SQLAlchemy connection, in a transaction it ends."""
     if _is_sqlalchemy(conn) and not conn.in_transaction():
         with conn.begin():
@@ -582,8 +585,8 @@ def detect_version(conn: Conn) -> int:
 # Canonical content
 
 
-def _sort_key(row: tuple) -> tuple:
-    key = []
+def _sort_key(row: tuple[Any, ...]) -> tuple[tuple[int, Union[int, float, str, bytes]], ...]:
+    key: list[tuple[int, Union[int, float, str, bytes]]] = []
     for v in row:
         if v is None:
             key.append((0, 0))
@@ -596,7 +599,7 @@ def _sort_key(row: tuple) -> tuple:
     return tuple(key)
 
 
-def table_dump(conn: Conn, *, exclude: tuple[str, ...] = ()) -> dict[str, list[tuple]]:
+def table_dump(conn: Conn, *, exclude: tuple[str, ...] = ()) -> dict[str, list[tuple[Any, ...]]]:
     """Every table's rows, sorted (a canonical, order-free view of the data)."""
     out = {}
     for name in [r[0] for r in _run(conn, "SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")]:
@@ -637,7 +640,7 @@ def _integrity(conn: sqlite3.Connection) -> list[str]:
     return [r[0] for r in conn.execute("PRAGMA integrity_check").fetchall()]
 
 
-def _fk_violations(conn: sqlite3.Connection) -> list[list]:
+def _fk_violations(conn: sqlite3.Connection) -> list[list[Any]]:
     return [list(r) for r in conn.execute("PRAGMA foreign_key_check").fetchall()]
 
 
@@ -735,22 +738,22 @@ class Evidence:
     db_sha256_after: Optional[str] = None
     content_sha256_before: Optional[str] = None
     content_sha256_after: Optional[str] = None
-    row_counts_before: dict = field(default_factory=dict)
-    row_counts_after: dict = field(default_factory=dict)
-    integrity_check: list = field(default_factory=list)
-    foreign_key_check: list = field(default_factory=list)
-    integrity_check_after_commit: list = field(default_factory=list)
+    row_counts_before: dict[str, int] = field(default_factory=dict)
+    row_counts_after: dict[str, int] = field(default_factory=dict)
+    integrity_check: list[str] = field(default_factory=list)
+    foreign_key_check: list[list[Any]] = field(default_factory=list)
+    integrity_check_after_commit: list[str] = field(default_factory=list)
     writer_version: int = WRITER_VERSION
     sqlite_version: str = sqlite3.sqlite_version
     started_at: Optional[str] = None
     finished_at: Optional[str] = None
     error: Optional[str] = None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"schema_id": _EVIDENCE_SCHEMA, **asdict(self)}
 
     @classmethod
-    def from_dict(cls, data: Mapping) -> "Evidence":
+    def from_dict(cls, data: Mapping[str, Any]) -> "Evidence":
         known = {f for f in cls.__dataclass_fields__}
         return cls(**{k: v for k, v in data.items() if k in known})
 
@@ -771,7 +774,7 @@ class Evidence:
         return "\n".join(lines)
 
 
-def _write_json_atomically(path: Path, data: dict) -> None:
+def _write_json_atomically(path: Path, data: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # owner-only
@@ -946,10 +949,18 @@ def _restore(conn: sqlite3.Connection, backup: Path, content_before: str) -> boo
     return content_sha256(conn) == content_before and _integrity(conn) == ["ok"]
 
 
-def _verify(conn: sqlite3.Connection, target: int, counts_before: dict[str, int]) -> tuple[list[str], dict]:
+class _Facts(TypedDict):
+    """What ``_verify`` checked, as the evidence records it."""
+
+    integrity_check: list[str]
+    foreign_key_check: list[list[Any]]
+    row_counts_after: dict[str, int]
+
+
+def _verify(conn: sqlite3.Connection, target: int, counts_before: dict[str, int]) -> tuple[list[str], _Facts]:
     """Problems with the migrated store (empty: verified) and the facts checked."""
-    facts = {"integrity_check": _integrity(conn), "foreign_key_check": _fk_violations(conn),
-             "row_counts_after": _row_counts(conn)}
+    facts: _Facts = {"integrity_check": _integrity(conn), "foreign_key_check": _fk_violations(conn),
+                     "row_counts_after": _row_counts(conn)}
     problems = []
     if facts["integrity_check"] != ["ok"]:
         problems.append(f"integrity_check: {facts['integrity_check'][:5]}")
@@ -1067,7 +1078,7 @@ def migrate(
         ev.backup_path = str(backup)
 
         # From here on, any failure restores the backup.
-        writer = {"version": None}
+        writer: dict[str, Optional[str]] = {"version": None}
         conn.create_function(WRITER_FUNCTION, 0, lambda: writer["version"])
         try:
             conn.execute("BEGIN EXCLUSIVE")
@@ -1155,7 +1166,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_migrate_paired(args: argparse.Namespace, dbs: list, key: Optional[bytes]) -> int:
+def _cmd_migrate_paired(args: argparse.Namespace, dbs: list[str], key: Optional[bytes]) -> int:
     """``envreplica migrate --db A --db B ...``: the paired protocol (``impl.paired``)."""
     from envreplica.impl import paired
 
@@ -1168,7 +1179,7 @@ def _cmd_migrate_paired(args: argparse.Namespace, dbs: list, key: Optional[bytes
         "migrate")
 
 
-def register(subparsers: Any) -> argparse.ArgumentParser:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     """Add ``migrate --db PATH [--backup-dir DIR] [--evidence FILE]`` to an argparse subparsers object."""
     p = subparsers.add_parser(
         "migrate",

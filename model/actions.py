@@ -26,7 +26,7 @@ transaction, so a crash around it is ``Restart`` before or after it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Union
+from typing import Optional, Union, cast
 
 from envreplica.model import replica
 from envreplica.model.state import ModelConfig, State
@@ -34,12 +34,20 @@ from envreplica.model.store import Answer
 from envreplica.spec.domain import (
     ActionKind,
     ApplyFrame,
+    ApplyResult,
     BeginFrame,
+    BeginResult,
     CommitFrame,
+    CommitResult,
     Crashed,
+    Diagnosis,
+    Done,
     Failed,
     PageFrame,
+    PageResult,
+    Pending,
     ReplicaError,
+    Snapshot,
 )
 from envreplica.spec.gate import TRIGGER_OF, fired_trigger  # noqa: F401 (re-exported: the gate's own)
 
@@ -122,10 +130,13 @@ class CrashAfter:
 
 
 Action = Union[Begin, Page, Deliver, Commit, CloseGate, Restart, Resume, StoreOff, Read, CrashAfter]
+#: What a step answers: the operation's result, ``Pending``, ``Failed`` (an error) or ``Crashed``.
+StepResult = Union[BeginResult, PageResult, ApplyResult, CommitResult, Done, Pending, Snapshot, Diagnosis, Failed,
+                   Crashed]
 
 
 
-def step(cfg: ModelConfig, st: State, action: Action):
+def step(cfg: ModelConfig, st: State, action: Action) -> tuple[State, StepResult]:
     """Run ``action``; returns ``(next state, result)``. Errors become ``Failed`` results."""
     if isinstance(action, CrashAfter):
         st, result, _ = run_until_crash(cfg, st, action.action, action.commit)
@@ -150,12 +161,14 @@ def step(cfg: ModelConfig, st: State, action: Action):
         if isinstance(action, Read):
             return replica.read(cfg, st, action.project_ids)
     except ReplicaError as error:
-        committed: Optional[State] = error.committed
+        committed = cast(Optional[State], error.committed)  # model.replica marks it with a State
         return (st if committed is None else committed), Failed(error.wire_type, error.message)
     raise TypeError(f"unknown action {action!r}")
 
 
-def run_until_crash(cfg: ModelConfig, st: State, action, commits_left: int):
+def run_until_crash(
+    cfg: ModelConfig, st: State, action: Union[Page, Deliver, Resume], commits_left: int
+) -> tuple[State, StepResult, int]:
     """Run ``action`` (Page, Deliver or Resume) and crash right after its ``commits_left``-th write commit.
 
     Returns ``(next state, result, commits made)``. On a crash: the state is
@@ -178,7 +191,7 @@ def run_until_crash(cfg: ModelConfig, st: State, action, commits_left: int):
     return nxt, result, budget.made
 
 
-def run_recording_commits(cfg: ModelConfig, st: State, action):
+def run_recording_commits(cfg: ModelConfig, st: State, action: Action) -> tuple[State, StepResult, tuple[State, ...]]:
     """Run ``action`` as ``step`` does; also return the state after each of its write commits, in order.
 
     ``CrashAfter(action, k)`` from ``st`` leads to ``restart`` of the k-th of
@@ -186,6 +199,7 @@ def run_recording_commits(cfg: ModelConfig, st: State, action):
     """
     with replica.counting_commits(record=True) as budget:
         nxt, result = step(cfg, st, action)
+    assert budget.prefixes is not None  # record=True keeps them
     return nxt, result, tuple(budget.prefixes)
 
 

@@ -10,10 +10,13 @@ sort explicitly (``sorted_items``), as the SQL does.
 
 from __future__ import annotations
 
-from typing import Callable, Generic, Iterable, Iterator, Mapping, TypeVar
+from typing import (
+    Any, Callable, Generic, ItemsView, Iterable, Iterator, KeysView, Mapping, TypeVar, ValuesView, overload,
+)
 
 K = TypeVar("K")
 V = TypeVar("V")
+D = TypeVar("D")
 
 
 class FMap(Mapping[K, V], Generic[K, V]):
@@ -38,17 +41,23 @@ class FMap(Mapping[K, V], Generic[K, V]):
     def __contains__(self, key: object) -> bool:
         return key in self._d
 
-    def get(self, key, default=None):  # type: ignore[override]
+    @overload
+    def get(self, key: K) -> V | None: ...
+
+    @overload
+    def get(self, key: K, default: D) -> V | D: ...
+
+    def get(self, key: K, default: D | None = None) -> V | D | None:
         return self._d.get(key, default)
 
     # The dict's own views: read-only, and iterated in C (Mapping's mixins iterate in Python).
-    def keys(self):  # type: ignore[override]
+    def keys(self) -> KeysView[K]:
         return self._d.keys()
 
-    def values(self):  # type: ignore[override]
+    def values(self) -> ValuesView[V]:
         return self._d.values()
 
-    def items(self):  # type: ignore[override]
+    def items(self) -> ItemsView[K, V]:
         return self._d.items()
 
     def __hash__(self) -> int:
@@ -88,7 +97,9 @@ class FMap(Mapping[K, V], Generic[K, V]):
         return FMap(d)
 
     def sorted_items(self) -> list[tuple[K, V]]:
+        # K carries no ordering bound (the tables' keys are str or tuples of str and int, all ordered)
         return sorted(self._d.items(), key=lambda kv: kv[0])  # type: ignore[arg-type, return-value]
 
 
-EMPTY: FMap = FMap()
+#: The empty table, shared by every map type (nothing in it to disagree with K or V).
+EMPTY: FMap[Any, Any] = FMap()

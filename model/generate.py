@@ -46,7 +46,7 @@ import enum
 import itertools
 import threading
 from dataclasses import dataclass
-from typing import Iterator, Optional
+from typing import Iterable, Iterator, Optional, Union, cast
 
 from envreplica.model import replica as replica_ops
 from envreplica.model.actions import (
@@ -62,6 +62,7 @@ from envreplica.model.actions import (
     Restart,
     Resume,
     StoreOff,
+    StepResult,
     run_recording_commits,
     step,
 )
@@ -82,6 +83,7 @@ from envreplica.spec.domain import (
     PageFrame,
     ProjectVersion,
     StagedRef,
+    ValueRef,
 )
 from envreplica.spec.frozen import HashOnce, hash_once, replace
 from envreplica.spec.gate import Gate
@@ -141,7 +143,7 @@ class Bounds:
     orgs: tuple[str, ...] = ("org",)  # organisations begin may name
     epoch_sets: tuple[tuple[int, ...], ...] = ((1, 2),)  # kept policy epochs begin may send
     record_epochs: tuple[int, ...] = (1, 2)  # policy epochs records are approved under
-    moves: frozenset = frozenset(Move)  # the cloud's record changes
+    moves: frozenset[Move] = frozenset(Move)  # the cloud's record changes
     max_counter: int = 2  # revision / generation limit
     max_record_version: int = 2  # project record version limit
     max_sequence: int = 2  # delivery sequence limit per stream
@@ -165,9 +167,9 @@ class Bounds:
 class Cloud(HashOnce):
     """The cloud's side in ``cloud`` mode."""
 
-    records: FMap = EMPTY  # (projectId, key) -> BindingState: the cloud's truth
-    versions: FMap = EMPTY  # projectId -> record version
-    log: tuple = ()  # (projectId, recordVersion, state) deltas on the current stream
+    records: FMap[tuple[str, str], BindingState] = EMPTY  # (projectId, key) -> BindingState: the cloud's truth
+    versions: FMap[str, int] = EMPTY  # projectId -> record version
+    log: tuple[tuple[str, int, BindingState], ...] = ()  # (projectId, recordVersion, state) deltas on the current stream
     stream: int = -1  # index of the current stream in Bounds.streams (-1: none yet)
     attempts: int = 0  # attempts begun; the current one is Bounds.attempts[attempts - 1]
 
@@ -186,7 +188,7 @@ class World(HashOnce):
 # ---------------------------------------------------------------------------
 
 
-def _ref(bounds: Bounds, key: str, generation: int):
+def _ref(bounds: Bounds, key: str, generation: int) -> ValueRef:
     if key in bounds.legacy_keys:
         return LegacyRef(generation)
     return StagedRef(f"00000000-0000-4000-8000-{generation:012x}")
@@ -225,7 +227,7 @@ def alphabet(bounds: Bounds, key: str) -> tuple[BindingState, ...]:
     seen: list[BindingState] = []
     frontier: list[Optional[BindingState]] = [None]
     while frontier:
-        nxt = []
+        nxt: list[Optional[BindingState]] = []
         for current in frontier:
             for _, state in moves(bounds, key, current):
                 if state not in seen:
@@ -272,8 +274,8 @@ def _may_start(bounds: Bounds, st: State) -> bool:
 # ---------------------------------------------------------------------------
 
 
-def _cloud_actions(bounds: Bounds, world: World) -> Iterator[Action]:
-    cloud, st = world.cloud, world.replica
+def _cloud_actions(bounds: Bounds, world: World) -> Iterator[WorldAction]:
+    cloud, st = cast(Cloud, world.cloud), world.replica  # cloud mode: the world has its cloud
     a = st.authority
     stream = bounds.streams[cloud.stream] if cloud.stream >= 0 else None
     attempt = bounds.attempts[cloud.attempts - 1] if cloud.attempts else None
@@ -290,11 +292,13 @@ def _cloud_actions(bounds: Bounds, world: World) -> Iterator[Action]:
                 yield Begin(BeginFrame(s, new_attempt, bounds.projects), epochs, bounds.orgs[0])
     staging = attempt is not None and a.attempt_id == attempt and a.gate is Gate.STAGING
     if staging and _may_start(bounds, st):
+        assert attempt is not None  # staging names it
         for project in bounds.projects:
             page = _next_page(bounds, cloud, st, attempt, project)
             if page is not None:
                 yield Page(page)
     if staging:
+        assert attempt is not None and stream is not None  # an attempt is begun on a stream
         versions = tuple(ProjectVersion(p, cloud.versions.get(p, 0)) for p in sorted(bounds.projects))
         yield Commit(CommitFrame(attempt, Cursor(stream, len(cloud.log)), versions))
     # deliveries: the next one, and a replay of the last consumed one
@@ -325,6 +329,10 @@ class CloudChange(HashOnce):
     kind = "cloud_change"
 
 
+#: What the checker's environment does: a replica action, or (cloud mode) a cloud-side record change.
+WorldAction = Union[Action, CloudChange]
+
+
 def _next_page(bounds: Bounds, cloud: Cloud, st: State, attempt: str, project: str) -> Optional[PageFrame]:
     version = cloud.versions.get(project, 0)
     staged = st.stage_projects.get((attempt, project))
@@ -343,8 +351,8 @@ def _next_page(bounds: Bounds, cloud: Cloud, st: State, attempt: str, project: s
     return PageFrame("op", attempt, project, after, version, records, len(rest) <= bounds.page_size)
 
 
-def _cloud_next(bounds: Bounds, world: World, action) -> World:
-    cloud = world.cloud
+def _cloud_next(bounds: Bounds, world: World, action: WorldAction) -> World:
+    cloud = cast(Cloud, world.cloud)  # called in cloud mode only
     if isinstance(action, CloudChange):
         state = dict(moves(bounds, action.key, cloud.records.get((action.project, action.key))))[action.move]
         version = cloud.versions.get(action.project, 0) + 1
@@ -367,7 +375,10 @@ def _cloud_next(bounds: Bounds, world: World, action) -> World:
 # ---------------------------------------------------------------------------
 
 
-def _adversary_frames(bounds: Bounds):
+_Frames = tuple[tuple[Begin, ...], tuple[Page, ...], tuple[Deliver, ...], tuple[Commit, ...]]
+
+
+def _adversary_frames(bounds: Bounds) -> _Frames:
     """Every frame within the bounds, computed once per bounds (the domain, not the state)."""
     versions = range(0, bounds.max_record_version + 1)
     records_by_key = {k: alphabet(bounds, k) for k in bounds.keys}
@@ -402,7 +413,7 @@ def _adversary_frames(bounds: Bounds):
     return tuple(begins), tuple(pages), tuple(deliveries), tuple(commits)
 
 
-_FRAMES: dict = {}
+_FRAMES: dict[Bounds, _Frames] = {}
 
 
 def _adversary_actions(bounds: Bounds, world: World) -> Iterator[Action]:
@@ -433,7 +444,7 @@ class _Run:
 
     __slots__ = ("action", "next", "result", "prefixes", "crashed")
 
-    def __init__(self, cfg: ModelConfig, st: State, action) -> None:
+    def __init__(self, cfg: ModelConfig, st: State, action: Union[Page, Deliver, Resume]) -> None:
         self.action = action
         self.next, self.result, self.prefixes = run_recording_commits(cfg, st, action)
         self.crashed: dict[int, State] = {}  # k -> restart of the state after commit k
@@ -460,10 +471,10 @@ class _Runs:
     def __init__(self) -> None:
         self.owner: Optional[State] = None
         self.cfg: Optional[ModelConfig] = None
-        self.runs: dict = {}  # id(action) -> _Run
+        self.runs: dict[int, _Run] = {}  # id(action) -> _Run
         self.restarted: Optional[State] = None  # Restart's successor of the owner
 
-    def get(self, cfg: ModelConfig, st: State, action) -> _Run:
+    def get(self, cfg: ModelConfig, st: State, action: Union[Page, Deliver, Resume]) -> _Run:
         if self.owner is not st or (self.cfg is not cfg and self.cfg != cfg):
             self.owner, self.cfg, self.runs, self.restarted = st, cfg, {}, None
         run = self.runs.get(id(action))
@@ -473,6 +484,7 @@ class _Runs:
 
     def restart_of_owner(self) -> State:
         if self.restarted is None:
+            assert self.cfg is not None and self.owner is not None  # get() came first
             self.restarted = replica_ops.restart(self.cfg, self.owner)[0]
         return self.restarted
 
@@ -491,7 +503,9 @@ def _crashes(bounds: Bounds) -> bool:
     return bounds.restarts and bounds.crash_points is not CrashPoints.OFF
 
 
-def _with_crash_points(bounds: Bounds, world: World, cfg: ModelConfig, actions) -> Iterator:
+def _with_crash_points(
+    bounds: Bounds, world: World, cfg: ModelConfig, actions: Iterable[WorldAction]
+) -> Iterator[WorldAction]:
     """Each action, then (for a page, delivery or resume) its crash points (``CrashPoints``)."""
     every = bounds.crash_points is CrashPoints.ALL
     runs = _LOCAL.runs
@@ -528,7 +542,7 @@ def _durably_unchanged(st: State, prefix: State) -> bool:
     )
 
 
-def enabled(bounds: Bounds, world: World, cfg: Optional[ModelConfig] = None) -> Iterator:
+def enabled(bounds: Bounds, world: World, cfg: Optional[ModelConfig] = None) -> Iterator[WorldAction]:
     """Every action the environment may take next.
 
     With ``Bounds.inflight == 0`` interleavings are off: while a read is in
@@ -536,6 +550,7 @@ def enabled(bounds: Bounds, world: World, cfg: Optional[ModelConfig] = None) -> 
     With crash points on, each page, delivery and resume is followed by its
     ``CrashAfter`` actions (``cfg``, default the bounds', runs them to count).
     """
+    actions: Iterator[WorldAction]
     if bounds.inflight == 0 and world.replica.inflight:
         actions = (a for a in _environment_actions(bounds, world.replica) if isinstance(a, Resume))
     elif bounds.mode is Mode.CLOUD:
@@ -547,7 +562,9 @@ def enabled(bounds: Bounds, world: World, cfg: Optional[ModelConfig] = None) -> 
     yield from actions
 
 
-def next_state(bounds: Bounds, world: World, action, cfg: Optional[ModelConfig] = None):
+def next_state(
+    bounds: Bounds, world: World, action: WorldAction, cfg: Optional[ModelConfig] = None
+) -> tuple[World, Optional[StepResult]]:
     """Take ``action``; returns (next world, result). Cloud-side changes have result None."""
     if isinstance(action, CloudChange):
         return _cloud_next(bounds, world, action), None

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Iterator, Optional, Union
+from typing import Callable, Iterable, Iterator, Optional, Union, cast
 
 from envreplica.spec.frozen import HashOnce, hash_once, replace
 from envreplica.spec.migration import (
@@ -103,7 +103,7 @@ class MigrationVariant(enum.Enum):
     FIXED = "fixed"  # every Fix
 
     @property
-    def fixes(self) -> frozenset:
+    def fixes(self) -> frozenset[Fix]:
         return frozenset() if self is MigrationVariant.SEED else frozenset(Fix)
 
 
@@ -128,7 +128,7 @@ class MigrationBounds:
     recoveries: int = 1  # recover invocations in all
     crashes: int = 1  # crashes in all
     writes: int = 1  # foreign writes that may land on the stores' data at once (a restore takes them back)
-    fixes: frozenset = frozenset(Fix)  # the fixes applied (none: the seed's steps)
+    fixes: frozenset[Fix] = frozenset(Fix)  # the fixes applied (none: the seed's steps)
     reading: Reading = Reading()
     max_depth: Optional[int] = None  # None: to the end of the state space
 
@@ -152,7 +152,7 @@ class UnknownMigrationBounds(ValueError):
 
 
 def suite(name: str, variant: MigrationVariant = MigrationVariant.FIXED, reading: Reading = Reading(),
-          fixes: Optional[frozenset] = None) -> tuple[MigrationBounds, ...]:
+          fixes: Optional[Iterable[Fix]] = None) -> tuple[MigrationBounds, ...]:
     """The bounds suite ``name`` under ``variant`` (or exactly ``fixes``) and ``reading``."""
     try:
         chosen = PRESETS[name]
@@ -364,7 +364,17 @@ def init(cfg: MigrationBounds) -> MigrationState:
 
 def _reconcile(cfg: MigrationBounds, st: MigrationState, proc: Proc) -> Status:
     """The pair's outcome against ``proc``'s request, as ``cfg.reading.reconcile`` reads a child's."""
-    return reconcile(proc.intent.sources, _images(st), cfg.reading.reconcile is ReconcileReading.RECEIPT)
+    return reconcile(_intent(proc).sources, _images(st), cfg.reading.reconcile is ReconcileReading.RECEIPT)
+
+
+def _intent(proc: Proc) -> Intent:
+    """The request ``proc`` prepared or restored: its first step sets it, before any step that reads it."""
+    return cast(Intent, proc.intent)
+
+
+def _plan(proc: Proc) -> RecoveryRequest:
+    """The recovery request ``proc`` prepared or restored: set (by ``plan`` or ``recover``) before it is read."""
+    return cast(RecoveryRequest, proc.plan)
 
 
 def _lock_free(st: MigrationState) -> bool:
@@ -393,13 +403,13 @@ def _refuse(st: MigrationState, proc: Proc, code: Refusal) -> tuple[MigrationSta
     return _end(st, proc), Refused(code)
 
 
-def _store(st: MigrationState, i: int, **changes) -> MigrationState:
+def _store(st: MigrationState, i: int, **changes: object) -> MigrationState:
     stores = list(st.stores)
     stores[i] = replace(stores[i], **changes)
     return replace(st, stores=tuple(stores))
 
 
-def _go(st: MigrationState, proc: Proc, pc: Pc, note: str = "", **changes) -> tuple[MigrationState, Result]:
+def _go(st: MigrationState, proc: Proc, pc: Pc, note: str = "", **changes: object) -> tuple[MigrationState, Result]:
     return _with_proc(st, replace(proc, pc=pc, **changes)), Done(note)
 
 
@@ -514,14 +524,16 @@ def verify(cfg: MigrationBounds, st: MigrationState, proc: Proc) -> tuple[Migrat
     """``verifyAppliedData``; the pair must reconcile as applied; the evidence names the recorded backups."""
     if _reconcile(cfg, st, proc) is not Status.APPLIED:
         return _refuse(st, proc, Refusal.VERIFICATION_INCOMPLETE)
-    return _go(st, proc, Pc.PUBLISH_RESULT, evidence=Evidence(proc.backups))
+    backups = cast(tuple[Optional[Image], ...], proc.backups)  # recorded by its second backup step, before verify
+    return _go(st, proc, Pc.PUBLISH_RESULT, evidence=Evidence(backups))
 
 
 def read_evidence(cfg: MigrationBounds, st: MigrationState, proc: Proc) -> tuple[MigrationState, Result]:
     """``readEvidence``: the published result's evidence, if the stores and backups still match it."""
     if _reconcile(cfg, st, proc) is not Status.APPLIED:
         return _refuse(st, proc, Refusal.VERIFICATION_INCOMPLETE)
-    if tuple(s.backup for s in st.stores) != st.files.result.backups:
+    result = cast(Evidence, st.files.result)  # this step follows only a published result (it stays published)
+    if tuple(s.backup for s in st.stores) != result.backups:
         return _refuse(st, proc, Refusal.BACKUP_EVIDENCE_CHANGED)
     return _go(st, proc, Pc.PUBLISH_RESULT, evidence=st.files.result)
 
@@ -570,7 +582,7 @@ def plan(cfg: MigrationBounds, st: MigrationState, proc: Proc) -> tuple[Migratio
         return _refuse(st, proc, Refusal.DRAIN)
     restores = []
     for i, store in enumerate(st.stores):
-        if _original_now(cfg, st, proc.intent, i):
+        if _original_now(cfg, st, _intent(proc), i):
             restores.append(False)
         elif store.backup is None:
             return _refuse(st, proc, Refusal.CHANGED_STORE_HAS_NO_BACKUP)
@@ -588,10 +600,10 @@ def revalidate(cfg: MigrationBounds, st: MigrationState, proc: Proc) -> tuple[Mi
     st = replace(st, files=replace(st.files, inputs=(True, True)))
     if not _drained(st):
         return _refuse(st, proc, Refusal.DRAIN)
-    for i, restores in enumerate(proc.plan.restores):
+    for i, restores in enumerate(_plan(proc).restores):
         if restores and st.stores[i].backup is None:
             return _refuse(st, proc, Refusal.CHANGED_STORE_HAS_NO_BACKUP)
-        if not restores and not _original_now(cfg, st, proc.intent, i):
+        if not restores and not _original_now(cfg, st, _intent(proc), i):
             return _refuse(st, proc, Refusal.STORE_NOT_ORIGINAL)
     return _go(st, proc, Pc.PUBLISH_RECOVERY)
 
@@ -614,10 +626,10 @@ def restore_child(cfg: MigrationBounds, st: MigrationState, proc: Proc, i: int) 
     """``drained()``; store ``i`` restored from its backup and read back, or checked untouched."""
     if not _drained(st):
         return _refuse(st, proc, Refusal.DRAIN)
-    if proc.plan.restores[i]:
-        b = st.stores[i].backup
+    if _plan(proc).restores[i]:
+        b = cast(Image, st.stores[i].backup)  # a store planned for a restore has a backup (revalidated, never removed)
         st = _store(st, i, version=b.version, data=b.data)
-    elif not _original_now(cfg, st, proc.intent, i):
+    elif not _original_now(cfg, st, _intent(proc), i):
         return _refuse(st, proc, Refusal.STORE_NOT_ORIGINAL)
     return _go(st, proc, Pc.RESTORE_RESOURCE if i == 0 else Pc.PUBLISH_RECOVERY_RESULT)
 
@@ -637,7 +649,7 @@ def reopen(cfg: MigrationBounds, st: MigrationState, proc: Proc, i: int) -> tupl
 
 
 #: Each program counter's step: (function, extra arguments).
-STEPS = {
+STEPS: dict[Pc, tuple[Callable[..., tuple[MigrationState, Result]], tuple[Union[int, Pc], ...]]] = {
     Pc.PREPARE: (prepare, ()),
     Pc.RETAIN_PARENT: (retain_parent, ()),
     Pc.RETAIN_RUN: (retain_child, (0,)),

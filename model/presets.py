@@ -8,7 +8,7 @@ one core, beside the lockstep in ``make check``) and finds F1 and F2 where they
 are; ``tiny`` is for tests; ``deep`` is for a nightly run.
 
 Leaves out on purpose: anything larger than a Python BFS can finish; the
-conformance gate (issue 4) samples beyond these bounds with Hypothesis.
+conformance gate samples beyond these bounds with Hypothesis.
 """
 
 from __future__ import annotations

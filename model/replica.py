@@ -50,7 +50,7 @@ import re
 
 from contextvars import ContextVar
 from functools import lru_cache
-from typing import Optional, Union
+from typing import Optional, Sequence, Union, cast
 
 from envreplica.model import store as value_store
 from envreplica.model.fmap import EMPTY, FMap
@@ -65,6 +65,7 @@ from envreplica.model.state import (
     Authority,
     GateEngine,
     DeliveryInFlight,
+    InFlight,
     LiveRow,
     ModelConfig,
     PageInFlight,
@@ -75,20 +76,20 @@ from envreplica.model.state import (
     StageRow,
     State,
     StoredValue,
-    Variant,
-    View,
 )
 from envreplica.spec.domain import (
     INSTALLED,
     ApplyFrame,
     ApplyOk,
     ApplyRefused,
+    ApplyResult,
     BeginFrame,
     BeginResult,
     BindingState,
     CommitFrame,
     CommitOk,
     CommitRefused,
+    CommitResult,
     CorruptReplica,
     Cursor,
     Diagnosis,
@@ -98,6 +99,7 @@ from envreplica.spec.domain import (
     PageFrame,
     PageOk,
     PageRefused,
+    PageResult,
     Pending,
     ReceiptView,
     RecordResult,
@@ -107,11 +109,15 @@ from envreplica.spec.domain import (
     SnapshotEntry,
     SnapshotProject,
     Status,
+    UnavailableReason,
+    ValueRef,
+    View,
     unavailable,
 )
 from envreplica.spec.frozen import replace
 from envreplica.spec.gate import MachineGate, Trigger, fire
 from envreplica.spec import wire
+from envreplica.spec.variants import Variant
 
 R = RefusalCode
 
@@ -144,10 +150,10 @@ def authority_org_id(a: Authority) -> str:
     return a.org_id
 
 
-_MACHINE_GATE = None
+_MACHINE_GATE: Optional[MachineGate] = None
 
 
-def _move_gate(cfg: ModelConfig, a: Authority, trigger: Trigger, **changes) -> Authority:
+def _move_gate(cfg: ModelConfig, a: Authority, trigger: Trigger, **changes: object) -> Authority:
     """The only way the model changes the gate: fire a declared trigger (spec.gate).
 
     With ``GateEngine.MACHINE`` the ``transitions`` machine declared from
@@ -228,7 +234,7 @@ class counting_commits:
         self.token = _BUDGET.set(self.budget)
         return self.budget
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         _BUDGET.reset(self.token)
 
 
@@ -356,7 +362,7 @@ def _stage_before(st: State, attempt: str, project: str, key: str) -> Optional[t
     return (row.state, authority_org_id(a)) if row.mat.kind is MatKind.UNAVAILABLE else None
 
 
-def _still_awaits_value(cfg: ModelConfig, st: State, row) -> bool:
+def _still_awaits_value(cfg: ModelConfig, st: State, row: Union[LiveRow, StageRow]) -> bool:
     """FIX(F1): a fetched value lands only on a row still awaiting one under today's kept epochs.
 
     The seed checks only that the record state is unchanged; a begin with
@@ -398,6 +404,16 @@ def stored_text(cfg: ModelConfig, value: str) -> str:
     return "".join(out)
 
 
+def _fetched_ref(before: BindingState) -> ValueRef:
+    """The reference a value was fetched from: a value is fetched only for a head that has one."""
+    return cast(ValueRef, before.head.value_ref)  # value_store.plan reads nothing for a tombstone
+
+
+def _failure(fetched: value_store.Fetched) -> UnavailableReason:
+    """Why a read brought no value (``Fetched`` has a reason exactly when it has no value)."""
+    return cast(UnavailableReason, fetched.reason)
+
+
 def _stage_after(cfg: ModelConfig, st: State, attempt: str, project: str, key: str, before: BindingState, fetched: value_store.Fetched) -> State:
     """The after-transaction of ``materializeStage``: install only onto the very state read for."""
     if st.authority.attempt_id != attempt:
@@ -409,7 +425,7 @@ def _stage_after(cfg: ModelConfig, st: State, attempt: str, project: str, key: s
     if not _still_awaits_value(cfg, st, current):  # FIX(F1)
         return st
     if fetched.value is not None:
-        value = StoredValue(before.head.revision, before.head.generation, before.head.value_ref,
+        value = StoredValue(before.head.revision, before.head.generation, _fetched_ref(before),
                             stored_text(cfg, fetched.value))
         return replace(
             st,
@@ -419,7 +435,7 @@ def _stage_after(cfg: ModelConfig, st: State, attempt: str, project: str, key: s
     return replace(
         st,
         stage_values=st.stage_values.delete(k),
-        stage_records=st.stage_records.set(k, StageRow(before, unavailable(fetched.reason), current.present)),
+        stage_records=st.stage_records.set(k, StageRow(before, unavailable(_failure(fetched)), current.present)),
     )
 
 
@@ -441,11 +457,11 @@ def _live_after(cfg: ModelConfig, st: State, project: str, key: str, before: Bin
     if not _still_awaits_value(cfg, st, current):  # FIX(F1)
         return st
     if fetched.value is not None:
-        value = StoredValue(before.head.revision, before.head.generation, before.head.value_ref,
+        value = StoredValue(before.head.revision, before.head.generation, _fetched_ref(before),
                             stored_text(cfg, fetched.value))
         return replace(st, values=st.values.set(k, value), records=st.records.set(k, LiveRow(before, INSTALLED)))
     return replace(
-        st, values=st.values.delete(k), records=st.records.set(k, LiveRow(before, unavailable(fetched.reason)))
+        st, values=st.values.delete(k), records=st.records.set(k, LiveRow(before, unavailable(_failure(fetched))))
     )
 
 
@@ -458,7 +474,11 @@ def _start_read(
     read to wait for (nothing to fetch, or an answer without I/O, in which case
     the after-transaction has already run).
     """
-    before = _stage_before(st, attempt, project, key) if view is View.STAGE else _live_before(st, project, key)
+    # a staged read always names its attempt (the page's, or the delivery's open one)
+    if view is View.STAGE:
+        before = _stage_before(st, cast(str, attempt), project, key)
+    else:
+        before = _live_before(st, project, key)
     if before is None:
         return st, None
     state, org = before
@@ -466,7 +486,7 @@ def _start_read(
     if isinstance(planned, ReadRequest):
         return st, AwaitRead(view, attempt, project, key, state, org, planned)
     if view is View.STAGE:
-        st = _stage_after(cfg, st, attempt, project, key, state, planned)
+        st = _stage_after(cfg, st, cast(str, attempt), project, key, state, planned)
     else:
         st = _live_after(cfg, st, project, key, state, planned)
     _commit(st)  # the after-transaction (whether or not it changed a row)
@@ -477,14 +497,14 @@ def _finish_read(cfg: ModelConfig, st: State, read: AwaitRead, answer: value_sto
     """The read's answer arrives: interpret it and run the after-transaction."""
     fetched = value_store.interpret(read.org_id, read.project_id, read.before, read.request, answer)
     if read.view is View.STAGE:
-        st = _stage_after(cfg, st, read.attempt_id, read.project_id, read.key, read.before, fetched)
+        st = _stage_after(cfg, st, cast(str, read.attempt_id), read.project_id, read.key, read.before, fetched)
     else:
         st = _live_after(cfg, st, read.project_id, read.key, read.before, fetched)
     _commit(st)  # the after-transaction (whether or not it changed a row)
     return st
 
 
-def _suspend(st: State, op) -> tuple[State, Pending]:
+def _suspend(st: State, op: InFlight) -> tuple[State, Pending]:
     return replace(st, inflight=st.inflight + (op,)), Pending(len(st.inflight))
 
 
@@ -534,7 +554,9 @@ def _ack_entry_bytes(state: BindingState) -> int:
     return wire.json_bytes_len({"state": wire.encode(state), "materialization": {"kind": kind, "reason": _MAX_REASON}})
 
 
-def page_fits(cfg: ModelConfig, frame: PageFrame, states, epochs: tuple[int, ...], applied: Cursor) -> bool:
+def page_fits(
+    cfg: ModelConfig, frame: PageFrame, states: Sequence[BindingState], epochs: tuple[int, ...], applied: Cursor
+) -> bool:
     """``pageFits``: the acknowledgement of this page, with the longest reasons, fits the bound.
 
     The byte count equals ``Buffer.byteLength(JSON.stringify(ack))`` of the
@@ -548,7 +570,7 @@ def page_fits(cfg: ModelConfig, frame: PageFrame, states, epochs: tuple[int, ...
 
 
 @lru_cache(maxsize=65536)
-def _ack_header_bytes(op_id: str, attempt_id: str, project_id: str, after, record_version: int, complete: bool,
+def _ack_header_bytes(op_id: str, attempt_id: str, project_id: str, after: Optional[str], record_version: int, complete: bool,
                       epochs: tuple[int, ...], applied: Cursor) -> int:
     """Bytes of a page acknowledgement with an empty ``results`` list (``page_fits``), per header."""
     return wire.json_bytes_len({
@@ -567,13 +589,13 @@ def _ack_header_bytes(op_id: str, attempt_id: str, project_id: str, after, recor
     })
 
 
-def _page_prepare(cfg: ModelConfig, st: State, frame: PageFrame):
+def _page_prepare(cfg: ModelConfig, st: State, frame: PageFrame) -> tuple[State, Union[PageRefused, tuple[str, ...]]]:
     """The first transaction of ``applyProjectEnvReplicaPage``."""
     a = st.authority
     applied = required_cursor(a)
     epochs = a.policy_epochs
 
-    def refuse(code: RefusalCode):
+    def refuse(code: RefusalCode) -> tuple[State, PageRefused]:
         return st, PageRefused(frame.attempt_id, code, epochs, applied)
 
     if a.attempt_id != frame.attempt_id or a.gate.is_open:
@@ -624,7 +646,9 @@ def _page_prepare(cfg: ModelConfig, st: State, frame: PageFrame):
     return st, tuple(fetch_keys)
 
 
-def apply_page(cfg: ModelConfig, st: State, frame: PageFrame, reader_on: Optional[bool] = None):
+def apply_page(
+    cfg: ModelConfig, st: State, frame: PageFrame, reader_on: Optional[bool] = None
+) -> tuple[State, Union[PageResult, Pending]]:
     """``applyProjectEnvReplicaPage``: install one canonical page into the closed staging view.
 
     Returns ``Pending`` when the page is now waiting on a value-store read.
@@ -637,7 +661,9 @@ def apply_page(cfg: ModelConfig, st: State, frame: PageFrame, reader_on: Optiona
     return _page_continue(cfg, st, frame, prepared, reader_on)
 
 
-def _page_continue(cfg: ModelConfig, st: State, frame: PageFrame, keys: tuple[str, ...], reader_on: bool):
+def _page_continue(
+    cfg: ModelConfig, st: State, frame: PageFrame, keys: tuple[str, ...], reader_on: bool
+) -> tuple[State, Union[PageResult, Pending]]:
     try:
         for i, key in enumerate(keys):
             st, read = _start_read(cfg, st, View.STAGE, frame.attempt_id, frame.project_id, key, reader_on)
@@ -648,7 +674,7 @@ def _page_continue(cfg: ModelConfig, st: State, frame: PageFrame, keys: tuple[st
         raise _committed(error, st)
 
 
-def _page_final(st: State, frame: PageFrame):
+def _page_final(st: State, frame: PageFrame) -> tuple[State, PageResult]:
     """The last transaction of ``applyProjectEnvReplicaPage``."""
     a = st.authority
     applied = required_cursor(a)
@@ -686,7 +712,7 @@ def _save_receipt(st: State, frame: ApplyFrame, receipt: Receipt) -> State:
     return replace(st, receipts=st.receipts.set(k, receipt), authority=a)
 
 
-def _receipt_result(receipt: Receipt, a: Authority, project_id: str):
+def _receipt_result(receipt: Receipt, a: Authority, project_id: str) -> ApplyResult:
     """``receiptResult``: the stored answer, with today's epochs and cursor."""
     applied = required_cursor(a)
     if not receipt.ok:
@@ -698,7 +724,9 @@ def _receipt_result(receipt: Receipt, a: Authority, project_id: str):
     return ApplyOk(True, a.attempt_id, project_id, receipt.record_version, receipt.result, a.policy_epochs, applied)
 
 
-def _delivery_prepare(cfg: ModelConfig, st: State, frame: ApplyFrame):
+def _delivery_prepare(
+    cfg: ModelConfig, st: State, frame: ApplyFrame
+) -> tuple[State, Union[ApplyResult, PreparedDelivery]]:
     """The first transaction of ``applyProjectEnvReplicaDelivery``."""
     a = st.authority
     if not a.gate.activated:
@@ -723,7 +751,7 @@ def _delivery_prepare(cfg: ModelConfig, st: State, frame: ApplyFrame):
         return st, _transient(a, R.RECONCILIATION_ATTEMPT_MISMATCH)
     epochs = a.policy_epochs
 
-    def consumed(code: RefusalCode):
+    def consumed(code: RefusalCode) -> tuple[State, ApplyRefused]:
         after_st = _save_receipt(st, frame, Receipt(frame.request(), False, code, None, None))
         after = after_st.authority
         return after_st, ApplyRefused(False, True, after.attempt_id, code, epochs, required_cursor(after))
@@ -736,7 +764,7 @@ def _delivery_prepare(cfg: ModelConfig, st: State, frame: ApplyFrame):
             return st, _transient(a, R.SNAPSHOT_INCOMPLETE)
         if frame.record_version > staged.record_version + 1:
             return st, _transient(a, R.RECORD_VERSION_GAP)
-        stored = st.stage_records.get((a.attempt_id, frame.project_id, key))
+        stored: Union[LiveRow, StageRow, None] = st.stage_records.get((a.attempt_id, frame.project_id, key))
         order = Order.NEWER if stored is None else state_order(frame.state, stored.state)
         advances = (
             frame.record_version == staged.record_version + 1
@@ -777,7 +805,9 @@ def _delivery_prepare(cfg: ModelConfig, st: State, frame: ApplyFrame):
     return consumed(R.RECORD_VERSION_CONFLICT)
 
 
-def apply_delivery(cfg: ModelConfig, st: State, frame: ApplyFrame, reader_on: Optional[bool] = None):
+def apply_delivery(
+    cfg: ModelConfig, st: State, frame: ApplyFrame, reader_on: Optional[bool] = None
+) -> tuple[State, Union[ApplyResult, Pending]]:
     """``applyProjectEnvReplicaDelivery``: apply or replay exactly one ordered delta.
 
     Returns ``Pending`` when the delivery is now waiting on a value-store read.
@@ -798,14 +828,14 @@ def apply_delivery(cfg: ModelConfig, st: State, frame: ApplyFrame, reader_on: Op
         raise _committed(error, st)
 
 
-def _delivery_last(st: State, frame: ApplyFrame, prepared: PreparedDelivery):
+def _delivery_last(st: State, frame: ApplyFrame, prepared: PreparedDelivery) -> tuple[State, ApplyResult]:
     """Run the final transaction, and mark its commit (a transient refusal commits too)."""
     st, result = _delivery_final(st, frame, prepared)
     _commit(st)
     return st, result
 
 
-def _delivery_final(st: State, frame: ApplyFrame, prepared: PreparedDelivery):
+def _delivery_final(st: State, frame: ApplyFrame, prepared: PreparedDelivery) -> tuple[State, ApplyResult]:
     """The last transaction of ``applyProjectEnvReplicaDelivery``."""
     a = st.authority
     current = required_cursor(a)
@@ -815,6 +845,7 @@ def _delivery_final(st: State, frame: ApplyFrame, prepared: PreparedDelivery):
         or a.attempt_id != prepared.attempt_id
     ):
         return st, _transient(a, R.REPLICA_STATE_CHANGED)
+    row: Union[LiveRow, StageRow, None]
     if prepared.attempt_id is None:
         row = st.records.get((frame.project_id, frame.state.key))
     else:
@@ -835,7 +866,9 @@ def _delivery_final(st: State, frame: ApplyFrame, prepared: PreparedDelivery):
 # ---------------------------------------------------------------------------
 
 
-def resume(cfg: ModelConfig, st: State, slot: int, answer: value_store.Answer):
+def resume(
+    cfg: ModelConfig, st: State, slot: int, answer: value_store.Answer
+) -> tuple[State, Union[PageResult, ApplyResult, Pending]]:
     """The read of in-flight operation ``slot`` answers ``answer``; the operation runs on."""
     op = st.inflight[slot]
     st = replace(st, inflight=st.inflight[:slot] + st.inflight[slot + 1:])
@@ -856,13 +889,13 @@ def resume(cfg: ModelConfig, st: State, slot: int, answer: value_store.Answer):
 # ---------------------------------------------------------------------------
 
 
-def complete(cfg: ModelConfig, st: State, frame: CommitFrame):
+def complete(cfg: ModelConfig, st: State, frame: CommitFrame) -> tuple[State, CommitResult]:
     """``completeProjectEnvReplica``: promote the exact staged view and open the gate atomically."""
     a = st.authority
     applied = required_cursor(a)
     epochs = a.policy_epochs
 
-    def refuse(code: RefusalCode):
+    def refuse(code: RefusalCode) -> tuple[State, CommitRefused]:
         return st, CommitRefused(frame.attempt_id, code, epochs, applied)
 
     if a.attempt_id != frame.attempt_id or a.gate.is_open:
@@ -907,13 +940,13 @@ def complete(cfg: ModelConfig, st: State, frame: CommitFrame):
     return st, CommitOk(frame.attempt_id, epochs, applied)
 
 
-def close_gate(cfg: ModelConfig, st: State):
+def close_gate(cfg: ModelConfig, st: State) -> tuple[State, Done]:
     """``closeProjectEnvReplicaGate``: purge the attempt and close the gate."""
     st = _clear_stage(st)
     return replace(st, authority=_move_gate(cfg, st.authority, Trigger.CLOSE_GATE, attempt_id=None)), Done()
 
 
-def restart(cfg: ModelConfig, st: State):
+def restart(cfg: ModelConfig, st: State) -> tuple[State, Done]:
     """A crash and restart: in-flight work is lost, then startup closes the gate.
 
     What survives is what the seed committed (``State.durable``); the host
@@ -923,7 +956,7 @@ def restart(cfg: ModelConfig, st: State):
     return replace(st, authority=_move_gate(cfg, st.authority, Trigger.RESTART, attempt_id=None)), Done()
 
 
-def store_off(cfg: ModelConfig, st: State):
+def store_off(cfg: ModelConfig, st: State) -> tuple[State, Done]:
     """The process loses its value store: later reads answer ``credential_store_unavailable``."""
     return replace(st, store_on=False), Done()
 
@@ -948,7 +981,7 @@ def is_ready(st: State) -> bool:
     return a.gate.activated and a.gate.is_open and a.attempt_id is None
 
 
-def _snapshot(st: State, project_ids, cfg: Optional[ModelConfig] = None) -> Optional[Snapshot]:
+def _snapshot(st: State, project_ids: Sequence[str], cfg: Optional[ModelConfig] = None) -> Optional[Snapshot]:
     a = st.authority
     rejudge = cfg is not None and cfg.variant is Variant.FIXED
     if not a.gate.activated or not a.gate.is_open or a.attempt_id is not None:
@@ -993,7 +1026,7 @@ def _snapshot(st: State, project_ids, cfg: Optional[ModelConfig] = None) -> Opti
     return Snapshot(tuple(projects))
 
 
-def read_snapshot(st: State, project_ids, cfg: Optional[ModelConfig] = None) -> Optional[Snapshot]:
+def read_snapshot(st: State, project_ids: Sequence[str], cfg: Optional[ModelConfig] = None) -> Optional[Snapshot]:
     """``readProjectEnvReplicaSnapshot``: the served view of exactly these projects, or None.
 
     Given ``cfg`` of variant ``fixed``, each served record is re-judged
@@ -1005,7 +1038,7 @@ def read_snapshot(st: State, project_ids, cfg: Optional[ModelConfig] = None) -> 
         return None
 
 
-def diagnose(st: State, project_ids, cfg: Optional[ModelConfig] = None) -> Optional[Diagnosis]:
+def diagnose(st: State, project_ids: Sequence[str], cfg: Optional[ModelConfig] = None) -> Optional[Diagnosis]:
     """Why ``read_snapshot`` of ``project_ids`` fails closed, as a ``Diagnosis`` (None: it serves).
 
     The classes of ``spec.domain.DiagnosisReason``, checked in their order; the message is
@@ -1028,7 +1061,7 @@ def diagnose(st: State, project_ids, cfg: Optional[ModelConfig] = None) -> Optio
     return Diagnosis(reason, message)
 
 
-def read(cfg: ModelConfig, st: State, project_ids) -> tuple[State, Union[Snapshot, Diagnosis]]:
+def read(cfg: ModelConfig, st: State, project_ids: Sequence[str]) -> tuple[State, Union[Snapshot, Diagnosis]]:
     """``readProjectEnvReplicaSnapshot`` as a step: the state as it was, and the served view of exactly
     ``project_ids`` (given ``cfg`` of variant ``fixed``, re-judged), or why the read fails closed."""
     snapshot = read_snapshot(st, project_ids, cfg)
@@ -1039,7 +1072,7 @@ def read(cfg: ModelConfig, st: State, project_ids) -> tuple[State, Union[Snapsho
     return st, diagnosis
 
 
-def snapshot_diagnostics(st: State, project_ids, cfg: Optional[ModelConfig] = None) -> Optional[str]:
+def snapshot_diagnostics(st: State, project_ids: Sequence[str], cfg: Optional[ModelConfig] = None) -> Optional[str]:
     """Why ``read_snapshot`` fails closed (None when it serves); never includes a value."""
     a = st.authority
     if not a.gate.activated:

@@ -33,7 +33,7 @@ from envreplica.spec.domain import (
 )
 from envreplica.spec.frozen import HashOnce, hash_once
 from envreplica.spec.gate import Gate
-from envreplica.spec.variants import Variant  # re-exported: the model's variants are the contract's
+from envreplica.spec.variants import Variant as Variant  # re-exported: the model's variants are the contract's
 
 
 #: The seed's ``MAX_PROJECT_ENV_ACK_PAGE_BYTES`` default (docs/protocol.md section 2).
@@ -198,14 +198,14 @@ class State(HashOnce):
     """The whole replica: durable tables, and the volatile operations in flight."""
 
     authority: Authority = INITIAL_AUTHORITY  # the authority row
-    projects: FMap = EMPTY  # projectId -> live record version
-    records: FMap = EMPTY  # (projectId, key) -> LiveRow
-    values: FMap = EMPTY  # (projectId, key) -> StoredValue
-    stage_projects: FMap = EMPTY  # (attemptId, projectId) -> StageProject
-    stage_records: FMap = EMPTY  # (attemptId, projectId, key) -> StageRow
-    stage_values: FMap = EMPTY  # (attemptId, projectId, key) -> StoredValue
-    receipts: FMap = EMPTY  # (streamId, sequence) -> Receipt
-    inflight: tuple = ()  # operations inside an await window (lost on restart)
+    projects: FMap[str, int] = EMPTY  # projectId -> live record version
+    records: FMap[tuple[str, str], LiveRow] = EMPTY  # (projectId, key) -> LiveRow
+    values: FMap[tuple[str, str], StoredValue] = EMPTY  # (projectId, key) -> StoredValue
+    stage_projects: FMap[tuple[str, str], StageProject] = EMPTY  # (attemptId, projectId) -> StageProject
+    stage_records: FMap[tuple[str, str, str], StageRow] = EMPTY  # (attemptId, projectId, key) -> StageRow
+    stage_values: FMap[tuple[str, str, str], StoredValue] = EMPTY  # (attemptId, projectId, key) -> StoredValue
+    receipts: FMap[tuple[str, int], Receipt] = EMPTY  # (streamId, sequence) -> Receipt
+    inflight: tuple[InFlight, ...] = ()  # operations inside an await window (lost on restart)
     store_on: bool = True  # the process has a value store (False: credential_store_unavailable)
 
     def durable(self) -> "State":

@@ -19,7 +19,7 @@ import json
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Optional, Union
+from typing import Optional, TypeGuard, Union
 
 from envreplica.model.state import ReadRequest
 from envreplica.spec.domain import (
@@ -97,7 +97,8 @@ def plan(prefix: str, project_id: str, state: BindingState, reader_on: bool) -> 
     return ReadRequest(ref, name)
 
 
-def _exact(value: object, keys: tuple[str, ...]) -> bool:
+def _exact(value: object, keys: tuple[str, ...]) -> TypeGuard[dict[str, object]]:
+    """``value`` is a JSON object with exactly ``keys``."""
     return isinstance(value, dict) and len(value) == len(keys) and all(k in value for k in keys)
 
 

@@ -115,7 +115,7 @@ from __future__ import annotations
 from dataclasses import fields, is_dataclass
 from enum import Enum
 from itertools import permutations, product
-from typing import Optional
+from typing import Any, Callable, Optional, Union, cast, overload
 
 from envreplica.model.fmap import FMap
 from envreplica.model.generate import Bounds, Cloud, Mode, World
@@ -124,21 +124,47 @@ from envreplica.model.state import (
     Authority,
     AwaitRead,
     DeliveryInFlight,
+    InFlight,
+    LiveRow,
     PageInFlight,
     PreparedDelivery,
     ReadRequest,
     Receipt,
+    StageRow,
     State,
+    StoredValue,
 )
 from envreplica.spec import wire
-from envreplica.spec.domain import ApplyFrame, Cursor, DeliveryRequest, LegacyRef, PageFrame
+from envreplica.spec.domain import (
+    ApplyFrame,
+    BindingState,
+    Cursor,
+    DeliveryRequest,
+    LegacyRef,
+    Materialization,
+    PageFrame,
+)
 
 #: The classes of names this module can permute.
 PROJECT, ATTEMPT, STREAM, ORG = "project", "attempt", "stream", "org"
 CLASSES = (PROJECT, ATTEMPT, STREAM, ORG)
 
+#: Per class, its groups of interchangeable names (``groups``).
+Groups = dict[str, tuple[tuple[str, ...], ...]]
+#: A renaming of one class: name -> new name (names not in it stay).
+Names = dict[str, str]
+#: Name-free content: str, int and bool, and tuples of them (nested), so that any two compare.
+Sortable = Union[str, int, tuple["Sortable", ...]]
+Content = tuple[Sortable, ...]
+#: One use of a name in a signature: (where: a table or the authority row or an in-flight slot, its contexts).
+Use = tuple[tuple[str, int], Content]
+#: A table of a world as ``getattr(state or cloud, tag)`` reads it: an ``FMap`` (its key and row types are
+#: the tag's) or the cloud's log.
+Log = tuple[tuple[str, int, BindingState], ...]
+Table = Union[FMap[Any, Any], Log]
 
-def groups(bounds: Bounds) -> dict[str, tuple[tuple[str, ...], ...]]:
+
+def groups(bounds: Bounds) -> Groups:
     """Per class, the groups of names that are interchangeable under ``bounds`` (groups of two or more only).
 
     Projects always; attempts, streams and organisations in adversary mode
@@ -149,7 +175,7 @@ def groups(bounds: Bounds) -> dict[str, tuple[tuple[str, ...], ...]]:
     domains = {PROJECT: bounds.projects}
     if bounds.mode is Mode.ADVERSARY:
         domains.update({ATTEMPT: bounds.attempts, STREAM: bounds.streams, ORG: bounds.orgs})
-    out: dict[str, tuple[tuple[str, ...], ...]] = {}
+    out: Groups = {}
     for cls, names in domains.items():
         if len(set(names)) != len(names):
             raise ValueError(f"duplicate {cls} names in bounds {bounds.name}: {names}")
@@ -171,7 +197,7 @@ def groups(bounds: Bounds) -> dict[str, tuple[tuple[str, ...], ...]]:
 # ---------------------------------------------------------------------------
 
 
-def _bs(b) -> tuple:
+def _bs(b: BindingState) -> Content:
     """A ``BindingState`` (names no project, attempt, stream or org)."""
     h = b.head
     ref = h.value_ref
@@ -186,16 +212,16 @@ def _bs(b) -> tuple:
     )
 
 
-def _mat(m) -> tuple:
+def _mat(m: Materialization) -> Content:
     return (m.kind.value, m.reason or "")
 
 
-def _row(row) -> tuple:
+def _row(row: Union[LiveRow, StageRow]) -> Content:
     """A ``LiveRow`` or ``StageRow``."""
     return _bs(row.state) + _mat(row.mat) + (getattr(row, "present", True),)
 
 
-def _val(v) -> tuple:
+def _val(v: StoredValue) -> Content:
     """A ``StoredValue``."""
     ref = v.value_ref
     return (v.revision, v.generation, "L" if isinstance(ref, LegacyRef) else "S", str(ref), v.value)
@@ -206,7 +232,7 @@ def _val(v) -> tuple:
 # ---------------------------------------------------------------------------
 
 
-def total_key(x) -> tuple:
+def total_key(x: object) -> Content:
     """A sortable key of any model value: equal values, equal keys; no hashing (the same in every process)."""
     if x is None:
         return ("n",)
@@ -232,8 +258,21 @@ def total_key(x) -> tuple:
 # ---------------------------------------------------------------------------
 
 
-def _g(m: dict, x):
+@overload
+def _g(m: Names, x: str) -> str: ...
+
+
+@overload
+def _g(m: Names, x: Optional[str]) -> Optional[str]: ...
+
+
+def _g(m: Names, x: Optional[str]) -> Optional[str]:
     return m.get(x, x) if x is not None else None
+
+
+def _rows(tbl: Table) -> dict[Any, Any]:
+    """An ``FMap`` table's dict, read only (this module and model.fmap are one package): any table but the log."""
+    return cast(FMap[Any, Any], tbl)._d
 
 
 #: The tables of a world in the (fixed, name-independent) order signatures list them:
@@ -265,7 +304,7 @@ class Symmetry:
 
     _LIMIT = 1 << 16
 
-    def __init__(self, bounds: Bounds, prefix: str = DEFAULT_PREFIX, forced_groups: Optional[dict] = None) -> None:
+    def __init__(self, bounds: Bounds, prefix: str = DEFAULT_PREFIX, forced_groups: Optional[Groups] = None) -> None:
         """``forced_groups`` (tests only: negative controls) replaces ``groups(bounds)``, sound or not."""
         self.bounds = bounds
         self.prefix = prefix
@@ -273,10 +312,14 @@ class Symmetry:
         self.classes = frozenset(self.groups)
         self._tables = tuple((tag, cloud) for tag, classes, cloud in _TABLES
                              if any(c in self.classes for c in classes))
-        self._memo: dict = {}  # hash(world) -> (world, its representative)
-        self._fingerprints: dict = {}  # id(representative) -> (representative, its hash)
-        self._shares: dict = {}  # (tag, cloud?, table id, current) -> (table, {(class, name): contexts})
-        self._renamed: dict = {}  # (tag, cloud?, table id, renaming) -> (table, renamed table)
+        self._memo: dict[int, tuple[World, World]] = {}  # hash(world) -> (world, its representative)
+        self._fingerprints: dict[int, tuple[World, int]] = {}  # id(representative) -> (representative, its hash)
+        # (tag, cloud?, table id, current) -> (table, {(class, name): contexts})
+        self._shares: dict[tuple[str, bool, int, Optional[str]],
+                           tuple[Table, tuple[dict[tuple[str, str], Use], bool]]] = {}
+        # (tag, cloud?, table id, renaming) -> (table, renamed table)
+        self._renamed: dict[tuple[str, bool, int, tuple[tuple[str, tuple[tuple[str, str], ...]], ...]],
+                            tuple[Table, Table]] = {}
 
     @property
     def trivial(self) -> bool:
@@ -291,14 +334,16 @@ class Symmetry:
             raise ValueError(f"value-store parameter name {name!r} does not start with {head!r}")
         return f"{self.prefix}/projects/{new}/" + name[len(head):]
 
-    def _read(self, r: AwaitRead, P, A, O) -> AwaitRead:
+    def _read(self, r: AwaitRead, P: Names, A: Names, O: Names) -> AwaitRead:
         p = _g(P, r.project_id)
         request = r.request
         if p != r.project_id:
             request = ReadRequest(request.ref, self._read_name(request.name, r.project_id, p))
         return AwaitRead(r.view, _g(A, r.attempt_id), p, r.key, r.before, _g(O, r.org_id), request)
 
-    def _op(self, op, P, A, S, O):
+    def _op(self, op: InFlight, P: Names, A: Names, S: Names, O: Names) -> InFlight:
+        f: Union[PageFrame, ApplyFrame]
+        frame: Union[PageFrame, ApplyFrame]
         if isinstance(op, PageInFlight):
             f = op.frame
             frame = PageFrame(f.op_id, _g(A, f.attempt_id), _g(P, f.project_id), f.after, f.record_version,
@@ -313,13 +358,14 @@ class Symmetry:
         return DeliveryInFlight(frame, prepared, self._read(op.read, P, A, O))
 
     @staticmethod
-    def _rename_table(tag: str, cloud: bool, tbl, P, A, S):
+    def _rename_table(tag: str, cloud: bool, tbl: Table, P: Names, A: Names, S: Names) -> Table:
         """``tbl`` renamed, or ``tbl`` itself when it holds no renamed name."""
         if tag == "log":
-            if any(e[0] in P for e in tbl):
-                return tuple((P.get(p, p), v, x) for p, v, x in tbl)
+            log = cast(Log, tbl)
+            if any(e[0] in P for e in log):
+                return tuple((P.get(p, p), v, x) for p, v, x in log)
             return tbl
-        d = tbl._d  # FMap's dict: read only (this module and model.fmap are one package)
+        d = _rows(tbl)
         if tag in ("projects", "versions"):
             if any(p in P for p in d):
                 return FMap({P.get(p, p): v for p, v in d.items()})
@@ -335,7 +381,7 @@ class Symmetry:
         elif tag == "receipts":
             if any(s in S or r.request.project_id in P or r.request.delivery.stream_id in S
                    for (s, _), r in d.items()):
-                out = {}
+                out: dict[tuple[str, int], Receipt] = {}
                 for (s, n), r in d.items():
                     q = r.request
                     q = DeliveryRequest(P.get(q.project_id, q.project_id), q.record_version, q.state,
@@ -346,7 +392,7 @@ class Symmetry:
             raise AssertionError(tag)
         return tbl
 
-    def rename(self, world: World, maps: dict[str, dict]) -> World:
+    def rename(self, world: World, maps: dict[str, Names]) -> World:
         """``world`` with each name ``n`` of class ``c`` replaced by ``maps[c].get(n, n)``.
 
         ``maps`` must be bijections of each class's domain (only classes this
@@ -362,7 +408,7 @@ class Symmetry:
         P, A, S, O = (maps.get(c) or {} for c in CLASSES)
         mkey = tuple((c, tuple(sorted(maps[c].items()))) for c in CLASSES if c in maps)
         st, cloud = world.replica, world.cloud
-        tables = {}
+        tables: dict[tuple[str, bool], Table] = {}
         cache = self._renamed
         for tag, in_cloud in self._tables:
             if in_cloud and cloud is None:
@@ -379,8 +425,12 @@ class Symmetry:
             cache[key] = (tbl, out)
             tables[(tag, in_cloud)] = out
 
-        def table(tag, in_cloud=False):
-            return tables.get((tag, in_cloud), getattr(cloud if in_cloud else st, tag))
+        def table(tag: str, in_cloud: bool = False) -> Table:
+            found: Table = tables.get((tag, in_cloud), getattr(cloud if in_cloud else st, tag))
+            return found
+
+        def fmap(tag: str, in_cloud: bool = False) -> FMap[Any, Any]:
+            return cast(FMap[Any, Any], table(tag, in_cloud))  # every table but the log is an FMap
 
         a = st.authority
         authority = a
@@ -390,16 +440,16 @@ class Symmetry:
         inflight = st.inflight
         if inflight:
             inflight = tuple(self._op(op, P, A, S, O) for op in inflight)
-        replica = State(authority, table("projects"), table("records"), table("values"), table("stage_projects"),
-                        table("stage_records"), table("stage_values"), table("receipts"), inflight, st.store_on)
+        replica = State(authority, fmap("projects"), fmap("records"), fmap("values"), fmap("stage_projects"),
+                        fmap("stage_records"), fmap("stage_values"), fmap("receipts"), inflight, st.store_on)
         if cloud is not None and P:
-            cloud = Cloud(table("records", True), table("versions", True), table("log", True),
+            cloud = Cloud(fmap("records", True), fmap("versions", True), cast(Log, table("log", True)),
                           cloud.stream, cloud.attempts)
         return World(replica, cloud)
 
     # -- signatures -----------------------------------------------------------
 
-    def signatures(self, world: World) -> tuple[dict[tuple[str, str], list], bool]:
+    def signatures(self, world: World) -> tuple[dict[tuple[str, str], list[Use]], bool]:
         """(class, name) -> how ``world`` uses that name: its signature (permuted classes only); and ``starred``.
 
         A list of (where, contexts): the authority row's fields, then each
@@ -421,7 +471,7 @@ class Symmetry:
         classes = self.classes
         st, cloud = world.replica, world.cloud
         a = st.authority
-        occ: dict = {}
+        occ: dict[tuple[str, str], list[Use]] = {}
         starred = False
         if STREAM in classes and a.stream_id is not None:
             occ[(STREAM, a.stream_id)] = [(("authority", 0), ())]
@@ -450,39 +500,42 @@ class Symmetry:
             for name, contexts in share.items():
                 occ.setdefault(name, []).append(contexts)
 
-        def add(cls, x, ctx):
+        def add(cls: str, x: Optional[str], ctx: Content) -> None:
             if x is not None and cls in classes:
                 occ.setdefault((cls, x), []).append((("inflight", i), ctx))
 
         for i, op in enumerate(st.inflight):
             r = op.read
-            tag = (type(op).__name__, r.view.value, r.key)
-            add(PROJECT, r.project_id, tag + ("read.project",))
-            add(ATTEMPT, r.attempt_id, tag + ("read.attempt",))
-            add(ORG, r.org_id, tag + ("read.org",))
+            slot = (type(op).__name__, r.view.value, r.key)
+            add(PROJECT, r.project_id, slot + ("read.project",))
+            add(ATTEMPT, r.attempt_id, slot + ("read.attempt",))
+            add(ORG, r.org_id, slot + ("read.org",))
             f = op.frame
-            add(PROJECT, f.project_id, tag + ("frame.project",))
+            add(PROJECT, f.project_id, slot + ("frame.project",))
             if isinstance(f, PageFrame):
-                add(ATTEMPT, f.attempt_id, tag + ("frame.attempt",))
+                add(ATTEMPT, f.attempt_id, slot + ("frame.attempt",))
             else:
                 assert isinstance(f, ApplyFrame), f
-                add(STREAM, f.delivery.stream_id, tag + ("frame.stream", f.delivery.sequence))
-                add(ATTEMPT, f.reconciliation_attempt_id, tag + ("frame.reconciliation",))
-                add(ATTEMPT, op.prepared.attempt_id, tag + ("prepared.attempt",))
+                add(STREAM, f.delivery.stream_id, slot + ("frame.stream", f.delivery.sequence))
+                add(ATTEMPT, f.reconciliation_attempt_id, slot + ("frame.reconciliation",))
+                prepared = cast(DeliveryInFlight, op).prepared  # an ApplyFrame is in flight as a delivery
+                add(ATTEMPT, prepared.attempt_id, slot + ("prepared.attempt",))
         return occ, starred
 
-    def _share(self, tag: str, in_cloud: bool, tbl, current) -> dict:
-        """One table's share of the signatures: (class, name) -> (where, its sorted contexts there)."""
+    def _share(
+        self, tag: str, in_cloud: bool, tbl: Table, current: Optional[str]
+    ) -> tuple[dict[tuple[str, str], Use], bool]:
+        """One table's share of the signatures: (class, name) -> (where, its sorted contexts there); and starred."""
         classes = self.classes
-        out: dict = {}
+        out: dict[tuple[str, str], list[Content]] = {}
 
-        def add(cls, x, ctx):
+        def add(cls: str, x: Optional[str], ctx: Content) -> None:
             if x is not None and cls in classes:
                 out.setdefault((cls, x), []).append(ctx)
 
         starred = False
 
-        def role(cls, x):
+        def role(cls: str, x: Optional[str]) -> str:
             nonlocal starred
             if x is None:
                 return ""
@@ -494,28 +547,28 @@ class Symmetry:
             return "*"
 
         if tag == "log":
-            for i, (p, v, b) in enumerate(tbl):
+            for i, (p, v, b) in enumerate(cast(Log, tbl)):
                 add(PROJECT, p, (i, v) + _bs(b))
         elif tag in ("projects", "versions"):
-            for p, v in tbl._d.items():
+            for p, v in _rows(tbl).items():
                 add(PROJECT, p, (v,))
         elif tag in ("records", "values"):
-            content = _bs if in_cloud else _row if tag == "records" else _val
-            for (p, k), row in tbl._d.items():
+            content: Callable[[Any], Content] = _bs if in_cloud else _row if tag == "records" else _val
+            for (p, k), row in _rows(tbl).items():
                 add(PROJECT, p, (k,) + content(row))
         elif tag == "stage_projects":
-            for (att, p), sp in tbl._d.items():
-                body = (-1 if sp.record_version is None else sp.record_version, sp.last_key or "", sp.complete)
+            for (att, p), sp in _rows(tbl).items():
+                body: Content = (-1 if sp.record_version is None else sp.record_version, sp.last_key or "", sp.complete)
                 add(PROJECT, p, (role(ATTEMPT, att),) + body)
                 add(ATTEMPT, att, (role(PROJECT, p),) + body)
         elif tag in ("stage_records", "stage_values"):
             content = _row if tag == "stage_records" else _val
-            for (att, p, k), row in tbl._d.items():
+            for (att, p, k), row in _rows(tbl).items():
                 body = (k,) + content(row)
                 add(PROJECT, p, (role(ATTEMPT, att),) + body)
                 add(ATTEMPT, att, (role(PROJECT, p),) + body)
         elif tag == "receipts":
-            for (s, n), r in tbl._d.items():
+            for (s, n), r in _rows(tbl).items():
                 q = r.request
                 body = (n, q.record_version, r.ok, "" if r.code is None else r.code.value) + _bs(q.state)
                 add(STREAM, s, ("key",) + body)
@@ -568,13 +621,13 @@ class Symmetry:
 
     def _canonical(self, world: World) -> World:
         occ, starred = self.signatures(world)
-        base: dict[str, dict] = {}
+        base: dict[str, Names] = {}
         #: runs of names in use whose signatures tie: (class, their target names, the names)
         ties: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = []
         for cls, parts in self.groups.items():
-            mapping = {}
+            mapping: Names = {}
             for group in parts:
-                keyed = []
+                keyed: list[tuple[tuple[int, Content], str]] = []
                 for n in group:
                     sig = occ.get((cls, n))
                     keyed.append(((1, ()) if sig is None else (0, tuple(sig)), n))
@@ -595,7 +648,7 @@ class Symmetry:
         if not ties or not starred:  # no tie, or exact signatures: a tie is a symmetry of the world itself
             return self.rename(world, base) if base else world
         # Tied names in use: every arrangement of each tied run, the least result kept.
-        candidates = []
+        candidates: list[World] = []
         for arrangement in product(*(permutations(names) for _, _, names in ties)):
             maps = {cls: dict(m) for cls, m in base.items()}
             for (cls, targets, _), names in zip(ties, arrangement):

@@ -207,7 +207,7 @@ def outcome_of(response: Any) -> str:
         if isinstance(result, dict) and result.get("ok") is False and "code" in result:
             return f"refused:{result['code']}"
         return "ok"
-    error = response.get("error") if isinstance(response.get("error"), dict) else {}
+    error = found if isinstance(found := response.get("error"), dict) else {}
     kind, message = error.get("type"), str(error.get("message", ""))
     if kind == "unsupported" and message.startswith("replica unavailable:"):
         return "busy" if _BUSY_MARK in message else "unavailable"
@@ -513,6 +513,7 @@ def _await_ready(run: _Processes, deadline: float) -> bool:
 
 def _tell(proc: subprocess.Popen, line: Optional[str]) -> None:
     """Write ``line`` to a child (None: close its input); a child that is gone is not an error here."""
+    assert proc.stdin is not None  # every child is started with stdin=PIPE
     with contextlib.suppress(OSError, ValueError):
         if line is not None:
             proc.stdin.write(line.encode() + b"\n")
@@ -584,6 +585,7 @@ class _Call:
 
     @property
     def result(self) -> Any:
+        assert self.response is not None  # read only of calls that were answered
         return self.response["result"]
 
     def where(self) -> str:
@@ -747,7 +749,7 @@ def _check_snapshot(call: _Call, low: int, high: int, history: _CloudHistory) ->
             if (problem := _check_entry(project["projectId"], entry, history.cloud))]
 
 
-_INACTIVE = MappingProxyType({"activated": False, "gateOpen": False, "attemptId": None, "orgId": None,
+_INACTIVE: MappingProxyType[str, object] = MappingProxyType({"activated": False, "gateOpen": False, "attemptId": None, "orgId": None,
                               "appliedThrough": None, "policyEpochs": [], "projectIds": []})
 
 
@@ -812,6 +814,7 @@ def _check_statuses(logs: _Logs, cloud: Cloud) -> list[str]:
                 best, best_call = _applied(finished[seen].result), finished[seen]
             seen += 1
         if _applied(call.result) < best:
+            assert best_call is not None  # best is past -1: set with it
             problems.append(f"{call.where()}: the cursor went back to {_applied(call.result)} after "
                             f"{best_call.where()} had answered {best}")
     return problems

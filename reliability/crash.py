@@ -183,6 +183,7 @@ def read_back(path: Union[str, Path], where: str) -> ReadBack:
     finally:
         replica.close()
     assert not problems, f"{where}: verify() found {len(problems)} problem(s): " + "; ".join(problems[:5])
+    assert state is not None  # read back above (there were no problems)
     broken = [p for p in P.INVARIANTS if not p.check(state)]
     assert not broken, f"{where}: invariants broken on the state read back: " + "; ".join(
         f"{p.name} ({p.statement})" for p in broken)
@@ -295,6 +296,7 @@ class _Adapter:
 
     def _write(self) -> None:
         stdin = self.proc.stdin
+        assert stdin is not None  # started with stdin=PIPE
         try:
             while (line := self._outbox.get()) is not _EOF:
                 stdin.write(line)
@@ -307,6 +309,7 @@ class _Adapter:
                 stdin.close()
 
     def _read(self) -> None:
+        assert self.proc.stdout is not None  # started with stdout=PIPE
         for line in iter(self.proc.stdout.readline, b""):
             if not line.endswith(b"\n"):
                 break  # cut by the kill: not an answer
@@ -367,6 +370,7 @@ class _Adapter:
         self._outbox.put(_EOF)
         self._reader.join(RESPONSE_TIMEOUT)
         self._writer.join(RESPONSE_TIMEOUT)
+        assert self.proc.stdout is not None  # started with stdout=PIPE
         with contextlib.suppress(OSError):
             self.proc.stdout.close()
 
@@ -467,7 +471,8 @@ class _CrashRun:
         with self._start() as adapter:
             n = self._resume(adapter, where)
             plan = self._plan(n)
-            reads = [{"op": "snapshot", "projectIds": list(self.cloud.projects)}, {"op": "status"}]
+            reads: list[dict[str, Any]] = [{"op": "snapshot", "projectIds": list(self.cloud.projects)},
+                                           {"op": "status"}]
             sent = self._send(adapter, plan + reads)
             first = len(adapter.responses)
             if not adapter.wait_for(first + len(sent)):
@@ -483,6 +488,7 @@ class _CrashRun:
             assert code == 0, (f"{where}: the adapter exited with status {code} at the end of its input"
                                f"{self._stderr_tail()}")
         back = self._check_file(where)
+        assert back is not None  # the final round has just run on the file
         missing = [n for n in range(1, self.length + 1) if n not in back.receipts]
         assert not missing, f"{where}: deliveries {missing[:10]} have no receipt at the end of the stream"
 

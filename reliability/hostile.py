@@ -212,7 +212,8 @@ class _Kinded:
     nullable: bool = False
 
     def shape(self, value: Any) -> Optional[_Obj]:
-        return dict(self.variants).get(value.get("kind")) if isinstance(value, dict) else None
+        by_kind: dict[Any, _Obj] = dict(self.variants)  # looked up by whatever JSON value "kind" holds
+        return by_kind.get(value.get("kind")) if isinstance(value, dict) else None
 
 
 _ID, _SEGMENT, _KEY, _COUNT, _COUNT1, _BOOL = (_Leaf("Id"), _Leaf("Segment"), _Leaf("Key"), _Leaf("Count"),
@@ -258,8 +259,8 @@ _SCHEMAS: Mapping[str, _Obj] = MappingProxyType({
     "restart": _Obj(()),
 })
 
-_NOT_STRINGS = (7, 7.5, True, None, [], {}, ["x"], {"a": 1})
-_BAD_COUNTS = ("1", "", 1.0, 1.5, True, False, None, -1, 2**53, 2**64, -2**64, [], {}, [1])
+_NOT_STRINGS: tuple[object, ...] = (7, 7.5, True, None, [], {}, ["x"], {"a": 1})
+_BAD_COUNTS: tuple[object, ...] = ("1", "", 1.0, 1.5, True, False, None, -1, 2**53, 2**64, -2**64, [], {}, [1])
 #: Values each leaf kind must refuse (section 1). ``None`` is skipped where the field is nullable.
 _BAD: Mapping[str, tuple] = MappingProxyType({
     "Id": _NOT_STRINGS + ("", " ", "x y", "x/y", "-x", "x" * 129, "\u00e9", "x\ud800", "x\n"),
@@ -277,8 +278,8 @@ _BAD: Mapping[str, tuple] = MappingProxyType({
     "const": ("", "X", 1, None, True, [], {}),
     "requests": ({}, "x", 1, None, True),
 })
-_BAD_OBJECTS = ([], "x", 1, 1.5, True, None, [{}])
-_BAD_ARRAYS = ({}, "x", 1, True, None)
+_BAD_OBJECTS: tuple[object, ...] = ([], "x", 1, 1.5, True, None, [{}])
+_BAD_ARRAYS: tuple[object, ...] = ({}, "x", 1, True, None)
 
 
 def _sites(value: Any, schema: Any, path: tuple = ()) -> Iterator[tuple[tuple, Any, Any]]:
@@ -488,7 +489,7 @@ class _Generator:
 
     def not_object(self) -> Case:
         secret = self.secret()
-        value = self.rng.choice([secret, [secret], 7, 7.5, True, False, None, [], {}, [{"id": 1, "op": "status"}],
+        value: object = self.rng.choice([secret, [secret], 7, 7.5, True, False, None, [], {}, [{"id": 1, "op": "status"}],
                                  [self.valid()], "{\"id\": 1, \"op\": \"status\"}"])
         secrets = [secret] if value == secret or value == [secret] else []
         return _value_case("not-object", value, f"a JSON {type(value).__name__}", secrets)
@@ -882,6 +883,7 @@ class _Adapter:
         threading.Thread(target=self._read, name="hostile-stdout", daemon=True).start()
 
     def _write(self) -> None:
+        assert self.proc.stdin is not None  # started with stdin=PIPE
         while True:
             data = self._outbox.get()
             try:
@@ -894,6 +896,7 @@ class _Adapter:
                 return
 
     def _read(self) -> None:
+        assert self.proc.stdout is not None  # started with stdout=PIPE
         with contextlib.suppress(OSError, ValueError):
             for line in iter(self.proc.stdout.readline, b""):
                 self._lines.put(line)
@@ -948,6 +951,7 @@ class _Adapter:
         except subprocess.TimeoutExpired:
             self.proc.kill()
         self.proc.wait()
+        assert self.proc.stdin is not None and self.proc.stdout is not None  # started with stdin=PIPE, stdout=PIPE
         for stream in (self.proc.stdin, self.proc.stdout):
             with contextlib.suppress(OSError, ValueError):
                 stream.close()

@@ -13,7 +13,7 @@ __all__ = ["scratch_directory"]
 
 
 @contextlib.contextmanager
-def scratch_directory(workdir: Optional[Union[str, Path]], prefix: str) -> Iterator[Path]:
+def scratch_directory(workdir: Optional[Union[str, os.PathLike[str]]], prefix: str) -> Iterator[Path]:
     """A fresh directory (inside ``workdir`` when given, created if need be), removed afterwards, whatever happens."""
     if workdir is not None:
         Path(workdir).mkdir(parents=True, exist_ok=True)

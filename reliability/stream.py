@@ -76,7 +76,7 @@ class Cloud:
         self._rng = random.Random(shape.seed)
         self.projects = [f"p{i}" for i in range(1, shape.projects + 1)]
         self._values: dict[tuple[str, str, str], str] = {}
-        records = {p: {} for p in self.projects}
+        records: dict[str, dict[str, _Record]] = {p: {} for p in self.projects}
         for p in self.projects:
             for i in range(shape.keys):
                 key = f"K{i:03d}"

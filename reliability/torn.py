@@ -53,7 +53,7 @@ import struct
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 from envreplica.conformance.drivers import TEST_MASTER_KEY, SqliteDriver
 from envreplica.conformance.readback import impl_model_state
@@ -183,6 +183,7 @@ def _keep_wal(replica: SqliteReplica) -> None:
     SQLAlchemy connection would autobegin a transaction (``BEGIN IMMEDIATE``).
     """
     dbapi = replica._conn.connection.dbapi_connection  # the replica's one held connection
+    assert dbapi is not None  # the replica is open
     dbapi.execute("PRAGMA wal_autocheckpoint=0")
     pragmas = {name: dbapi.execute(f"PRAGMA {name}").fetchone()[0]
                for name in ("wal_autocheckpoint", "synchronous", "journal_mode")}
@@ -227,7 +228,7 @@ def _comparable(state: State) -> State:
 
 def _answered(request: dict, response: dict) -> None:
     """The consistent stream succeeds at every request; ``AssertionError`` naming it otherwise."""
-    result = response.get("result")
+    result: Any = response.get("result")  # JSON: a dict when the request succeeded
     refused = request["op"] in ("page", "commit", "delivery") and (result or {}).get("ok") is not True
     if response.get("ok") is not True or refused or (request["op"] == "delivery" and result["replayed"]):
         raise AssertionError(f"the recorded run's request {request['id']} ({request['op']}) was answered "
@@ -239,6 +240,7 @@ def _record(cloud: Cloud, directory: Path) -> _Recording:
     db = directory / "replica.db"
     driver = SqliteDriver(Variant.FIXED, db, master_key=TEST_MASTER_KEY)
     try:
+        assert driver.replica is not None  # the driver opens its replica
         _keep_wal(driver.replica)
         main_file = db.read_bytes()
         wal = _WalWatch(db)

@@ -29,7 +29,7 @@ import threading
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 import graphviz
 import graphviz.backend.dot_command as _dot_command
@@ -43,7 +43,7 @@ _TRIGGER_OF_ACTION = {"begin": Trigger.BEGIN, "complete": Trigger.COMPLETE,
                       "close_gate": Trigger.CLOSE_GATE, "restart": Trigger.RESTART}
 
 
-def gate_path(trace: dict) -> list[tuple[int, GateEdge]]:
+def gate_path(trace: dict[str, Any]) -> list[tuple[int, GateEdge]]:
     """The declared edges a trace takes: (step index, edge) for each gate-firing step."""
     states = trace.get("states", [])
     taken = []
@@ -65,7 +65,7 @@ def _node(gate: Gate) -> str:
     return gate.value.replace(".", "_")
 
 
-def build(trace: Optional[dict] = None) -> graphviz.Digraph:
+def build(trace: Optional[dict[str, Any]] = None) -> graphviz.Digraph:
     """The diagram as a ``graphviz.Digraph`` (its ``.source`` needs no ``dot``)."""
     taken = gate_path(trace) if trace else []
     visited = {Gate(s["gate"]) for s in trace.get("states", [])} if trace else set()
@@ -79,7 +79,7 @@ def build(trace: Optional[dict] = None) -> graphviz.Digraph:
                                     "fontname": "Helvetica"},
                          edge_attr={"fontname": "Helvetica", "fontsize": "10"})
 
-    def add_node(graph, gate: Gate, label: str) -> None:
+    def add_node(graph: graphviz.Digraph, gate: Gate, label: str) -> None:
         attrs = {"color": HIGHLIGHT, "penwidth": "2.5"} if gate in visited else {}
         if trace and Gate(trace["states"][-1]["gate"]) is gate:
             attrs["fillcolor"] = "#fde0dd"
@@ -135,7 +135,7 @@ class Renderer:
 
     name: str  # "graphviz-pure" or "dot"
     path: str  # the executable
-    formats: Optional[frozenset] = None  # what it can write; None: whatever it supports
+    formats: Optional[frozenset[str]] = None  # what it can write; None: whatever it supports
 
     def __str__(self) -> str:
         return f"{self.name} ({self.path})"
@@ -190,7 +190,8 @@ def _pipe(renderer: Renderer, text: str, engine: str, fmt: str) -> bytes:
         saved = _dot_command.DOT_BINARY
         _dot_command.DOT_BINARY = Path(renderer.path)
         try:
-            return graphviz.pipe(engine, fmt, text.encode("utf-8"), quiet=True)
+            drawn: bytes = graphviz.pipe(engine, fmt, text.encode("utf-8"), quiet=True)
+            return drawn
         finally:
             _dot_command.DOT_BINARY = saved
 

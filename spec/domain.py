@@ -34,7 +34,7 @@ class ReplicaError(Exception):
         self.message = message
         #: the state committed by earlier transactions of the failing
         #: operation (set by the model; ``None`` means "nothing committed")
-        self.committed = None
+        self.committed: Optional[object] = None
 
 
 class InvalidFrame(ReplicaError):

@@ -32,18 +32,23 @@ from __future__ import annotations
 
 import dataclasses
 import operator
-from typing import Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, TypeVar, cast
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 T = TypeVar("T")
+D = TypeVar("D", bound="DataclassInstance")
 
 
 class HashOnce:
     """Base of a frozen slots dataclass whose hash ``hash_once`` keeps in the ``_hash`` slot."""
 
     __slots__ = ("_hash",)
+    _hash: int  # declared for the checker only: a bare annotation, so no class attribute and no dataclass field
 
 
-def hash_once(cls: type[T]) -> type[T]:
+def hash_once(cls: type[D]) -> type[D]:
     """Replace the dataclass's generated ``__hash__`` by one that keeps the hash of the same field tuple."""
     if not issubclass(cls, HashOnce):
         raise TypeError(f"hash_once: {cls.__name__} must derive from HashOnce (the hash is kept in its slot)")
@@ -53,7 +58,7 @@ def hash_once(cls: type[T]) -> type[T]:
         lambda self: tuple(getattr(self, n) for n in names))
     store = object.__setattr__
 
-    def __hash__(self) -> int:
+    def __hash__(self: HashOnce) -> int:
         try:
             return self._hash
         except AttributeError:
@@ -61,11 +66,11 @@ def hash_once(cls: type[T]) -> type[T]:
             store(self, "_hash", h)
             return h
 
-    cls.__hash__ = __hash__  # type: ignore[method-assign]
+    cls.__hash__ = __hash__
     return cls
 
 
-class _Replacers(dict):
+class _Replacers(dict[type, Callable[..., Any]]):
     """type -> its generated replacer (or ``dataclasses.replace`` where none can be), made on first use."""
 
     def __missing__(self, cls: type) -> Callable[..., Any]:
@@ -78,7 +83,8 @@ _REPLACERS = _Replacers()
 
 def replace(obj: T, /, **changes: Any) -> T:
     """``dataclasses.replace(obj, **changes)``, without its per-call overhead on frozen slots dataclasses."""
-    return _REPLACERS[type(obj)](obj, **changes)
+    # the replacer made for type(obj) builds an object of that same type
+    return cast(T, _REPLACERS[type(obj)](obj, **changes))
 
 
 def _replacer(cls: type) -> Callable[..., Any]:
@@ -96,6 +102,7 @@ def _replacer(cls: type) -> Callable[..., Any]:
     body = "\n".join(
         f"    _set(_n, {n!r}, _o.{n} if {n} is _missing else {n})" for n in names)
     source = f"def replace_{cls.__name__}(_o, /, *, {params}):\n    _n = _new(_cls)\n{body}\n    return _n\n"
-    namespace = {"_missing": missing, "_new": object.__new__, "_set": object.__setattr__, "_cls": cls}
+    namespace: dict[str, Any] = {"_missing": missing, "_new": object.__new__, "_set": object.__setattr__, "_cls": cls}
     exec(source, namespace)  # noqa: S102 - generated from the class's own field names
-    return namespace[f"replace_{cls.__name__}"]
+    # exec defined it from the source above: a function (obj, /, **changes)
+    return cast(Callable[..., Any], namespace[f"replace_{cls.__name__}"])

@@ -24,9 +24,12 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Mapping, Optional
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Protocol, TypedDict, Union, cast
 
 from envreplica.spec.domain import ActionKind, Crashed
+
+if TYPE_CHECKING:
+    from transitions.extensions.nesting import HierarchicalMachine
 
 SEPARATOR = "."
 
@@ -92,7 +95,7 @@ GATE_NEXT: Mapping[tuple[Trigger, Gate], Gate] = MappingProxyType(
 )
 
 #: The states as ``transitions`` declares them (``closed`` has two children).
-MACHINE_STATES = [
+MACHINE_STATES: list[Union[str, dict[str, Any]]] = [
     Gate.INACTIVE.value,
     {"name": "closed", "children": ["idle", "staging"], "initial": "idle"},
     Gate.OPEN.value,
@@ -112,9 +115,22 @@ def fire(trigger: Trigger, gate: Gate) -> Gate:
         ) from None
 
 
-def machine_kwargs() -> dict:
+class MachineKwargs(TypedDict, total=False):
+    """The keyword arguments ``build_machine`` hands to the machine class (the graph ones only with ``graph``)."""
+
+    states: list[Union[str, dict[str, Any]]]
+    transitions: list[dict[str, str]]
+    initial: str
+    auto_transitions: bool
+    ignore_invalid_triggers: bool
+    graph_engine: str
+    title: str
+    show_conditions: bool
+
+
+def machine_kwargs() -> MachineKwargs:
     """The keyword arguments that declare the table to a ``transitions`` machine."""
-    return dict(
+    return MachineKwargs(
         states=MACHINE_STATES,
         transitions=[
             {"trigger": e.trigger.value, "source": e.source.value, "dest": e.dest.value}
@@ -126,16 +142,22 @@ def machine_kwargs() -> dict:
     )
 
 
-def _nested_classes(graph: bool):
+def _nested_classes(graph: bool) -> type[HierarchicalMachine]:
     """Machine classes whose nested-state separator is ``.`` (not the default ``_``)."""
     from transitions.extensions.nesting import NestedState
 
+    base: type[HierarchicalMachine]
     if graph:
-        from transitions.extensions.diagrams import HierarchicalGraphMachine as base
-    else:
-        from transitions.extensions import HierarchicalMachine as base
+        from transitions.extensions.diagrams import HierarchicalGraphMachine
 
-    class _State(base.state_cls):  # type: ignore[name-defined]
+        base = HierarchicalGraphMachine
+    else:
+        from transitions.extensions import HierarchicalMachine
+
+        base = HierarchicalMachine
+
+    # the bases are chosen at run time (plain or graph machine), and mypy takes no variable as a base class
+    class _State(base.state_cls):  # type: ignore[misc, name-defined]
         separator = SEPARATOR
 
     class _Machine(base):  # type: ignore[misc, valid-type]
@@ -160,26 +182,41 @@ TRIGGER_OF: Mapping[ActionKind, Trigger] = MappingProxyType({
 })
 
 
-def fired_trigger(action, result) -> Optional[Trigger]:
+class Step(Protocol):
+    """Any step with a kind (``model.actions``, the migration model's actions)."""
+
+    @property
+    def kind(self) -> ActionKind: ...
+
+
+class CrashStep(Step, Protocol):
+    """A step of kind ``ActionKind.CRASH``: it carries the ``action`` it cut."""
+
+    @property
+    def action(self) -> Step: ...
+
+
+def fired_trigger(action: Step, result: object) -> Optional[Trigger]:
     """The gate trigger a step fired, given its result: refusals and errors fire none; a crash restarts.
 
     ``action`` is any step with a ``kind`` (an ``ActionKind``); a crash step carries the ``action`` it cut."""
     kind = action.kind
     if kind is ActionKind.CRASH:  # a crash restarts; an uncut run fires what its action fires
-        return Trigger.RESTART if isinstance(result, Crashed) else fired_trigger(action.action, result)
+        cut = cast(CrashStep, action).action  # a crash step always carries the action it cut
+        return Trigger.RESTART if isinstance(result, Crashed) else fired_trigger(cut, result)
     trigger = TRIGGER_OF.get(kind)
     if trigger is None or not getattr(result, "ok", False):
         return None
     return trigger
 
 
-def build_machine(graph: bool = False, model: object | None = None):
+def build_machine(graph: bool = False, model: GateModel | None = None) -> tuple[HierarchicalMachine, GateModel]:
     """Declare ``TRANSITIONS`` with ``transitions``; returns (machine, model)."""
     model = model if model is not None else GateModel()
     cls = _nested_classes(graph)
     kwargs = machine_kwargs()
     if graph:
-        kwargs.update(graph_engine="graphviz", title="envreplica serving gate", show_conditions=False)
+        kwargs.update(MachineKwargs(graph_engine="graphviz", title="envreplica serving gate", show_conditions=False))
     machine = cls(model=model, **kwargs)
     return machine, model
 

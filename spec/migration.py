@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, Optional, Protocol, Sequence, Sized, cast
 
 from envreplica.spec.frozen import HashOnce, hash_once
 
@@ -155,6 +155,90 @@ class Crashed:
     """A crash's result: the process is gone; its memory with it, its files and the stores stay."""
 
 
+# ---------------------------------------------------------------------------
+# The state as the predicates read it: by field names, the shape of ``model.migration.MigrationState``
+# ---------------------------------------------------------------------------
+
+
+class StoreView(Protocol):
+    """One store (``model.migration.StoreState``)."""
+
+    @property
+    def version(self) -> int: ...
+
+    @property
+    def data(self) -> Data: ...
+
+    @property
+    def admission(self) -> Admission: ...
+
+    @property
+    def backup(self) -> Optional[Image]: ...
+
+
+class IntentView(Protocol):
+    """The published migration request (``model.migration.Intent``)."""
+
+    @property
+    def sources(self) -> Sequence[Image]: ...
+
+
+class EvidenceView(Protocol):
+    """The published result's evidence (``model.migration.Evidence``)."""
+
+    @property
+    def backups(self) -> Sequence[Optional[Image]]: ...
+
+
+class RecoveryView(Protocol):
+    """The published recovery request (``model.migration.RecoveryRequest``)."""
+
+    @property
+    def restores(self) -> Sequence[bool]: ...
+
+
+class FilesView(Protocol):
+    """What has been published (``model.migration.Files``)."""
+
+    @property
+    def intent(self) -> Optional[IntentView]: ...
+
+    @property
+    def result(self) -> Optional[EvidenceView]: ...
+
+    @property
+    def recovery(self) -> Optional[RecoveryView]: ...
+
+    @property
+    def recovery_result(self) -> bool: ...
+
+
+class MigrationView(Protocol):
+    """A state of the paired migration (``model.migration.MigrationState``)."""
+
+    @property
+    def stores(self) -> Sequence[StoreView]: ...
+
+    @property
+    def files(self) -> FilesView: ...
+
+    @property
+    def procs(self) -> Sized: ...
+
+    @property
+    def original(self) -> Sequence[Optional[Image]]: ...
+
+
+class WriteView(Protocol):
+    """A foreign write (``model.migration.Write``): the only action whose result is ``Landed``."""
+
+    @property
+    def store(self) -> int: ...
+
+    @property
+    def version(self) -> int: ...
+
+
 def reconcile_child(source: Image, now: Image, receipt: bool = False) -> Status:
     """One child's physical outcome: its source (not applied), its source migrated (applied), or unknown.
     With ``receipt``, applied means the store records the migration (its source migrated, at the new
@@ -170,7 +254,7 @@ def reconcile_child(source: Image, now: Image, receipt: bool = False) -> Status:
     return Status.UNKNOWN
 
 
-def reconcile(sources, images, receipt: bool = False) -> Status:
+def reconcile(sources: Sequence[Image], images: Sequence[Image], receipt: bool = False) -> Status:
     """The pair's outcome (the seed's ``PreparedPairedWriterMigration.reconcile``)."""
     outcomes = [reconcile_child(s, i, receipt) for s, i in zip(sources, images)]
     if Status.UNKNOWN in outcomes:
@@ -179,16 +263,17 @@ def reconcile(sources, images, receipt: bool = False) -> Status:
     return Status.APPLIED if applied == len(outcomes) else Status.PARTIAL if applied else Status.NOT_APPLIED
 
 
-def image_of(store) -> Image:
+def image_of(store: StoreView) -> Image:
     """A store's content now."""
     return Image(store.version, store.data)
 
 
-def before_migration(st, i: int) -> Optional[Image]:
+def before_migration(st: MigrationView, i: int) -> Optional[Image]:
     """Store ``i`` as it was before the migration: when first fenced (by the migration's maintenance or the
     recovery's fence: no write lands after), or its prepared source if never fenced."""
-    if st.original[i] is not None:
-        return st.original[i]
+    original = st.original[i]
+    if original is not None:
+        return original
     return st.files.intent.sources[i] if st.files.intent is not None else None
 
 
@@ -197,17 +282,17 @@ def before_migration(st, i: int) -> Optional[Image]:
 # ---------------------------------------------------------------------------
 
 
-def never_result_and_recovery(st) -> bool:
+def never_result_and_recovery(st: MigrationView) -> bool:
     """Never both a published migration result and a selected recovery."""
     return st.files.result is None or st.files.recovery is None
 
 
-def backups_hold_originals(st) -> bool:
+def backups_hold_originals(st: MigrationView) -> bool:
     """Every backup holds its store's original content: none is ever replaced by migrated content."""
     return all(s.backup is None or s.backup == st.original[i] for i, s in enumerate(st.stores))
 
 
-def result_evidence_is_the_originals(st) -> bool:
+def result_evidence_is_the_originals(st: MigrationView) -> bool:
     """A published result's evidence names the backups of the stores' original content."""
     return st.files.result is None or st.files.result.backups == st.original
 
@@ -217,30 +302,33 @@ def result_evidence_is_the_originals(st) -> bool:
 # ---------------------------------------------------------------------------
 
 
-def result_means_both_migrated(pre, action, result, post) -> bool:
+def result_means_both_migrated(pre: MigrationView, action: object, result: object, post: MigrationView) -> bool:
     """A result is published only when both stores are at the new version, migrated from their originals, and backed up."""
     if pre.files.result is not None or post.files.result is None:
         return True
-    return all(post.original[i] is not None and image_of(s) == migrated(post.original[i])
-               and s.backup == post.original[i] for i, s in enumerate(post.stores))
+    return all((o := post.original[i]) is not None and image_of(s) == migrated(o) and s.backup == o
+               for i, s in enumerate(post.stores))
 
 
-def writes_are_fenced(pre, action, result, post) -> bool:
+def writes_are_fenced(pre: MigrationView, action: object, result: object, post: MigrationView) -> bool:
     """A foreign write lands only on a store open to writers, at the store's own contract version."""
     if not isinstance(result, Landed):
         return True
-    store = pre.stores[action.store]
-    return store.admission is Admission.OPEN and action.version == store.version
+    write = cast(WriteView, action)  # only a foreign write lands
+    store = pre.stores[write.store]
+    return store.admission is Admission.OPEN and write.version == store.version
 
 
-def recovery_restores_before(pre, action, result, post) -> bool:
+def recovery_restores_before(pre: MigrationView, action: object, result: object, post: MigrationView) -> bool:
     """A completed recovery leaves each store exactly as it was before the migration, at the old version."""
     if pre.files.recovery_result or not post.files.recovery_result:
         return True
     return all(image_of(s) == before_migration(post, i) for i, s in enumerate(post.stores))
 
 
-def recovery_restores_only_changed_stores(pre, action, result, post) -> bool:
+def recovery_restores_only_changed_stores(
+    pre: MigrationView, action: object, result: object, post: MigrationView
+) -> bool:
     """A recovery writes a backup only over a store the migration changed: an unchanged one is left untouched."""
     if pre.files.recovery is None:
         return True
@@ -254,42 +342,51 @@ def recovery_restores_only_changed_stores(pre, action, result, post) -> bool:
 # ---------------------------------------------------------------------------
 
 
-def sometimes_migration_completes(st) -> bool:
+def _recovery(st: MigrationView) -> RecoveryView:
+    """The published recovery request, read once its result is published (which comes only after it)."""
+    return cast(RecoveryView, st.files.recovery)
+
+
+def sometimes_migration_completes(st: MigrationView) -> bool:
     """Sometimes a migration result is published and both stores are open again."""
     return st.files.result is not None and all(s.admission is Admission.OPEN for s in st.stores)
 
 
-def sometimes_recovery_restores(st) -> bool:
+def sometimes_recovery_restores(st: MigrationView) -> bool:
     """Sometimes a recovery completes having restored a store from its backup."""
-    return st.files.recovery_result and any(st.files.recovery.restores)
+    return st.files.recovery_result and any(_recovery(st).restores)
 
 
-def sometimes_recovery_keeps_unchanged(st) -> bool:
+def sometimes_recovery_keeps_unchanged(st: MigrationView) -> bool:
     """Sometimes a recovery completes with one store restored and the other judged unchanged."""
-    return st.files.recovery_result and any(st.files.recovery.restores) and not all(st.files.recovery.restores)
+    return st.files.recovery_result and any(_recovery(st).restores) and not all(_recovery(st).restores)
 
 
-def sometimes_rerun_finds_partial(pre, action, result, post) -> bool:
+def sometimes_rerun_finds_partial(pre: MigrationView, action: object, result: object, post: MigrationView) -> bool:
     """Sometimes a rerun finds one store migrated and the other not (a crash between the two applies)."""
     return isinstance(result, Done) and result.note == Status.PARTIAL.value
 
 
-def sometimes_fence_refuses_write(pre, action, result, post) -> bool:
+def sometimes_fence_refuses_write(pre: MigrationView, action: object, result: object, post: MigrationView) -> bool:
     """Sometimes a foreign write is refused because a store is under maintenance or recovery."""
     return isinstance(result, Refused) and result.code is Refusal.ADMISSION_CLOSED
 
 
-def sometimes_crash(pre, action, result, post) -> bool:
+def sometimes_crash(pre: MigrationView, action: object, result: object, post: MigrationView) -> bool:
     """Sometimes a process crashes after it changed a store (a backup or an apply done)."""
     return isinstance(result, Crashed) and any(s.backup is not None for s in pre.stores)
 
 
-def sometimes_recovered_after_crash(crash, pre, action, result, post) -> bool:
+def sometimes_recovered_after_crash(
+    crash: object, pre: MigrationView, action: object, result: object, post: MigrationView
+) -> bool:
     """Sometimes, after such a crash, a recovery completes on the same path."""
     return not pre.files.recovery_result and post.files.recovery_result
 
 
-def sometimes_resumes_after_partial(partial, pre, action, result, post) -> bool:
+def sometimes_resumes_after_partial(
+    partial: object, pre: MigrationView, action: object, result: object, post: MigrationView
+) -> bool:
     """Sometimes, after a rerun found one store migrated and the other not, it publishes the migration result."""
     return pre.files.result is None and post.files.result is not None
 
@@ -304,11 +401,11 @@ class Property:
     """A named predicate and the sentence it checks (the shape ``checker.bfs`` reads)."""
 
     name: str
-    check: Callable
+    check: Callable[..., bool]
     kind: str  # "invariant" | "step" | "sometimes-state" | "sometimes-step" | "sometimes-after"
     after: Optional["Property"] = None  # sometimes-after: the step that must come first on the path
-    actions: Optional[frozenset] = None  # step kinds: where check can fail (None: any step)
-    results: Optional[tuple] = None
+    actions: Optional[frozenset[str]] = None  # step kinds: where check can fail (None: any step)
+    results: Optional[tuple[type, ...]] = None
 
     @property
     def statement(self) -> str:
@@ -316,7 +413,7 @@ class Property:
         return text.splitlines()[0] if text else self.name
 
 
-def _props(kind: str, *fns: Callable) -> tuple[Property, ...]:
+def _props(kind: str, *fns: Callable[..., bool]) -> tuple[Property, ...]:
     return tuple(Property(f.__name__, f, kind) for f in fns)
 
 
@@ -341,7 +438,7 @@ SOMETIMES = (
 )
 
 
-def settled(st) -> bool:
+def settled(st: MigrationView) -> bool:
     """Nothing left to do: no invocation running, both stores open to writers, and the pair consistent:
     a published migration result, or both stores at the old version (never migrated, or recovered)."""
     if st.procs or any(s.admission is not Admission.OPEN for s in st.stores):

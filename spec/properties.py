@@ -28,37 +28,216 @@ step properties judge what it answers against the gate and against
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, Hashable, Mapping, Optional, Protocol, Sequence, TypeVar, Union, cast
 
 from envreplica.spec.domain import (
     ActionKind,
     ApplyFrame,
     ApplyOk,
     ApplyRefused,
+    Binding,
+    BindingState,
+    CommitFrame,
     CommitOk,
     CommitRefused,
     Crashed,
+    DeliveryRequest,
+    Head,
+    Materialization,
     MatKind,
+    PageFrame,
     PageRefused,
+    RecordResult,
     RefusalCode,
     Snapshot,
+    ValueRef,
     View,
 )
 from envreplica.spec.frozen import replace
-from envreplica.spec.gate import GATE_NEXT, Gate, fired_trigger
+from envreplica.spec.gate import GATE_NEXT, Gate, Step, fired_trigger
 from envreplica.spec.serving import served
+
+# ---------------------------------------------------------------------------
+# The state as the predicates read it: by field names, the shape of ``model.state.State``
+# ---------------------------------------------------------------------------
+
+
+class AuthorityView(Protocol):
+    """The authority row (``model.state.Authority``)."""
+
+    @property
+    def gate(self) -> Gate: ...
+
+    @property
+    def stream_id(self) -> Optional[str]: ...
+
+    @property
+    def applied_sequence(self) -> int: ...
+
+    @property
+    def attempt_id(self) -> Optional[str]: ...
+
+    @property
+    def org_id(self) -> Optional[str]: ...
+
+    @property
+    def policy_epochs(self) -> tuple[int, ...]: ...
+
+
+class RowView(Protocol):
+    """A live or staged record row (``model.state.LiveRow``, ``StageRow``)."""
+
+    @property
+    def state(self) -> BindingState: ...
+
+    @property
+    def mat(self) -> Materialization: ...
+
+
+class StageRowView(RowView, Protocol):
+    """A staged record row (``model.state.StageRow``)."""
+
+    @property
+    def present(self) -> bool: ...
+
+
+class ValueView(Protocol):
+    """A value row (``model.state.StoredValue``)."""
+
+    @property
+    def revision(self) -> int: ...
+
+    @property
+    def generation(self) -> int: ...
+
+    @property
+    def value_ref(self) -> ValueRef: ...
+
+    @property
+    def value(self) -> str: ...
+
+
+class StageProjectView(Protocol):
+    """A project of the open attempt (``model.state.StageProject``)."""
+
+    @property
+    def record_version(self) -> Optional[int]: ...
+
+
+class ReceiptRow(Protocol):
+    """A consumed delivery's receipt (``model.state.Receipt``)."""
+
+    @property
+    def request(self) -> DeliveryRequest: ...
+
+    @property
+    def ok(self) -> bool: ...
+
+    @property
+    def code(self) -> Optional[RefusalCode]: ...
+
+    @property
+    def result(self) -> Optional[RecordResult]: ...
+
+    @property
+    def record_version(self) -> Optional[int]: ...
+
+
+class ReadView(Protocol):
+    """A value-store read in flight (``model.state.AwaitRead``)."""
+
+    @property
+    def view(self) -> View: ...
+
+    @property
+    def attempt_id(self) -> Optional[str]: ...
+
+    @property
+    def project_id(self) -> str: ...
+
+    @property
+    def key(self) -> str: ...
+
+
+class InFlightView(Protocol):
+    """An operation suspended in a read (``model.state.PageInFlight``, ``DeliveryInFlight``)."""
+
+    @property
+    def frame(self) -> Union[PageFrame, ApplyFrame]: ...
+
+    @property
+    def read(self) -> ReadView: ...
+
+
+class ReplicaView(Hashable, Protocol):
+    """A replica state (``model.state.State``): its tables and what is in flight."""
+
+    @property
+    def authority(self) -> AuthorityView: ...
+
+    @property
+    def projects(self) -> Mapping[str, int]: ...
+
+    @property
+    def records(self) -> Mapping[tuple[str, str], RowView]: ...
+
+    @property
+    def values(self) -> Mapping[tuple[str, str], ValueView]: ...
+
+    @property
+    def stage_projects(self) -> Mapping[tuple[str, str], StageProjectView]: ...
+
+    @property
+    def stage_records(self) -> Mapping[tuple[str, str, str], StageRowView]: ...
+
+    @property
+    def stage_values(self) -> Mapping[tuple[str, str, str], ValueView]: ...
+
+    @property
+    def receipts(self) -> Mapping[tuple[str, int], ReceiptRow]: ...
+
+    @property
+    def inflight(self) -> tuple[InFlightView, ...]: ...
+
+
+class _ResumeAction(Protocol):
+    """A step of kind ``ActionKind.RESUME`` (``model.actions.Resume``)."""
+
+    @property
+    def slot(self) -> int: ...
+
+
+F = TypeVar("F", covariant=True)
+
+
+class _FrameAction(Protocol[F]):
+    """A page, delivery or commit step (``model.actions.Page``, ``Deliver``, ``Commit``): its frame."""
+
+    @property
+    def frame(self) -> F: ...
+
+
+class _ReadAction(Protocol):
+    """A step of kind ``ActionKind.READ`` (``model.actions.Read``)."""
+
+    @property
+    def project_ids(self) -> Sequence[str]: ...
+
+
+K = TypeVar("K")
+
 
 # ---------------------------------------------------------------------------
 # State invariants
 # ---------------------------------------------------------------------------
 
 
-def gate_agrees_with_attempt(st) -> bool:
+def gate_agrees_with_attempt(st: ReplicaView) -> bool:
     """An attempt is open exactly when the gate is closed.staging."""
     return (st.authority.attempt_id is not None) == (st.authority.gate is Gate.STAGING)
 
 
-def staging_belongs_to_attempt(st) -> bool:
+def staging_belongs_to_attempt(st: ReplicaView) -> bool:
     """Every staged row belongs to the open attempt; with no attempt nothing is staged."""
     attempt = st.authority.attempt_id
     return all(
@@ -68,7 +247,7 @@ def staging_belongs_to_attempt(st) -> bool:
     )
 
 
-def _installed_match(records, values) -> bool:
+def _installed_match(records: Mapping[K, RowView], values: Mapping[K, ValueView]) -> bool:
     for k, row in records.items():
         if row.mat.kind is MatKind.INSTALLED:
             value = values.get(k)
@@ -84,17 +263,17 @@ def _installed_match(records, values) -> bool:
     return True
 
 
-def installed_matches_head_live(st) -> bool:
+def installed_matches_head_live(st: ReplicaView) -> bool:
     """An installed live value matches its record's head (revision, generation, value reference)."""
     return _installed_match(st.records, st.values)
 
 
-def installed_matches_head_staged(st) -> bool:
+def installed_matches_head_staged(st: ReplicaView) -> bool:
     """An installed staged value matches its staged record's head (revision, generation, value reference)."""
     return _installed_match(st.stage_records, st.stage_values)
 
 
-def unserved_records_carry_no_value(st) -> bool:
+def unserved_records_carry_no_value(st: ReplicaView) -> bool:
     """Withheld, unavailable and tombstoned records carry no value, live or staged."""
     for records, values in ((st.records, st.values), (st.stage_records, st.stage_values)):
         for k, row in records.items():
@@ -103,12 +282,12 @@ def unserved_records_carry_no_value(st) -> bool:
     return True
 
 
-def no_value_without_record(st) -> bool:
+def no_value_without_record(st: ReplicaView) -> bool:
     """Every stored value, live or staged, has a record."""
     return all(k in st.records for k in st.values) and all(k in st.stage_records for k in st.stage_values)
 
 
-def served_values_are_live_bound_kept(st) -> bool:
+def served_values_are_live_bound_kept(st: ReplicaView) -> bool:
     """A served value belongs to a live, non-tombstoned, bound record under a kept policy epoch."""
     kept = st.authority.policy_epochs
     for entry in served(st) or ():
@@ -119,7 +298,7 @@ def served_values_are_live_bound_kept(st) -> bool:
     return True
 
 
-def receipts_cover_consumed(st) -> bool:
+def receipts_cover_consumed(st: ReplicaView) -> bool:
     """Receipts exist for exactly the sequences 1..applied of the current stream."""
     a = st.authority
     if not a.gate.activated:
@@ -128,7 +307,7 @@ def receipts_cover_consumed(st) -> bool:
     return set(st.receipts) == expected
 
 
-def gate_open_has_no_staging(st) -> bool:
+def gate_open_has_no_staging(st: ReplicaView) -> bool:
     """An open or idle gate has no staged projects: only an attempt stages."""
     if st.authority.gate in (Gate.OPEN, Gate.IDLE, Gate.INACTIVE):
         return not st.stage_projects and not st.stage_records and not st.stage_values
@@ -140,12 +319,12 @@ def gate_open_has_no_staging(st) -> bool:
 # ---------------------------------------------------------------------------
 
 
-def _delivery_frame(action) -> Optional[ApplyFrame]:
+def _delivery_frame(action: object) -> Optional[ApplyFrame]:
     frame = getattr(action, "frame", None)
     return frame if isinstance(frame, ApplyFrame) else None
 
 
-def cursor_never_goes_back(pre, action, result, post) -> bool:
+def cursor_never_goes_back(pre: ReplicaView, action: Step, result: object, post: ReplicaView) -> bool:
     """Within one stream the delivery cursor never goes back."""
     a, b = pre.authority, post.authority
     if a.gate.activated and b.gate.activated and a.stream_id == b.stream_id:
@@ -153,7 +332,7 @@ def cursor_never_goes_back(pre, action, result, post) -> bool:
     return True
 
 
-def replay_returns_same_answer(pre, action, result, post) -> bool:
+def replay_returns_same_answer(pre: ReplicaView, action: Step, result: object, post: ReplicaView) -> bool:
     """A replayed delivery returns the answer recorded when its sequence was consumed, and changes nothing."""
     if not getattr(result, "replayed", False) or getattr(result, "code", None) is RefusalCode.DELIVERY_CONFLICT:
         return True
@@ -165,10 +344,11 @@ def replay_returns_same_answer(pre, action, result, post) -> bool:
         return False
     if isinstance(result, ApplyOk):
         return receipt.ok and receipt.result == result.result and receipt.record_version == result.record_version
-    return (not receipt.ok) and receipt.code == result.code
+    refused = cast(ApplyRefused, result)  # replayed, and not ApplyOk: only a delivery's refusal is replayed
+    return (not receipt.ok) and receipt.code == refused.code
 
 
-def conflicting_replay_changes_nothing(pre, action, result, post) -> bool:
+def conflicting_replay_changes_nothing(pre: ReplicaView, action: Step, result: object, post: ReplicaView) -> bool:
     """A different frame at a consumed sequence gets delivery_conflict and changes nothing."""
     frame = _delivery_frame(action)
     if frame is None or not hasattr(action, "frame"):
@@ -182,7 +362,7 @@ def conflicting_replay_changes_nothing(pre, action, result, post) -> bool:
     return isinstance(result, ApplyRefused) and result.code is RefusalCode.DELIVERY_CONFLICT and post == pre
 
 
-def consumed_answer_is_receipted(pre, action, result, post) -> bool:
+def consumed_answer_is_receipted(pre: ReplicaView, action: Step, result: object, post: ReplicaView) -> bool:
     """When a delivery consumes its sequence, the receipt stored is the answer it gives."""
     if not isinstance(result, (ApplyOk, ApplyRefused)) or result.replayed:
         return True
@@ -196,7 +376,7 @@ def consumed_answer_is_receipted(pre, action, result, post) -> bool:
     return (not receipt.ok) and receipt.code == result.code
 
 
-def receipts_are_never_rewritten(pre, action, result, post) -> bool:
+def receipts_are_never_rewritten(pre: ReplicaView, action: Step, result: object, post: ReplicaView) -> bool:
     """A receipt, once written, is never changed: receipts are only added, or all dropped with their stream."""
     if pre.receipts is post.receipts or pre.authority.stream_id != post.authority.stream_id:
         return True
@@ -205,22 +385,25 @@ def receipts_are_never_rewritten(pre, action, result, post) -> bool:
     )
 
 
-def _moved_keys(before, after) -> set:
+def _moved_keys(before: Mapping[K, object], after: Mapping[K, object]) -> set[K]:
     """The keys whose rows differ between two versions of one table (none when it is the same object)."""
     if before is after:  # an operation leaves the tables it does not write as they were
         return set()
     return {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
 
 
-def resume_changes_only_its_operation(pre, action, result, post) -> bool:
+def resume_changes_only_its_operation(pre: ReplicaView, action: Step, result: object, post: ReplicaView) -> bool:
     """A read that answers changes only its own operation's rows (and, for a delivery, its receipt and cursor)."""
     if getattr(action, "kind", None) is not ActionKind.RESUME:
         return True
-    op = pre.inflight[action.slot]
-    rest = pre.inflight[: action.slot] + pre.inflight[action.slot + 1:]
+    slot = cast(_ResumeAction, action).slot  # a step of kind RESUME is a Resume
+    op = pre.inflight[slot]
+    rest = pre.inflight[: slot] + pre.inflight[slot + 1:]
     if post.inflight[: len(rest)] != rest or len(post.inflight) > len(rest) + 1:
         return False
-    if _moved_keys(pre.projects, post.projects) or _moved_keys(pre.stage_projects, post.stage_projects):
+    if _moved_keys(pre.projects, post.projects):
+        return False
+    if _moved_keys(pre.stage_projects, post.stage_projects):
         return False
     stage_records = _moved_keys(pre.stage_records, post.stage_records)
     stage_values = _moved_keys(pre.stage_values, post.stage_values)
@@ -249,26 +432,28 @@ def resume_changes_only_its_operation(pre, action, result, post) -> bool:
     )
 
 
-def reads_change_only_materialization(pre, action, result, post) -> bool:
+def reads_change_only_materialization(pre: ReplicaView, action: Step, result: object, post: ReplicaView) -> bool:
     """A value-store read that answers changes materializations and values only, never a record's state."""
     if getattr(action, "kind", None) is not ActionKind.RESUME:
         return True
-    for before, after in ((pre.records, post.records), (pre.stage_records, post.stage_records)):
-        if before is after:
-            continue
-        if before.keys() != after.keys():
-            return False
-        if any(after[k].state != row.state for k, row in before.items()):
-            return False
-    return True
+    return _states_kept(pre.records, post.records) and _states_kept(pre.stage_records, post.stage_records)
 
 
-def commit_only_at_high_water(pre, action, result, post) -> bool:
+def _states_kept(before: Mapping[K, RowView], after: Mapping[K, RowView]) -> bool:
+    """The same keys, each with the same record state (true at once when the table is the same object)."""
+    if before is after:
+        return True
+    if before.keys() != after.keys():
+        return False
+    return not any(after[k].state != row.state for k, row in before.items())
+
+
+def commit_only_at_high_water(pre: ReplicaView, action: Step, result: object, post: ReplicaView) -> bool:
     """A commit succeeds only at the replica's delivery cursor and with the staged record versions."""
     if not isinstance(result, CommitOk):
         return True
     a = pre.authority
-    frame = action.frame
+    frame = cast(_FrameAction[CommitFrame], action).frame  # only a commit answers CommitOk
     staged = {p: sp.record_version for (att, p), sp in pre.stage_projects.items() if att == frame.attempt_id}
     return (
         (frame.high_water.stream_id, frame.high_water.sequence) == (a.stream_id, a.applied_sequence)
@@ -276,17 +461,17 @@ def commit_only_at_high_water(pre, action, result, post) -> bool:
     )
 
 
-def organisation_fixed_after_activation(pre, action, result, post) -> bool:
+def organisation_fixed_after_activation(pre: ReplicaView, action: Step, result: object, post: ReplicaView) -> bool:
     """The organisation never changes after activation."""
     return not pre.authority.gate.activated or post.authority.org_id == pre.authority.org_id
 
 
-def live_record_version_never_decreases(pre, action, result, post) -> bool:
+def live_record_version_never_decreases(pre: ReplicaView, action: Step, result: object, post: ReplicaView) -> bool:
     """A live project's record version never decreases."""
     return pre.projects is post.projects or all(post.projects[p] >= v for p, v in pre.projects.items() if p in post.projects)
 
 
-def commit_promotes_exactly_staged(pre, action, result, post) -> bool:
+def commit_promotes_exactly_staged(pre: ReplicaView, action: Step, result: object, post: ReplicaView) -> bool:
     """A successful commit makes the live view exactly the attempt's staged view, and opens the gate."""
     if not isinstance(result, CommitOk):
         return True
@@ -309,7 +494,7 @@ PAGE_REFUSALS_BEFORE_WRITES = frozenset({
 })
 
 
-def refusals_change_only_what_seed_writes(pre, action, result, post) -> bool:
+def refusals_change_only_what_seed_writes(pre: ReplicaView, action: Step, result: object, post: ReplicaView) -> bool:
     """Refusals change only what the seed's refusing transaction wrote before refusing.
 
     Commit refusals change nothing. Page refusals never touch the authority,
@@ -330,7 +515,8 @@ def refusals_change_only_what_seed_writes(pre, action, result, post) -> bool:
             return False
         if result.code in PAGE_REFUSALS_BEFORE_WRITES:
             return post == pre
-        scope = (action.frame.attempt_id, action.frame.project_id)
+        page = cast(_FrameAction[PageFrame], action).frame  # a step of kind PAGE is a Page
+        scope = (page.attempt_id, page.project_id)
         for table in ("stage_projects", "stage_records", "stage_values"):
             before, after = getattr(pre, table), getattr(post, table)
             for k in set(before) | set(after):
@@ -340,7 +526,7 @@ def refusals_change_only_what_seed_writes(pre, action, result, post) -> bool:
     if isinstance(result, ApplyRefused) and kind is ActionKind.DELIVERY:
         if not result.consumed or result.replayed:
             return post == pre
-        frame = action.frame
+        frame = cast(_FrameAction[ApplyFrame], action).frame  # a step of kind DELIVERY is a Deliver
         added = set(post.receipts) - set(pre.receipts)
         expected = replace(
             pre,
@@ -351,7 +537,7 @@ def refusals_change_only_what_seed_writes(pre, action, result, post) -> bool:
     return True
 
 
-def restart_closes_gate(pre, action, result, post) -> bool:
+def restart_closes_gate(pre: ReplicaView, action: Step, result: object, post: ReplicaView) -> bool:
     """A restart loses everything in flight, keeps the committed tables, and leaves the gate closed."""
     if getattr(action, "kind", None) is not ActionKind.RESTART:
         return True
@@ -365,17 +551,19 @@ def restart_closes_gate(pre, action, result, post) -> bool:
     )
 
 
-def _delivered_frame(action) -> Optional[ApplyFrame]:
+def _delivered_frame(action: object) -> Optional[ApplyFrame]:
     """The frame of a delivery, run whole or cut by a crash (``CrashAfter`` of a ``Deliver``)."""
     return _delivery_frame(getattr(action, "action", action))
 
 
-def _head_key(state):
+def _head_key(state: BindingState) -> tuple[Head, Binding, Optional[int]]:
     """What a stored value is bound to: the head, and the binding and policy the head was approved under."""
     return state.head, state.binding, state.policy_epoch
 
 
-def crash_never_pairs_old_value_with_new_head(pre, action, result, post) -> bool:
+def crash_never_pairs_old_value_with_new_head(
+    pre: ReplicaView, action: Step, result: object, post: ReplicaView
+) -> bool:
     """A crash can withhold a value but never pair one with another head or policy than it was fetched for.
 
     After a crash (the committed prefix of a page, delivery or resumed read,
@@ -415,7 +603,7 @@ def crash_never_pairs_old_value_with_new_head(pre, action, result, post) -> bool
     return True
 
 
-def live_head_moves_with_its_record_version(pre, action, result, post) -> bool:
+def live_head_moves_with_its_record_version(pre: ReplicaView, action: Step, result: object, post: ReplicaView) -> bool:
     """A live record's state changes only with its project's record version: by a commit, or a delivery setting it.
 
     The seed writes a delivery's record and its project's record version in
@@ -438,7 +626,7 @@ def live_head_moves_with_its_record_version(pre, action, result, post) -> bool:
     )
 
 
-def nothing_served_unless_open(pre, action, result, post) -> bool:
+def nothing_served_unless_open(pre: ReplicaView, action: Step, result: object, post: ReplicaView) -> bool:
     """A read serves only while the gate is open with no attempt."""
     if getattr(action, "kind", None) is not ActionKind.READ or not isinstance(result, Snapshot):
         return True
@@ -446,18 +634,18 @@ def nothing_served_unless_open(pre, action, result, post) -> bool:
     return a.gate is Gate.OPEN and a.attempt_id is None
 
 
-def reads_serve_what_the_seed_serves(pre, action, result, post) -> bool:
+def reads_serve_what_the_seed_serves(pre: ReplicaView, action: Step, result: object, post: ReplicaView) -> bool:
     """A read of every project serves exactly the seed's read of the state (``spec.serving``), or nothing."""
     if getattr(action, "kind", None) is not ActionKind.READ or not isinstance(result, Snapshot):
         return True
-    if tuple(action.project_ids) != tuple(sorted(pre.projects)):
+    if tuple(cast(_ReadAction, action).project_ids) != tuple(sorted(pre.projects)):  # a READ step is a Read
         return True  # the step reads every project once, in id order
     expected = served(pre)
     got = tuple((p.project_id, e.state, e.value) for p in result.projects for e in p.entries)
     return expected is not None and got == tuple((s.project_id, s.state, s.value) for s in expected)
 
 
-def gate_moves_only_by_declared_transitions(pre, action, result, post) -> bool:
+def gate_moves_only_by_declared_transitions(pre: ReplicaView, action: Step, result: object, post: ReplicaView) -> bool:
     """The gate moves only along a declared transition of spec.gate fired by a successful operation."""
     trigger = fired_trigger(action, result)
     if trigger is None:
@@ -470,37 +658,37 @@ def gate_moves_only_by_declared_transitions(pre, action, result, post) -> bool:
 # ---------------------------------------------------------------------------
 
 
-def sometimes_gate_open(st) -> bool:
+def sometimes_gate_open(st: ReplicaView) -> bool:
     """Sometimes the gate is open."""
     return st.authority.gate is Gate.OPEN
 
 
-def sometimes_value_served(pre, action, result, post) -> bool:
+def sometimes_value_served(pre: ReplicaView, action: Step, result: object, post: ReplicaView) -> bool:
     """Sometimes a read serves a value."""
     return isinstance(result, Snapshot) and any(e.value is not None for p in result.projects for e in p.entries)
 
 
-def sometimes_staged_value(st) -> bool:
+def sometimes_staged_value(st: ReplicaView) -> bool:
     """Sometimes a staged record holds an installed value."""
     return len(st.stage_values) > 0 and any(r.mat.kind is MatKind.INSTALLED for r in st.stage_records.values())
 
 
-def sometimes_in_flight(st) -> bool:
+def sometimes_in_flight(st: ReplicaView) -> bool:
     """Sometimes an operation is suspended in a value-store read."""
     return len(st.inflight) > 0
 
 
-def sometimes_replay(pre, action, result, post) -> bool:
+def sometimes_replay(pre: ReplicaView, action: Step, result: object, post: ReplicaView) -> bool:
     """Sometimes a delivery is replayed from its receipt."""
     return isinstance(result, (ApplyOk, ApplyRefused)) and result.replayed
 
 
-def sometimes_commit_after_interleaving(pre, action, result, post) -> bool:
+def sometimes_commit_after_interleaving(pre: ReplicaView, action: Step, result: object, post: ReplicaView) -> bool:
     """Sometimes a commit succeeds while another operation is suspended in a read."""
     return isinstance(result, CommitOk) and len(pre.inflight) > 0
 
 
-def _crashed_delivery(pre, action) -> Optional[ApplyFrame]:
+def _crashed_delivery(pre: ReplicaView, action: object) -> Optional[ApplyFrame]:
     """The delivery a crash step cut: a ``CrashAfter`` of its ``Deliver``, or of the ``Resume`` of its read."""
     inner = getattr(action, "action", None)
     frame = _delivery_frame(inner)
@@ -510,7 +698,7 @@ def _crashed_delivery(pre, action) -> Optional[ApplyFrame]:
     return frame
 
 
-def sometimes_crash_half_applies_delivery(pre, action, result, post) -> bool:
+def sometimes_crash_half_applies_delivery(pre: ReplicaView, action: Step, result: object, post: ReplicaView) -> bool:
     """Sometimes a crash between a delivery's commits half-applies it: record and version written, no receipt or cursor."""
     if not isinstance(result, Crashed):
         return False
@@ -529,7 +717,8 @@ def sometimes_crash_half_applies_delivery(pre, action, result, post) -> bool:
     )
 
 
-def sometimes_resent_delivery_completes(crash, pre, action, result, post) -> bool:
+def sometimes_resent_delivery_completes(crash: tuple[ReplicaView, Step, object, ReplicaView], pre: ReplicaView,
+                                        action: Step, result: object, post: ReplicaView) -> bool:
     """Sometimes the cloud re-sends a delivery a crash left half-applied and it completes, answered with that record.
 
     ``crash`` is the earlier crash step on the same path (the checker passes
@@ -555,7 +744,7 @@ class Property:
     """A named predicate and the sentence it checks."""
 
     name: str
-    check: Callable
+    check: Callable[..., bool]
     kind: str  # "invariant" | "step" | "sometimes-state" | "sometimes-step" | "sometimes-after"
     doc: str = ""  # the statement, when ``check`` is a wrapper without the docstring
     after: Optional["Property"] = None  # sometimes-after: the step that must come first on the path
@@ -563,8 +752,8 @@ class Property:
     #: ``check`` can return False (a step property) or True (a sometimes-step); None: any. The checker
     #: evaluates the property only there (``checker.bfs``); ``tests/test_checker_fast.py`` shows it
     #: answers the same everywhere else.
-    actions: Optional[frozenset] = None
-    results: Optional[tuple] = None
+    actions: Optional[frozenset[str]] = None
+    results: Optional[tuple[type, ...]] = None
 
     @property
     def statement(self) -> str:
@@ -572,7 +761,7 @@ class Property:
         return text.splitlines()[0] if text else self.name
 
 
-def _props(kind, *fns) -> tuple[Property, ...]:
+def _props(kind: str, *fns: Callable[..., bool]) -> tuple[Property, ...]:
     return tuple(Property(f.__name__, f, kind) for f in fns)
 
 
@@ -589,7 +778,7 @@ INVARIANTS = _props(
     receipts_cover_consumed,
 )
 
-def _step(kind: str, fn: Callable, actions: Optional[tuple[str, ...]] = None,
+def _step(kind: str, fn: Callable[..., bool], actions: Optional[tuple[str, ...]] = None,
           results: Optional[tuple[type, ...]] = None) -> Property:
     """A step property evaluated only on steps of ``actions`` (action kind values) and ``results`` (types)."""
     return Property(fn.__name__, fn, kind, actions=None if actions is None else frozenset(actions), results=results)

@@ -90,7 +90,12 @@ from envreplica.spec.domain import (
     StagedRef,
     Status,
     InvalidFrame,
+    ValueRef,
+    Binding,
 )
+
+#: A JSON object as ``json`` reads it (a frame before parsing) or ``encode`` writes it.
+_JsonObject = dict[str, Any]
 
 __all__ = [
     "APPLY_KIND",
@@ -160,7 +165,9 @@ _ROOT = re.compile(r"[^.\[]*")
 
 def _invalid(path: str, rule: str, value: Any, fix: str, *, shown: Optional[str] = None) -> NoReturn:
     """Raise the ``InvalidFrame`` for ``path``; ``shown`` replaces the value's repr."""
-    root = _ROOT.match(path).group() or "frame"
+    matched = _ROOT.match(path)
+    assert matched is not None  # [^.\[]* matches every string (possibly empty)
+    root = matched.group() or "frame"
     got = shown if shown is not None else _show(value)
     raise InvalidFrame(f"invalid {root}: {path} {rule}; got {got}. {fix}")
 
@@ -239,7 +246,7 @@ def _bool(value: Any, path: str) -> bool:
     return value
 
 
-def _list(value: Any, path: str, what: str, limit: Optional[int] = None) -> list:
+def _list(value: Any, path: str, what: str, limit: Optional[int] = None) -> list[Any]:
     if type(value) is not list:
         _invalid(path, f"must be a JSON array of {what}", value, "Send an array.")
     if limit is not None and len(value) > limit:
@@ -253,7 +260,7 @@ def _list(value: Any, path: str, what: str, limit: Optional[int] = None) -> list
     return value
 
 
-def _object(value: Any, path: str, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> dict:
+def _object(value: Any, path: str, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> _JsonObject:
     """Check that ``value`` is an object with exactly ``required`` (plus any of ``optional``)."""
     allowed = ", ".join(repr(k) for k in required + optional)
     if type(value) is not dict:
@@ -318,7 +325,7 @@ def _kind(value: Any, path: str, kinds: tuple[str, ...]) -> str:
 # ---------------------------------------------------------------------------
 
 
-def _value_ref(value: Any, path: str):
+def _value_ref(value: Any, path: str) -> ValueRef:
     kind = _kind(value, path, ("staged", "legacy"))
     if kind == "staged":
         _object(value, path, ("kind", "stagingId"))
@@ -351,7 +358,7 @@ def _head(value: Any, path: str) -> Head:
     return Head(revision, generation, tombstone, ref)
 
 
-def _binding(value: Any, path: str):
+def _binding(value: Any, path: str) -> Binding:
     if value is None:
         return None
     kind = _kind(value, path, ("omit", "withhold"))
@@ -576,7 +583,7 @@ def parse_binding_state(value: Any, *, path: str = "state") -> BindingState:
     return _binding_state(value, path)
 
 
-def parse_value_ref(value: Any, *, path: str = "valueRef"):
+def parse_value_ref(value: Any, *, path: str = "valueRef") -> ValueRef:
     """A ``ValueRef`` (``StagedRef`` or ``LegacyRef``); null is not a ValueRef."""
     return _value_ref(value, path)
 
@@ -608,7 +615,7 @@ def encode(value: Any) -> Any:
     raise TypeError(f"encode: {type(value).__name__} has no wire shape: {_show(value)}")
 
 
-def _register(cls: type) -> Callable[[Callable], Callable]:
+def _register(cls: type) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     return encode.register(cls)
 
 
@@ -645,13 +652,13 @@ def _(value: float) -> NoReturn:
 
 @_register(list)
 @_register(tuple)
-def _(value) -> list:
+def _(value: list[Any] | tuple[Any, ...]) -> list[Any]:
     return [encode(item) for item in value]
 
 
 @_register(dict)
-def _(value: dict) -> dict:
-    out = {}
+def _(value: dict[Any, Any]) -> _JsonObject:
+    out: _JsonObject = {}
     for key, item in value.items():
         if not isinstance(key, str):
             raise TypeError(f"encode: JSON object keys are strings; got {key!r}")
@@ -660,17 +667,17 @@ def _(value: dict) -> dict:
 
 
 @_register(StagedRef)
-def _(value: StagedRef) -> dict:
+def _(value: StagedRef) -> _JsonObject:
     return {"kind": "staged", "stagingId": value.staging_id}
 
 
 @_register(LegacyRef)
-def _(value: LegacyRef) -> dict:
+def _(value: LegacyRef) -> _JsonObject:
     return {"kind": "legacy", "ssmVersion": value.ssm_version}
 
 
 @_register(Head)
-def _(value: Head) -> dict:
+def _(value: Head) -> _JsonObject:
     return {
         "revision": value.revision,
         "generation": value.generation,
@@ -680,17 +687,17 @@ def _(value: Head) -> dict:
 
 
 @_register(BindOmit)
-def _(value: BindOmit) -> dict:
+def _(value: BindOmit) -> _JsonObject:
     return {"kind": "omit"}
 
 
 @_register(BindWithhold)
-def _(value: BindWithhold) -> dict:
+def _(value: BindWithhold) -> _JsonObject:
     return {"kind": "withhold", "reason": encode(value.reason)}
 
 
 @_register(BindingState)
-def _(value: BindingState) -> dict:
+def _(value: BindingState) -> _JsonObject:
     return {
         "key": value.key,
         "head": encode(value.head),
@@ -701,24 +708,24 @@ def _(value: BindingState) -> dict:
 
 
 @_register(Materialization)
-def _(value: Materialization) -> dict:
+def _(value: Materialization) -> _JsonObject:
     if value.kind is MatKind.INSTALLED:
         return {"kind": "installed"}
     return {"kind": encode(value.kind), "reason": encode(value.reason)}
 
 
 @_register(RecordResult)
-def _(value: RecordResult) -> dict:
+def _(value: RecordResult) -> _JsonObject:
     return {"state": encode(value.state), "materialization": encode(value.materialization)}
 
 
 @_register(Cursor)
-def _(value: Cursor) -> dict:
+def _(value: Cursor) -> _JsonObject:
     return {"streamId": value.stream_id, "sequence": value.sequence}
 
 
 @_register(BeginFrame)
-def _(value: BeginFrame) -> dict:
+def _(value: BeginFrame) -> _JsonObject:
     return {
         "attempt": {"streamId": value.stream_id, "attemptId": value.attempt_id},
         "projectIds": list(value.project_ids),
@@ -726,7 +733,7 @@ def _(value: BeginFrame) -> dict:
 
 
 @_register(PageFrame)
-def _(value: PageFrame) -> dict:
+def _(value: PageFrame) -> _JsonObject:
     return {
         "opId": value.op_id,
         "attemptId": value.attempt_id,
@@ -739,8 +746,8 @@ def _(value: PageFrame) -> dict:
 
 
 @_register(ApplyFrame)
-def _(value: ApplyFrame) -> dict:
-    out = {
+def _(value: ApplyFrame) -> _JsonObject:
+    out: _JsonObject = {
         "kind": APPLY_KIND,
         "opId": value.op_id,
         "projectId": value.project_id,
@@ -754,7 +761,7 @@ def _(value: ApplyFrame) -> dict:
 
 
 @_register(DeliveryRequest)
-def _(value: DeliveryRequest) -> dict:
+def _(value: DeliveryRequest) -> _JsonObject:
     """Exactly what the receipt MAC covers (section 2): no opId, no reconciliationAttemptId."""
     return {
         "kind": APPLY_KIND,
@@ -766,12 +773,12 @@ def _(value: DeliveryRequest) -> dict:
 
 
 @_register(ProjectVersion)
-def _(value: ProjectVersion) -> dict:
+def _(value: ProjectVersion) -> _JsonObject:
     return {"projectId": value.project_id, "recordVersion": value.record_version}
 
 
 @_register(CommitFrame)
-def _(value: CommitFrame) -> dict:
+def _(value: CommitFrame) -> _JsonObject:
     return {
         "attemptId": value.attempt_id,
         "highWater": encode(value.high_water),
@@ -780,12 +787,12 @@ def _(value: CommitFrame) -> dict:
 
 
 @_register(BeginResult)
-def _(value: BeginResult) -> dict:
+def _(value: BeginResult) -> _JsonObject:
     return {"appliedThrough": encode(value.applied_through), "policyEpochs": list(value.policy_epochs)}
 
 
 @_register(PageOk)
-def _(value: PageOk) -> dict:
+def _(value: PageOk) -> _JsonObject:
     return {
         "ok": True,
         "attemptId": value.attempt_id,
@@ -800,7 +807,7 @@ def _(value: PageOk) -> dict:
 
 
 @_register(PageRefused)
-def _(value: PageRefused) -> dict:
+def _(value: PageRefused) -> _JsonObject:
     return {
         "ok": False,
         "attemptId": value.attempt_id,
@@ -811,7 +818,7 @@ def _(value: PageRefused) -> dict:
 
 
 @_register(ApplyOk)
-def _(value: ApplyOk) -> dict:
+def _(value: ApplyOk) -> _JsonObject:
     return {
         "ok": True,
         "replayed": value.replayed,
@@ -825,7 +832,7 @@ def _(value: ApplyOk) -> dict:
 
 
 @_register(ApplyRefused)
-def _(value: ApplyRefused) -> dict:
+def _(value: ApplyRefused) -> _JsonObject:
     return {
         "ok": False,
         "replayed": value.replayed,
@@ -838,7 +845,7 @@ def _(value: ApplyRefused) -> dict:
 
 
 @_register(CommitOk)
-def _(value: CommitOk) -> dict:
+def _(value: CommitOk) -> _JsonObject:
     return {
         "ok": True,
         "attemptId": value.attempt_id,
@@ -848,7 +855,7 @@ def _(value: CommitOk) -> dict:
 
 
 @_register(CommitRefused)
-def _(value: CommitRefused) -> dict:
+def _(value: CommitRefused) -> _JsonObject:
     return {
         "ok": False,
         "attemptId": value.attempt_id,
@@ -859,7 +866,7 @@ def _(value: CommitRefused) -> dict:
 
 
 @_register(Status)
-def _(value: Status) -> dict:
+def _(value: Status) -> _JsonObject:
     return {
         "activated": value.activated,
         "gateOpen": value.gate_open,
@@ -872,7 +879,7 @@ def _(value: Status) -> dict:
 
 
 @_register(SnapshotEntry)
-def _(value: SnapshotEntry) -> dict:
+def _(value: SnapshotEntry) -> _JsonObject:
     return {
         "state": encode(value.state),
         "materialization": encode(value.materialization),
@@ -881,7 +888,7 @@ def _(value: SnapshotEntry) -> dict:
 
 
 @_register(SnapshotProject)
-def _(value: SnapshotProject) -> dict:
+def _(value: SnapshotProject) -> _JsonObject:
     return {
         "projectId": value.project_id,
         "recordVersion": value.record_version,
@@ -890,12 +897,12 @@ def _(value: SnapshotProject) -> dict:
 
 
 @_register(Snapshot)
-def _(value: Snapshot) -> dict:
+def _(value: Snapshot) -> _JsonObject:
     return {"projects": [encode(p) for p in value.projects]}
 
 
 @_register(ReceiptView)
-def _(value: ReceiptView) -> dict:
+def _(value: ReceiptView) -> _JsonObject:
     return {
         "streamId": value.stream_id,
         "sequence": value.sequence,
@@ -907,37 +914,37 @@ def _(value: ReceiptView) -> dict:
 
 
 @_register(Done)
-def _(value: Done) -> dict:
+def _(value: Done) -> _JsonObject:
     return {}  # section 5: close, restart and store.* answer {}
 
 
 @_register(Failed)
-def _(value: Failed) -> dict:
+def _(value: Failed) -> _JsonObject:
     return {"type": value.kind, "message": value.message}  # section 5's error object
 
 
 @_register(ReplicaError)
-def _(value: ReplicaError) -> dict:
+def _(value: ReplicaError) -> _JsonObject:
     return {"type": value.wire_type, "message": value.message}  # section 5's error object
 
 
 @_register(Crashed)
-def _(value: Crashed) -> dict:
+def _(value: Crashed) -> _JsonObject:
     return {"crashedAfterCommit": value.after_commit}
 
 
 @_register(Readiness)
-def _(value: Readiness) -> dict:
+def _(value: Readiness) -> _JsonObject:
     return {"ready": value.ready}
 
 
 @_register(Diagnosis)
-def _(value: Diagnosis) -> dict:
+def _(value: Diagnosis) -> _JsonObject:
     return {"reason": value.reason.value, "message": value.message}
 
 
 @_register(Pending)
-def _(value: Pending) -> dict:
+def _(value: Pending) -> _JsonObject:
     # Not a wire shape: a model-internal "waiting on a value-store read", for logs.
     return {"pending": value.slot}
 

@@ -179,7 +179,7 @@ def outcome_of(op: Op) -> str:
 
 def interleaved(witness: tuple[str, ...]) -> bool:
     """Whether a witness runs some op's steps apart (another op's step between two of them)."""
-    runs = []
+    runs: list[str] = []
     for step in witness:
         name = step.split(" ", 1)[0]
         if not runs or runs[-1] != name:

@@ -34,14 +34,15 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Callable, Hashable, Optional
 
 from envreplica.conformance.concurrent.history import History, Response, format_history
 from envreplica.conformance.concurrent.steps import Finished, Granularity, ModelOp, StoreAnswers, Suspended
 from envreplica.conformance.drivers import ModelDriver
 from envreplica.conformance.lockstep.compare import broken_invariant, state_difference
 from envreplica.conformance.lockstep.traces import describe_request
-from envreplica.model.state import State, Variant
+from envreplica.model.state import State
+from envreplica.spec.variants import Variant
 
 __all__ = ["Verdict", "Check", "check_history", "impl_state", "expected_state", "DEFAULT_MAX_NODES"]
 
@@ -171,6 +172,7 @@ class _Search:
                 st2, outcome, label = op.first(st)
             else:
                 st2, outcome, label = op.next(st, p)
+            new: Hashable  # the op's progress after this step: _DONE, or its continuation
             if isinstance(outcome, Finished):
                 self.seen[i][outcome.response] = self.seen[i].get(outcome.response, 0) + 1
                 if outcome.response != self.want[i]:
@@ -253,7 +255,7 @@ def check_history(history: History, *, granularity: Granularity = Granularity.TR
         return Check(Verdict.LINEARIZABLE, "", tuple(named), **stats)
     if search.exhausted:
         return Check(Verdict.UNDECIDED, f"the search stopped after {search.nodes} model steps (max_nodes) without "
-                                        f"deciding; raise max_nodes or shrink the batch", **stats)
+                                        f"deciding; raise max_nodes or shrink the batch", (), **stats)
     return Check(Verdict.NOT_LINEARIZABLE, _why_not(history, search, granularity),
                  tuple(_name_step(s, history) for s in search.deepest), **stats)
 

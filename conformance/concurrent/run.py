@@ -38,7 +38,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 from envreplica.conformance.concurrent.history import History, history_to_json, interleaved, outcome_of
 from envreplica.conformance.concurrent.linearize import DEFAULT_MAX_NODES, Check, Verdict, check_history
@@ -46,6 +46,11 @@ from envreplica.conformance.concurrent.scenarios import KINDS, THREAD_KINDS, Sce
 from envreplica.conformance.concurrent.steps import Granularity
 from envreplica.conformance.concurrent.workers import Latency, WorkerPool
 from envreplica.spec.variants import Variant
+
+if TYPE_CHECKING:
+    from envreplica.conformance.concurrent.threads import ThreadPool
+
+    Pool = Union[WorkerPool, ThreadPool]  # what runs a batch at once: processes or threads (``Mode``)
 
 __all__ = ["Mode", "Profile", "ProfileSpec", "PROFILES", "ConcurrentFailure", "ConcurrentReport", "run_concurrent",
            "check_scenario"]
@@ -76,8 +81,8 @@ class ProfileSpec:
 
 
 #: ci: 300 histories (about 5 s on 2 idle cores, 50-70 a second); every mutant of
-#: tests/concurrency_mutants.py was caught within 100 histories in 12 seeds of 12 (README "Concurrent
-#: processes" has the figures). nightly: 100,000 histories, longer reads and delays. Each profile's
+#: tests/concurrency_mutants.py was caught within 100 histories in 12 seeds of 12 (docs/concurrent.md
+#: has the figures). nightly: 100,000 histories, longer reads and delays. Each profile's
 #: ``seconds`` only stops a hung run.
 PROFILES: dict[Profile, ProfileSpec] = {
     Profile.CI: ProfileSpec(histories=300, seconds=600.0, processes=3, shrink_seconds=4.0,
@@ -152,7 +157,7 @@ class ConcurrentReport:
         return out
 
 
-def check_scenario(pool: WorkerPool, scenario: Scenario, *, granularity: Granularity,
+def check_scenario(pool: Pool, scenario: Scenario, *, granularity: Granularity,
                    max_nodes: int = DEFAULT_MAX_NODES) -> tuple[History, Check]:
     """Run ``scenario`` once on ``pool`` and check its history."""
     history = pool.run(scenario)
@@ -207,7 +212,7 @@ def run_concurrent(
     pool_class = ThreadPool if mode is Mode.THREADS else WorkerPool
     rng = random.Random(seed)
     scratch = Path(_scratch())
-    totals = Counter()
+    totals: Counter = Counter()
     by_kind: Counter = Counter()
     outcomes: Counter = Counter()
     failure: Optional[ConcurrentFailure] = None
@@ -277,7 +282,7 @@ def _drop_readers(history: History, check: Check, granularity: Granularity) -> t
     return history, check
 
 
-def _shrink(pool: WorkerPool, fresh_pool: Callable[[], WorkerPool], scenario: Scenario, history: History,
+def _shrink(pool: Pool, fresh_pool: Callable[[], Pool], scenario: Scenario, history: History,
             check: Check, granularity: Granularity, seconds: float, *, found_after: int) -> ConcurrentFailure:
     original_ops, original_setup = len(history.ops), len(history.setup)
     deadline = time.perf_counter() + seconds
@@ -317,7 +322,7 @@ def _shrink(pool: WorkerPool, fresh_pool: Callable[[], WorkerPool], scenario: Sc
     return ConcurrentFailure(check, history, original_ops, original_setup, found_after)
 
 
-def _on_fresh_processes(fresh_pool: Callable[[], WorkerPool], scenario: Scenario, history: History, check: Check,
+def _on_fresh_processes(fresh_pool: Callable[[], Pool], scenario: Scenario, history: History, check: Check,
                         granularity: Granularity, deadline: float) -> tuple[History, Check]:
     """The failure again on new processes whose only past is this same scenario, or the history noted as needing more.
 

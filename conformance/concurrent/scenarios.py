@@ -240,6 +240,8 @@ class _Cloud:
         self.records, self.version = records, version
 
     def commit(self) -> dict:
+        """The open attempt's commit (after ``stage``)."""
+        assert self.attempt is not None, "commit() needs an open attempt (stage() first)"
         return _commit(self.attempt, self.sequence, self.version)
 
 
@@ -351,6 +353,7 @@ def _mixed(cloud: _Cloud, rng: random.Random) -> list[BatchOp]:
     delivery = cloud.next_delivery()
     pool = [delivery, delivery, {"op": "close"}, _read(rng), _read(rng), _begin(f"a{cloud.attempts + 1}", (1, 2))]
     if staged:  # the attempt's commit, its page sent again, and the attempt begun again
+        assert cloud.attempt is not None and cloud.last_page is not None  # stage() opened it and sent its page
         pool += [cloud.commit(), cloud.commit(), cloud.last_page, _begin(cloud.attempt, (1, 2))]
     count = rng.randint(2, 5)
     processes = rng.choice((2, 3))

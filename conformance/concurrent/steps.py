@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any, Callable, Hashable, Optional, Union
+from typing import Any, Callable, Hashable, Optional, Union, cast
 
 from envreplica.conformance.concurrent.history import BATCH_OPS, OpKind, Response, canonical, compared_result
 from envreplica.conformance.drivers import check_request, store_answer
@@ -182,6 +182,11 @@ class ModelOp:
     for a witness (``"prepare"``, ``"before A"``, ``"resume"``, ...).
     """
 
+    # Set by ``_parse`` according to ``kind``.
+    _action: Union[Begin, Page, Deliver, Commit, CloseGate]  # a transaction's, or a page's or delivery's
+    frame: Union[PageFrame, ApplyFrame]  # a page's or a delivery's
+    project_ids: tuple[str, ...]  # a snapshot's or diagnostics'
+
     def __init__(self, request: dict, cfg: ModelConfig, answer: Callable[[ReadRequest], Answer],
                  granularity: Granularity) -> None:
         if request.get("op") not in BATCH_OPS:
@@ -217,6 +222,16 @@ class ModelOp:
             self._action = CloseGate()
         elif k in (OpKind.SNAPSHOT, OpKind.DIAGNOSTICS):
             self.project_ids = wire.parse_project_ids(r["projectIds"])
+
+    @property
+    def _page_frame(self) -> PageFrame:
+        """A page's frame: only a page's steps ask (``_parse`` set it by ``kind``)."""
+        return cast(PageFrame, self.frame)
+
+    @property
+    def _apply_frame(self) -> ApplyFrame:
+        """A delivery's frame: only a delivery's steps ask (``_parse`` set it by ``kind``)."""
+        return cast(ApplyFrame, self.frame)
 
     # -- steps ---------------------------------------------------------------
 
@@ -289,13 +304,13 @@ class ModelOp:
         return planned
 
     def _page_prepare(self, st: State) -> tuple[State, Outcome]:
-        st, prepared = R._page_prepare(self.cfg, st, self.frame)
+        st, prepared = R._page_prepare(self.cfg, st, self._page_frame)
         if isinstance(prepared, PageRefused):
             return st, Finished(model_response(prepared))
         return st, Suspended(_PageNext(tuple(prepared), st.store_on))
 
     def _page_before(self, st: State, cont: _PageNext) -> tuple[State, Outcome]:
-        frame: PageFrame = self.frame
+        frame = self._page_frame
         key, rest = cont.keys[0], cont.keys[1:]
         before = R._stage_before(st, frame.attempt_id, frame.project_id, key)
         if before is None:
@@ -305,17 +320,17 @@ class ModelOp:
         return st, Suspended(_PageAfter(key, rest, cont.reader_on, state, fetched))
 
     def _page_after(self, st: State, cont: _PageAfter) -> tuple[State, Outcome]:
-        frame: PageFrame = self.frame
+        frame = self._page_frame
         st = R._stage_after(self.cfg, st, frame.attempt_id, frame.project_id, cont.key, cont.before, cont.fetched)
         return st, Suspended(_PageNext(cont.rest, cont.reader_on))
 
     def _page_final(self, st: State) -> tuple[State, Outcome]:
-        st, result = R._page_final(st, self.frame)
+        st, result = R._page_final(st, self._page_frame)
         return st, Finished(model_response(result))
 
     def _delivery_prepare(self, st: State) -> tuple[State, Outcome]:
         reader_on = st.store_on
-        st, prepared = R._delivery_prepare(self.cfg, st, self.frame)
+        st, prepared = R._delivery_prepare(self.cfg, st, self._apply_frame)
         if not isinstance(prepared, PreparedDelivery):
             return st, Finished(model_response(prepared))
         if prepared.fetch:
@@ -323,7 +338,7 @@ class ModelOp:
         return st, Suspended(_DeliveryFinal(prepared))
 
     def _delivery_before(self, st: State, cont: _DeliveryBefore) -> tuple[State, Outcome]:
-        frame: ApplyFrame = self.frame
+        frame = self._apply_frame
         prepared = cont.prepared
         key = frame.state.key
         if prepared.attempt_id is None:
@@ -337,7 +352,7 @@ class ModelOp:
         return st, Suspended(_DeliveryAfter(prepared, state, fetched))
 
     def _delivery_after(self, st: State, cont: _DeliveryAfter) -> tuple[State, Outcome]:
-        frame: ApplyFrame = self.frame
+        frame = self._apply_frame
         prepared = cont.prepared
         key = frame.state.key
         if prepared.attempt_id is None:
@@ -347,7 +362,7 @@ class ModelOp:
         return st, Suspended(_DeliveryFinal(prepared))
 
     def _delivery_final(self, st: State, cont: _DeliveryFinal) -> tuple[State, Outcome]:
-        st, result = R._delivery_final(st, self.frame, cont.prepared)
+        st, result = R._delivery_final(st, self._apply_frame, cont.prepared)
         return st, Finished(model_response(result))
 
     # -- all steps at once -----------------------------------------------------

@@ -38,13 +38,14 @@ import threading
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from envreplica.conformance.concurrent.history import BATCH_OPS, PROCESS_OPS, History, Op
 from envreplica.conformance.concurrent.linearize import impl_state
 from envreplica.conformance.concurrent.scenarios import Scenario
 from envreplica.conformance.concurrent.workers import REPLY_TIMEOUT, HarnessError, Latency, LatencyStore
 from envreplica.impl.files import remove_replica
+from envreplica.model.state import State
 
 __all__ = ["ThreadPool"]
 
@@ -77,7 +78,7 @@ class ThreadPool:
         odd = sorted({str(op.request.get("op")) for op in scenario.batch} - BATCH_OPS)
         if odd:
             raise ValueError(f"op {odd[0]!r} cannot be a concurrent op (one of {', '.join(sorted(BATCH_OPS))})")
-        unfit = sorted({r.get("op") for r in scenario.setup} & PROCESS_OPS)
+        unfit = sorted(PROCESS_OPS.intersection(r.get("op") for r in scenario.setup))
         if unfit:
             raise ValueError(f"setup op {unfit[0]!r} is the harness's own; a scenario's setup may not hold it")
         if scenario.processes > self.size:
@@ -130,10 +131,12 @@ class ThreadPool:
         ops = [Op(index, i, scenario.batch[index].request, answer, call, returned)
                for i in range(self.size) for index, call, returned, answer in results[i]]
         ops.sort(key=lambda op: op.index)
+        final_state: Optional[State] = None
+        readback_error: Optional[str] = None
         try:
-            kind, payload = "state", impl_state(driver.replica)
+            final_state = impl_state(driver.replica)
         except Exception as error:  # a corrupt or tampered file is a finding, not a harness failure
-            kind, payload = "error", f"{type(error).__name__}: {error}"
+            readback_error = f"{type(error).__name__}: {error}"
         self.histories += 1
         return History(
             variant=self.variant,
@@ -141,8 +144,8 @@ class ThreadPool:
             setup=tuple(scenario.setup),
             setup_responses=tuple(setup_responses),
             ops=tuple(ops),
-            final_state=payload if kind == "state" else None,
-            readback_error=payload if kind == "error" else None,
+            final_state=final_state,
+            readback_error=readback_error,
             processes=scenario.processes,
             earlier=self.histories - 1,
             unit="thread",

@@ -147,7 +147,7 @@ def _worker_main(index: int, conn, barrier, factory: Callable[..., Any], variant
     rng = random.Random(seed * 7919 + index)
     jitter = BeginJitter(latency, random.Random(seed * 7919 + index + 1))
     jitter.install()
-    driver = None
+    driver: Any = None  # what factory makes (a SqliteDriver or a mutant of one): "open" comes first
     while True:
         try:
             message = conn.recv()
@@ -294,7 +294,7 @@ class WorkerPool:
         odd = sorted({str(op.request.get("op")) for op in scenario.batch} - BATCH_OPS)
         if odd:
             raise ValueError(f"op {odd[0]!r} cannot be a concurrent op (one of {', '.join(sorted(BATCH_OPS))})")
-        unfit = sorted({r.get("op") for r in scenario.setup} & PROCESS_OPS)
+        unfit = sorted(PROCESS_OPS.intersection(r.get("op") for r in scenario.setup))
         if unfit:
             raise ValueError(f"setup op {unfit[0]!r} acts on one process (its store or its connection), which the "
                              f"model cannot tell from the others; a scenario's setup may not hold it")

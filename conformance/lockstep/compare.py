@@ -16,8 +16,9 @@ import json
 from typing import Any, Optional
 
 from envreplica.conformance.lockstep.domains import KNOWN_VIOLATIONS
-from envreplica.model.state import State, Variant
+from envreplica.model.state import State
 from envreplica.spec import properties as P
+from envreplica.spec.variants import Variant
 
 # ---------------------------------------------------------------------------
 # Comparing responses
@@ -104,6 +105,7 @@ def compare_responses(model: Any, impl: Any, path: str = "response") -> Optional
         elif _canon(model["result"]) != _canon(impl["result"]):
             return _first_difference(model["result"], impl["result"], f"{path}.result")
     else:
+        m_err: Any  # the model's error object: it always answers one with ok false
         m_err, i_err = model.get("error"), impl.get("error")
         if not isinstance(i_err, dict) or i_err.get("type") != m_err.get("type"):
             return (f"{path}.error.type: model {_short(m_err.get('type'))} ({_short(m_err.get('message'), 100)}), "

@@ -17,7 +17,7 @@ from typing import Callable, Optional
 from envreplica.conformance.drivers import Driver
 from envreplica.conformance.external import GENERATED_EXTENSIONS, StateProbe, probe_extensions
 from envreplica.conformance.lockstep.coverage import LockstepCoverage
-from envreplica.model.state import Variant
+from envreplica.spec.variants import Variant
 
 
 def _scratch_dir() -> str:

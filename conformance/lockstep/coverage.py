@@ -9,7 +9,7 @@ lone surrogate says nothing about F3). The gate
 transitions are reported by the machine's tracing model driver
 (``machine._TracingModel``); this module only counts them.
 
-Production-shaped inputs (issue 9, ``INPUT_ITEMS``, counted in ``inputs``
+Production-shaped inputs (``INPUT_ITEMS``, counted in ``inputs``
 by ``input_items`` per top-level request and ``sequence_items`` per
 example): streams past sequence 10, 100 and 1,000 and replays below those
 boundaries; snapshots asked in a task's (unsorted) order and served, with an
@@ -28,7 +28,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from envreplica.checker.coverage import (
     BINDING_REASON_ITEM,
@@ -66,7 +66,7 @@ RESENT_ITEM = "half-applied delivery re-sent"
 CRASH_ITEMS = tuple(f"{op} after commit {k}" for op in ("page", "delivery") for k in (1, 2, 3)) + (RESENT_ITEM,)
 
 #: Classes of stored values (a value may be in several), each a string the wire allows.
-VALUE_CLASSES = {
+VALUE_CLASSES: dict[str, Callable[[str], object]] = {  # truthy when the value is of the class
     "ascii": lambda v: v.isascii() and v != "",
     "empty": lambda v: v == "",
     "NUL": lambda v: "\x00" in v,
@@ -149,7 +149,7 @@ class LockstepCoverage(CoverageCounts):
         return out
 
 # ---------------------------------------------------------------------------
-# Production-shaped inputs (issue 9): long streams, task orders, the Key rule, values, the ack bound
+# Production-shaped inputs: long streams, task orders, the Key rule, values, the ack bound
 # ---------------------------------------------------------------------------
 
 #: Examples whose stream consumed a sequence at or past each power of ten (``sequence_items``).
@@ -289,6 +289,8 @@ def record_items(request: Any, response: Any, pre, answer_of) -> Counter:
     out: Counter = Counter()
     if not isinstance(request, dict) or not isinstance(response, dict) or response.get("ok") is not True:
         return out
+    frame: Any  # JSON values: an odd shape raises below, and is not counted
+    items: Any
     op, result, frame = request.get("op"), response.get("result"), request.get("frame")
     try:
         if op == "page" and frame["after"] is None and frame["complete"] is True \

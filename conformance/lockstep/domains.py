@@ -10,7 +10,7 @@ on Hypothesis.
 
 from __future__ import annotations
 
-from envreplica.model.state import Variant
+from envreplica.spec.variants import Variant
 
 #: The rule kinds swarm testing chooses among.
 KINDS = ("cloud", "begin", "page", "delivery", "commit", "close", "restart", "read", "store", "invalid",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import random
 import re
-from typing import Callable, Collection, Iterable, Optional, Sequence
+from typing import Callable, Collection, Iterable, Optional, Sequence, Union
 
 from envreplica.conformance.lockstep.domains import (
     ATTEMPTS,
@@ -41,6 +41,7 @@ from envreplica.conformance.lockstep.records import (
     ref_for,
     staging_id,
 )
+from envreplica.model.state import LiveRow, StageRow
 from envreplica.model.store import legacy_envelope, legacy_parameter_name, staged_envelope
 from envreplica.spec import wire
 from envreplica.spec.domain import MatKind
@@ -221,6 +222,7 @@ class _Gen:
         continuing = (sp is not None and sp.record_version is not None and not sp.complete
                       and sp.last_key is not None)
         if continuing and not d.flag(12):
+            assert sp is not None  # continuing
             version, after = sp.record_version, sp.last_key
         else:
             after = None if not d.flag(10) else d.one(KEYS[:-1])
@@ -463,7 +465,7 @@ class _Gen:
             return {"op": "reset", "config": {"ackPageBytes": -1}}
         return {"op": "status", "id": "seven"}
 
-    # -- production-shaped inputs (issue 9) ---------------------------------------------
+    # -- production-shaped inputs -----------------------------------------------------
 
     @staticmethod
     def task_order(d: _Draw, ids: Sequence[str]) -> list[str]:
@@ -547,6 +549,7 @@ class _Gen:
                           (6 if current else 0, "combined")])
         if how == "advance":
             return cls.advance(d, key, current, kept)
+        assert current is not None  # the other ways weigh 0 without a record held
         if how == "combined":
             ahead = [m for m in moves_of(current) if m.startswith(("revision", "generation"))]
             return combined_move(current, d.spread(ahead))
@@ -651,6 +654,7 @@ class _Gen:
             return None
         edges = [n for n in (9, 10, 99, 100, 999, 1000) if (v.stream, n) in v.state.receipts]
         sequence = d.one(edges or consumed)
+        assert v.stream is not None  # a consumed sequence is on the current stream
         frame = dict(wire.encode(v.state.receipts[(v.stream, sequence)].request), opId=f"d-{sequence}")
         if v.attempt is not None:
             frame["reconciliationAttemptId"] = v.attempt
@@ -662,6 +666,7 @@ class _Gen:
         open, else into a complete project of the open attempt. None when there is nowhere to deliver."""
         if v.stream is None or (v.attempt is None and not v.gate_open):
             return None
+        rows: dict[tuple[str, str], Union[LiveRow, StageRow]]
         if v.attempt is None:
             version = {p: n for p, n in v.live_versions.items() if n >= 1}
             rows = {(p, k): row for (p, k), row in v.state.records.items()}
@@ -701,6 +706,7 @@ class _Gen:
         Hypothesis's are not), at the project's next record version. None when there is nothing to move."""
         if v.stream is None or (v.attempt is None and not v.gate_open):
             return None
+        rows: dict[tuple[str, str], Union[LiveRow, StageRow]]
         if v.attempt is None:
             version = {p: n for p, n in v.live_versions.items() if n >= 1}
             rows = {(p, k): row for (p, k), row in v.state.records.items() if p in version}
@@ -796,8 +802,10 @@ class _Gen:
                     how = d.weighted([(14, "advance"), (6 if current else 0, "same"),
                                       ((8 if rejudged else 2) if current else 0, "older")])
                     if how == "same":
+                        assert current is not None  # "same" weighs 0 without a record held
                         candidates.append(current)
                     elif how == "older":  # a lagging snapshot: an older state of the record
+                        assert current is not None  # as "same"
                         candidates.append(_moved(current, "older"))
                     else:
                         candidates.append(cls.advance(d, k, current, v.epochs))
@@ -845,7 +853,7 @@ class _Gen:
             consumed, superseded = v.consumed() or [v.applied], v.superseded()
             sequence = d.weighted([(4, v.applied), (2, d.one(consumed)),
                                    (3 if superseded else 0, d.one(superseded or consumed))])
-            receipt = v.state.receipts.get((v.stream, sequence))
+            receipt = v.state.receipts.get((v.stream, sequence)) if v.stream is not None else None
             if receipt is not None:
                 frame = dict(wire.encode(receipt.request), opId=f"d-{sequence}")
                 if v.attempt is not None:
@@ -942,7 +950,7 @@ class _Gen:
         if pattern == "advance":
             # The next delivery moves the very record being read for: the read's answer is stale.
             return [cls.advance_delivery(d, v, frame)]
-        out = []
+        out: list[dict] = []
         for _ in range(d.weighted([(3, 1), (1, 2)])):
             kind = d.weighted([(20 if staged_delivery else 4, "begin_again"), (3, "begin"),
                                (12 if commit_now else 4, "commit"), (2, "close"), (3, "restart"),

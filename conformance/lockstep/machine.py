@@ -14,7 +14,7 @@ import json
 import random
 import time
 import zlib
-from typing import Any, ClassVar, Optional
+from typing import Any, Callable, ClassVar, Optional
 
 import hypothesis
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
@@ -44,8 +44,9 @@ from envreplica.conformance.lockstep.draw import BLOCK_BYTES, FFWD_SEED_BYTES, _
 from envreplica.conformance.lockstep.generate import _Gen, stored_envelope, typed_legacy_envelope
 from envreplica.conformance.lockstep.records import _fetchable, _View
 from envreplica.conformance.lockstep.traces import write_trace
-from envreplica.model.state import State, Variant
+from envreplica.model.state import State
 from envreplica.spec.gate import GateEdge, Trigger
+from envreplica.spec.variants import Variant
 
 #: The ops that move the gate, and the trigger of each (``_TracingModel`` records the moves).
 _TRIGGERS = {"begin": Trigger.BEGIN, "commit": Trigger.COMPLETE, "close": Trigger.CLOSE_GATE,
@@ -64,7 +65,7 @@ class _TracingModel(ModelDriver):
         trigger = _TRIGGERS.get(op) if isinstance(op, str) else None
         before = self.state.authority.gate if trigger is not None else None
         response = super().handle(request)
-        if trigger is not None and response.get("ok") is True:
+        if trigger is not None and before is not None and response.get("ok") is True:  # before: set with trigger
             result = response.get("result")
             if trigger is not Trigger.COMPLETE or (isinstance(result, dict) and result.get("ok") is True):
                 self._sink.append(GateEdge(trigger, before, self.state.authority.gate))
@@ -264,6 +265,8 @@ class LockstepMachine(RuleBasedStateMachine):
         from envreplica.model.store import Found, legacy_parameter_name
 
         name = legacy_parameter_name(self.model.cfg.prefix, project, key)
+        if name is None:  # no parameter can hold it: the store has nothing
+            return None
         answer = self.model.store.get((name, ref["ssmVersion"]))
         return answer.raw if isinstance(answer, Found) else None
 
@@ -385,6 +388,7 @@ class LockstepMachine(RuleBasedStateMachine):
                 continue
             key = r["key"]
             staged = ref["kind"] == "staged"
+            name: Optional[str]
             if staged:
                 name, version = staged_parameter_name(prefix, project, key, ref["stagingId"]), None
             else:
@@ -516,10 +520,10 @@ class LockstepMachine(RuleBasedStateMachine):
                 self.send(request)
         sent = 0
         for _ in range(count(self.view().applied)):
-            request = _Gen.ffwd_delivery(rng, self.view(), mix)
-            if request is None:
+            delivery = _Gen.ffwd_delivery(rng, self.view(), mix)
+            if delivery is None:
                 break
-            self.send(request, quiet=True)
+            self.send(delivery, quiet=True)
             sent += 1
         if sent:
             self._check_now()
@@ -570,16 +574,17 @@ RULE_WEIGHTS = {"cloud": 6, "begin": 1, "page": 3, "delivery": 3, "commit": 1, "
 
 def _make_rule(kind: str, name: str):
     """A rule of ``kind``: its argument is the block of bytes its choices come from."""
+    body: Callable[..., None]
     if kind in BLOCK_BYTES:
-        def body(self, data) -> None:
+        def with_block(self: LockstepMachine, data: bytes) -> None:
             getattr(self, f"do_{kind}")(data)
 
-        decorate = rule(data=_BLOCKS[kind])
+        body, decorate = with_block, rule(data=_BLOCKS[kind])
     else:  # close, restart: nothing to choose
-        def body(self) -> None:
+        def without_block(self: LockstepMachine) -> None:
             getattr(self, f"do_{kind}")(None)
 
-        decorate = rule()
+        body, decorate = without_block, rule()
     body.__name__ = body.__qualname__ = name
     body.__doc__ = f"Send one {kind} request to both sides."
     return precondition(lambda self: kind in self.enabled)(decorate(body))

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, Union
 
 from envreplica.conformance.lockstep.domains import LEGACY_KEYS, REASONS
-from envreplica.model.state import State
+from envreplica.model.state import LiveRow, StageRow, State
 from envreplica.spec import wire
 
 
@@ -177,6 +177,7 @@ class _View:
                 if att == self.attempt and p == project}
 
     def current(self, project: str, key: str, staged: bool) -> Optional[dict]:
+        row: Union[LiveRow, StageRow, None]
         if staged and self.attempt is not None:
             row = self.state.stage_records.get((self.attempt, project, key))
         else:
@@ -193,7 +194,9 @@ class _View:
         Their retransmissions are the ones a dedupe bug would corrupt: a snapshot
         or a later delivery moved (or dropped) the record since they applied.
         """
-        out = []
+        out: list[int] = []
+        if self.stream is None:  # no stream: nothing consumed
+            return out
         for n in self.consumed():
             frame = self.state.receipts[(self.stream, n)].request
             held = self.current(frame.project_id, frame.state.key, staged=self.attempt is not None)
