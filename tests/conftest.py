@@ -9,12 +9,15 @@ import shutil
 from pathlib import Path
 
 import pytest
-from hypothesis import settings
+from hypothesis import HealthCheck, settings
 
 # Each profile names its parent, so none depends on which profile Hypothesis
 # happened to auto-load when it was imported.
+# No profile has a deadline or the too_slow health check: a verdict never depends on the clock, and a busy machine
+# (CI's, or a laptop building something else) fails nothing that an idle one passes.
 default = settings.get_profile("default")
-settings.register_profile("dev", parent=default, max_examples=50)
+UNTIMED = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("dev", parent=default, max_examples=50, **UNTIMED)
 # Replaces Hypothesis's built-in `ci` profile (auto-loaded when CI is set) but
 # inherits from it, so its other CI defaults (e.g. the too_slow health-check
 # suppression) still apply.
@@ -23,11 +26,11 @@ settings.register_profile(
     parent=settings.get_profile("ci"),
     derandomize=True,
     database=None,
-    deadline=None,
     max_examples=200,
     print_blob=True,
+    **UNTIMED,
 )
-settings.register_profile("nightly", parent=default, max_examples=5000, deadline=None)
+settings.register_profile("nightly", parent=default, max_examples=5000, **UNTIMED)
 
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
 

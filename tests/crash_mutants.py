@@ -1,6 +1,6 @@
 """Deliberately broken SQLite replicas that split one of the seed's transactions in two.
 
-Blind spot 2 of issue 9: a crash between the transactions of one operation.
+A blind spot of a lockstep without crash points: a crash between the transactions of one operation.
 Each mutant moves part of a write transaction into a transaction of its own,
 right after it. Without crashes such a split is invisible through the adapter
 (nothing runs between the halves: they sit outside any value-store read), so

@@ -15,10 +15,10 @@ a ``Decisions`` subclass whose instance the mutant replica class holds as its
 
 The section ``blind spot 1: decisions read independently`` holds mutants of
 the implementation's own reading of the seed's pure decisions
-(``impl.decisions``). Before issue 9 the implementation imported the
-model's decision functions, so such a bug was in both sides at once and the
-lockstep agreed with itself; now each is a bug of one side only, and the
-lockstep must see it.
+(``impl.decisions``). Were the implementation to import the model's decision
+functions, such a bug would be in both sides at once and the lockstep would
+agree with itself; as it is, each is a bug of one side only, and the lockstep
+must see it.
 
 How a mutant is installed: ``SqliteDriver`` has no constructor parameter for
 the replica class; its construction point is ``SqliteDriver._open``.

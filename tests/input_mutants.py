@@ -1,4 +1,4 @@
-"""Mutants only production-shaped inputs reveal (issue 9 point 4): ``INPUT_MUTANTS``.
+"""Mutants only production-shaped inputs reveal: ``INPUT_MUTANTS``.
 
 Each is a realistic one-line bug in the implementation that stays invisible
 while every stream stops short of sequence 10, every snapshot names its
@@ -119,6 +119,6 @@ INPUT_MUTANTS: tuple[ImplMutant, ...] = (
             "if str(delivery.sequence) <= str(current.sequence):  # MUTANT: compared as text")),),
         tuple(BOOT + _stranger_deliveries(10)),
         note="the tenth delivery already parts (taken for a replay of a sequence never consumed): any stream "
-             "that reaches 10 shows it, and a few examples did before issue 9",
+             "that reaches 10 shows it, and the lockstep's short streams alone rarely do",
     ),
 )

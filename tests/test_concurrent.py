@@ -18,7 +18,7 @@ What is tested:
   ``ci`` (shrunk, written to ``out_dir``) and passes in one process: the
   concurrent scenarios sent one request after the other, and a short
   single-process lockstep (``LOCKSTEP_EXAMPLES``; the full ``ci`` lockstep
-  figures are in README "Concurrent processes").
+  figures are in docs/concurrent.md).
 
 The figures (histories/s, search sizes, catches) are printed with ``-s``.
 """
@@ -58,7 +58,7 @@ from envreplica.impl.sealing import Sealer
 from adapter_requests import SID2, begin, commit, delivery, legacy, page, put, rec, snapshot, staged
 from concurrency_mutants import CONCURRENCY_MUTANTS, THREAD_MUTANTS
 
-#: Examples of the single-process lockstep each mutant must pass here (README has the full ``ci`` run),
+#: Examples of the single-process lockstep each mutant must pass here (docs/concurrent.md has the full ``ci`` run),
 #: and concurrent scenarios it must pass sent one request after the other.
 LOCKSTEP_EXAMPLES = 20
 SEQUENTIAL_SCENARIOS = 30

@@ -1,6 +1,6 @@
 """Integrity at rest: each class of tampering fails closed, names its table and row, and is never laundered.
 
-The threat (README, "Integrity at rest"): someone who can write the file but
+The threat (docs/integrity.md): someone who can write the file but
 does not hold the master key. Each test tampers as such a writer would, with
 a connection registered as an envreplica writer (the fence is not a defence
 against a deliberate writer), then checks what the replica does:
@@ -304,7 +304,7 @@ def test_whole_file_rollback_is_not_seen_without_an_anchor(live, tmp_path):
     _copy_file(tmp_path / "older.db", path)  # the whole file goes back, consistently
     reopened = SqliteReplica(path, sealer=Sealer(KEY), reader=None)
     try:
-        # What the README states: without an anchor, the older copy is served.
+        # What docs/integrity.md states: without an anchor, the older copy is served.
         assert reopened.verify() == []
         assert reopened.read_snapshot(PROJECTS) is not None
     finally:

@@ -93,7 +93,7 @@ def test_ci_lockstep_against_sqlite(variant, scratch, tmp_path, capsys, monkeypa
     assert not missing, f"the ci profile left reachable items unreached: {missing}"
     from envreplica.conformance.lockstep.coverage import INPUT_ITEMS
 
-    with capsys.disabled():  # the production-shaped inputs (issue 9), each required like every row
+    with capsys.disabled():  # the production-shaped inputs, each required like every row
         print("  " + "; ".join(f"{item}: {report.coverage.inputs[item]:,}" for _, item in INPUT_ITEMS))
 
 
@@ -269,7 +269,7 @@ def test_compare_holds_a_diagnosis_by_its_reason():
 
 
 # ---------------------------------------------------------------------------
-# Production-shaped inputs (issue 9 point 4): long streams, task orders, the Key rule, values, the ack bound
+# Production-shaped inputs: long streams, task orders, the Key rule, values, the ack bound
 # ---------------------------------------------------------------------------
 
 _KEY_RULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")

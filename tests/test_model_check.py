@@ -21,7 +21,7 @@ TRACES = Path(__file__).resolve().parent.parent / "docs" / "traces"
 
 #: Distinct states per bounds of the default suite, per variant.
 #: A change here is a change to the model or the generators: explain it.
-#: Crash points (issue 9) added the states a crash between an operation's write commits leaves
+#: Crash points added the states a crash between an operation's write commits leaves
 #: (before: fixed 33605 / 6683 / 24392 / 6681, seed 35699 / 6847 / 25322 / 6681): a live delivery
 #: half-applied (record and version, no receipt), or with its value installed and no receipt.
 #: Issue 10 added ``adversary-f2-atomic`` (finding F2 within the default bounds).
@@ -169,7 +169,7 @@ def test_fix_f1_fails_the_default_bounds_with_f2():
 #: deepest level), and the worker processes the nightly job searches them with (``checker.parallel``, whose
 #: counts are one process's: tests/test_parallel_search.py). 25 s, 38 s, 4.8 minutes and 1.2 minutes on this 2-core
 #: machine, 7 minutes in all. ``adversary-wide`` is too large to search to the end: on two workers it had 879,969
-#: states and 40 million transitions after level 6, in 9 minutes, each level four to five times the last (README).
+#: states and 40 million transitions after level 6, in 9 minutes, each level four to five times the last (docs/checker.md).
 #: A task's read (``model.actions.Read``) is a step from every state but those where only a suspended
 #: read may answer: it added exactly that many transitions and no state.
 UNCAPPED = {

@@ -55,7 +55,6 @@ def test_pipelined_answers_equal_round_trip_on_the_trace(trace_slice):
     ok = sum(1 for r in piped.responses if r["ok"] is True and not (
         isinstance(r["result"], dict) and r["result"].get("ok") is False))
     assert ok >= 0.9 * len(trace_slice)  # the benchmark times the steady path, not refusals
-    assert piped.requests_per_second > 0 and piped.seconds > 0 and piped.wall_seconds >= piped.seconds
 
 
 @pytest.mark.parametrize("window", [1, 3, 1000])

@@ -52,6 +52,9 @@ HAS_REPORT = importlib.util.find_spec("envreplica.report") is not None
 def project(pytester: pytest.Pytester, monkeypatch) -> pytest.Pytester:
     monkeypatch.delenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", raising=False)  # the entry point must load
     monkeypatch.delenv("PYTEST_PLUGINS", raising=False)
+    # The inner run's collection order is what these tests read: pytest-randomly (which shuffles this suite) stays
+    # out of it, as in a project that does not install it.
+    monkeypatch.setenv("PYTEST_ADDOPTS", "-p no:randomly")
     pytester.makepyfile(test_own=OWN_TESTS)
     return pytester
 
