@@ -104,6 +104,7 @@ def _error(index: int, total: int, text: str, command: str, stderr: str = "") ->
     if stderr:
         message += "\n  its standard error ends with:\n    " + "\n    ".join(stderr.splitlines())
     error = AdapterError(message)
+    # which request failed, for callers that read it with getattr; AdapterError declares no such attribute
     error.index = index  # type: ignore[attr-defined]
     return error
 

@@ -695,6 +695,7 @@ def _step_1_to_2(conn: sqlite3.Connection, ctx: MigrationContext) -> None:
         _put_meta(conn, "replica_id", uuid.uuid4().hex)
 
 
+# A marker the migrations read with getattr (see MIGRATIONS); mypy allows no new attribute on a function.
 _step_1_to_2.needs_key = True  # type: ignore[attr-defined]
 
 #: ``from_version -> step``: a step takes the migration's sqlite3 connection
