@@ -19,7 +19,9 @@ and shrinks it:
    (a bug that keeps something on a process's objects may need that past);
 4. step 1 again on the last failing history.
 
-Both bounded by the profile's ``shrink_seconds``.
+Steps 2 and 3 are bounded by the profile's ``shrink_runs``, a count of
+scenario runs (so a busy machine shrinks as far as an idle one), and by
+``shrink_guard_seconds``, which only stops a hang.
 
 Leaves out on purpose: shrinking the records or values inside a request
 (the scenarios are small by construction) and re-running a failure that is
@@ -75,19 +77,22 @@ class ProfileSpec:
     histories: int  # this many histories (the budget: a count, so a busy machine runs the same ones)
     seconds: float  # a guard against a hang only, far above what the histories need
     processes: int  # worker processes forked
-    shrink_seconds: float  # budget of shrinking one failure
+    shrink_runs: int  # scenario runs allowed while shrinking one failure (a count, as ``histories``)
+    shrink_guard_seconds: float  # a guard against a hang while shrinking only, far above what the runs need
     latency: Latency  # value-store read latency in a batch
     default_seed: Optional[int]  # the seed when none is given (None: a fresh one, reported)
 
 
 #: ci: 300 histories (about 5 s on 2 idle cores, 50-70 a second); every mutant of
 #: tests/concurrency_mutants.py was caught within 100 histories in 12 seeds of 12 (docs/concurrent.md
-#: has the figures). nightly: 100,000 histories, longer reads and delays. Each profile's
-#: ``seconds`` only stops a hung run.
+#: has the figures); a failure shrinks in up to 240 scenario runs (about what 4 s allowed on 2 idle cores).
+#: nightly: 100,000 histories, longer reads and delays. Each profile's ``seconds`` and
+#: ``shrink_guard_seconds`` only stop a hung run.
 PROFILES: dict[Profile, ProfileSpec] = {
-    Profile.CI: ProfileSpec(histories=300, seconds=600.0, processes=3, shrink_seconds=4.0,
+    Profile.CI: ProfileSpec(histories=300, seconds=600.0, processes=3, shrink_runs=240, shrink_guard_seconds=300.0,
                             latency=Latency(200, 1500, 0.3, 1500), default_seed=0),
-    Profile.NIGHTLY: ProfileSpec(histories=100_000, seconds=7200.0, processes=3, shrink_seconds=60.0,
+    Profile.NIGHTLY: ProfileSpec(histories=100_000, seconds=7200.0, processes=3, shrink_runs=4000,
+                                 shrink_guard_seconds=3600.0,
                                  latency=Latency(100, 3000, 0.3, 2000), default_seed=None),
 }
 
@@ -243,7 +248,8 @@ def run_concurrent(
                                           seed=seed + 1, scratch=Path(_scratch()))
 
                     failure = _shrink(pool, fresh_pool, scenario, history, check, granularity,
-                                      spec.shrink_seconds, found_after=totals["histories"])
+                                      spec.shrink_runs, spec.shrink_guard_seconds,
+                                      found_after=totals["histories"])
                     break
             else:
                 histories_seconds = time.perf_counter() - histories_started
@@ -283,9 +289,14 @@ def _drop_readers(history: History, check: Check, granularity: Granularity) -> t
 
 
 def _shrink(pool: Pool, fresh_pool: Callable[[], Pool], scenario: Scenario, history: History,
-            check: Check, granularity: Granularity, seconds: float, *, found_after: int) -> ConcurrentFailure:
+            check: Check, granularity: Granularity, runs: int, guard_seconds: float, *,
+            found_after: int) -> ConcurrentFailure:
     original_ops, original_setup = len(history.ops), len(history.setup)
-    deadline = time.perf_counter() + seconds
+    deadline = time.perf_counter() + guard_seconds  # a hang guard only: ``runs`` is the budget
+    left = [runs]  # scenario runs still allowed
+
+    def spent() -> bool:
+        return left[0] <= 0 or time.perf_counter() > deadline
     if check.verdict is Verdict.NOT_LINEARIZABLE:
         history, check = _drop_readers(history, check, granularity)
     if check.verdict in (Verdict.NOT_LINEARIZABLE, Verdict.UNREADABLE, Verdict.INVARIANT):
@@ -293,30 +304,32 @@ def _shrink(pool: Pool, fresh_pool: Callable[[], Pool], scenario: Scenario, hist
 
         def fails(candidate: Scenario):
             for _ in range(RERUNS):
-                if time.perf_counter() > deadline:
+                if spent():
                     return None
+                left[0] -= 1
                 got_history, got_check = check_scenario(pool, candidate, granularity=granularity)
                 if got_check.verdict is kept[2].verdict:
                     return candidate, got_history, got_check
             return None
 
         position = len(kept[0].batch) - 1
-        while position >= 0 and time.perf_counter() < deadline:
+        while position >= 0 and not spent():
             if len(kept[0].batch) > 2:
                 found = fails(kept[0].without_op(position))
                 if found is not None:
                     kept = found
             position -= 1
         position = len(kept[0].setup) - 1
-        while position >= 0 and time.perf_counter() < deadline:
+        while position >= 0 and not spent():
             found = fails(kept[0].without_setup(position))
             if found is not None:
                 kept = found
             position -= 1
         scenario, history, check = kept
         if history.earlier:
+            # its own RERUNS runs, whatever the budget left: the history shown must be tried on new processes
             history, check = _on_fresh_processes(fresh_pool, scenario, history, check, granularity,
-                                                 max(deadline, time.perf_counter() + 2.0))
+                                                 time.perf_counter() + guard_seconds)
         if check.verdict is Verdict.NOT_LINEARIZABLE:
             history, check = _drop_readers(history, check, granularity)
     return ConcurrentFailure(check, history, original_ops, original_setup, found_after)
