@@ -45,8 +45,11 @@ import argparse
 import contextlib
 import json
 import os
+import signal
 import sys
 import tempfile
+import threading
+from types import FrameType, TracebackType
 from typing import Any, Callable, Optional, TextIO
 
 from envreplica.cli.errors import UsageError, guarded
@@ -190,6 +193,49 @@ def build_driver(args: argparse.Namespace, tmpdir: Optional[str] = None) -> Driv
                         store_factory=store_factory, forbid_test_key=args.store == "ssm")
 
 
+class _Interrupts:
+    """Ctrl-C while serving, delivered even when Python drops the first ``KeyboardInterrupt``.
+
+    Python raises a signal's exception wherever the main thread happens to be; raised inside a ``__del__`` or
+    a garbage-collector callback (between a response and the next read, say) it is printed and dropped, and
+    the loop would then wait for input forever. So a SIGINT also starts an interval timer whose SIGALRM
+    raises ``KeyboardInterrupt`` again, every 0.2 s, until one reaches the loop (``stop``). Main thread and
+    POSIX only; elsewhere the default Ctrl-C stands.
+    """
+
+    def __init__(self) -> None:
+        self.pending = False  # a Ctrl-C came and has not reached the loop yet
+        self.armed = (threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer"))
+        self.saved: list[Any] = []
+
+    def __enter__(self) -> "_Interrupts":
+        if self.armed:
+            self.saved = [signal.signal(signal.SIGINT, self._interrupt), signal.signal(signal.SIGALRM, self._again)]
+        return self
+
+    def _interrupt(self, signum: int, frame: Optional[FrameType]) -> None:
+        self.pending = True
+        signal.setitimer(signal.ITIMER_REAL, 0.2, 0.2)
+        raise KeyboardInterrupt
+
+    def _again(self, signum: int, frame: Optional[FrameType]) -> None:
+        if self.pending:
+            raise KeyboardInterrupt
+
+    def stop(self) -> None:
+        """The interrupt reached the loop: no more repeats."""
+        self.pending = False
+        if self.armed:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+
+    def __exit__(self, kind: Optional[type[BaseException]], error: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> None:
+        self.stop()
+        if self.armed:
+            signal.signal(signal.SIGINT, self.saved[0])
+            signal.signal(signal.SIGALRM, self.saved[1])
+
+
 def run(args: argparse.Namespace) -> int:
     """Serve standard input to standard output with the driver ``args`` names."""
     with contextlib.ExitStack() as stack:
@@ -199,8 +245,12 @@ def run(args: argparse.Namespace) -> int:
         driver = build_driver(args, tmpdir)
         out = sys.stdout
         sys.stdout = sys.stderr  # only responses go to the protocol stream
+        interrupts = stack.enter_context(_Interrupts())
         try:
             serve(driver, sys.stdin.buffer, out)
+        except KeyboardInterrupt:
+            interrupts.stop()  # before the cleanup below, which a repeat must not cut short
+            raise
         finally:
             sys.stdout = out
             close = getattr(driver, "close", None)
