@@ -18,11 +18,13 @@ check: $(STAMP)
 	$(BIN)/envreplica check
 
 # mypy first, then pytest: pytest-xdist runs one worker per CPU, each test file on one worker (its module
-# fixtures computed once), in a random order (pytest-randomly prints "Using --randomly-seed=N"; replay an order
-# with make test PYTEST_ARGS="--randomly-seed=N").
+# fixtures computed once), in file order. A random order (pytest-randomly, installed; it prints
+# "Using --randomly-seed=N") is one argument away: make test PYTEST_ARGS="-p randomly" (replay one with
+# PYTEST_ARGS="-p randomly --randomly-seed=N"). It is off by default while a mutant's shrunk trace still
+# depends on which tests ran before it in the same process.
 PYTEST_ARGS ?=
 test: typecheck kit
-	$(BIN)/pytest -p no:cacheprovider -n auto --dist loadfile -m "not nightly" $(PYTEST_ARGS) tests
+	$(BIN)/pytest -p no:cacheprovider -p no:randomly -n auto --dist loadfile -m "not nightly" $(PYTEST_ARGS) tests
 
 # mypy over the whole package (settings in pyproject.toml). mypy cannot follow setuptools' package-dir mapping,
 # so it runs from docs/.api, whose envreplica/ links name each folder by its import name (mkdocstrings reads the
