@@ -111,14 +111,14 @@ def open_engine(
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
         # SQLAlchemy autobegins: BEGIN IMMEDIATE, unless ``_transaction`` already began one.
-        dbapi = _driver(conn)
+        dbapi = dbapi_of(conn)
         if not dbapi.in_transaction:
             dbapi.execute(_IMMEDIATE)
 
     return engine
 
 
-def _driver(conn: Connection) -> sqlite3.Connection:
+def dbapi_of(conn: Connection) -> sqlite3.Connection:
     """The pysqlite connection under ``conn``: every engine here is ``sqlite+pysqlite``, and a held connection
     is checked out (SQLAlchemy types it as any DB-API connection, or None once detached)."""
     return cast(sqlite3.Connection, conn.connection.dbapi_connection)
@@ -133,7 +133,7 @@ def _transaction(conn: Connection, begin: str) -> Iterator[sqlite3.Connection]:
     ``synchronous=NORMAL``. The schema stays declared in SQLAlchemy (``impl.schema``); the statements
     are ``impl.tables``'s, prepared once by pysqlite's statement cache.
     """
-    dbapi = _driver(conn)
+    dbapi = dbapi_of(conn)
     if conn.in_transaction() or dbapi.in_transaction:
         raise RuntimeError("a replica transaction is already open on this connection")
     dbapi.execute(begin)

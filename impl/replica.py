@@ -96,7 +96,7 @@ from envreplica.impl import files, writer
 from envreplica.impl.anchor import Anchor
 from envreplica.impl.config import ReplicaConfig
 from envreplica.impl.decisions import DECISIONS, Decisions, Fetched, Order, View
-from envreplica.impl.engine import open_engine, read_transaction, write_transaction
+from envreplica.impl.engine import dbapi_of, open_engine, read_transaction, write_transaction
 from envreplica.impl.files import (
     PathKind,
     ReplicaKeyMismatch,
@@ -1193,7 +1193,7 @@ class SqliteReplica:
         conn = self._connection
         if conn is None:
             return None
-        return cast(sqlite3.Connection, conn.connection.dbapi_connection).total_changes  # a pysqlite engine
+        return dbapi_of(conn).total_changes
 
     def close(self) -> None:
         """Close the connection and the engine, then release the holder lock (idempotent)."""

@@ -282,6 +282,8 @@ class _Adapter:
         self.started = time.monotonic()
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
                                      start_new_session=True)
+        assert self.proc.stdin is not None and self.proc.stdout is not None  # started with stdin=PIPE, stdout=PIPE
+        self.stdin, self.stdout = self.proc.stdin, self.proc.stdout
         self.responses: list[Any] = []
         self.written = 0  # requests written whole to the pipe
         self._next_id = 1
@@ -295,8 +297,7 @@ class _Adapter:
         self._reader.start()
 
     def _write(self) -> None:
-        stdin = self.proc.stdin
-        assert stdin is not None  # started with stdin=PIPE
+        stdin = self.stdin
         try:
             while (line := self._outbox.get()) is not _EOF:
                 stdin.write(line)
@@ -309,8 +310,7 @@ class _Adapter:
                 stdin.close()
 
     def _read(self) -> None:
-        assert self.proc.stdout is not None  # started with stdout=PIPE
-        for line in iter(self.proc.stdout.readline, b""):
+        for line in iter(self.stdout.readline, b""):
             if not line.endswith(b"\n"):
                 break  # cut by the kill: not an answer
             try:
@@ -370,9 +370,8 @@ class _Adapter:
         self._outbox.put(_EOF)
         self._reader.join(RESPONSE_TIMEOUT)
         self._writer.join(RESPONSE_TIMEOUT)
-        assert self.proc.stdout is not None  # started with stdout=PIPE
         with contextlib.suppress(OSError):
-            self.proc.stdout.close()
+            self.stdout.close()
 
     def __enter__(self) -> "_Adapter":
         return self

@@ -877,28 +877,28 @@ class _Adapter:
                                              env=env)
             except OSError as error:
                 raise HostileFailure(f"could not start the adapter {shlex.join(self.argv)}: {error}") from None
+        assert self.proc.stdin is not None and self.proc.stdout is not None  # started with stdin=PIPE, stdout=PIPE
+        self.stdin, self.stdout = self.proc.stdin, self.proc.stdout
         self._outbox: "queue.Queue[Optional[bytes]]" = queue.Queue()
         self._lines: "queue.Queue[Any]" = queue.Queue()
         threading.Thread(target=self._write, name="hostile-stdin", daemon=True).start()
         threading.Thread(target=self._read, name="hostile-stdout", daemon=True).start()
 
     def _write(self) -> None:
-        assert self.proc.stdin is not None  # started with stdin=PIPE
         while True:
             data = self._outbox.get()
             try:
                 if data is None:
-                    self.proc.stdin.close()
+                    self.stdin.close()
                     return
-                self.proc.stdin.write(data)
-                self.proc.stdin.flush()
+                self.stdin.write(data)
+                self.stdin.flush()
             except (OSError, ValueError):
                 return
 
     def _read(self) -> None:
-        assert self.proc.stdout is not None  # started with stdout=PIPE
         with contextlib.suppress(OSError, ValueError):
-            for line in iter(self.proc.stdout.readline, b""):
+            for line in iter(self.stdout.readline, b""):
                 self._lines.put(line)
         self._lines.put(_EOF)
 
@@ -951,8 +951,7 @@ class _Adapter:
         except subprocess.TimeoutExpired:
             self.proc.kill()
         self.proc.wait()
-        assert self.proc.stdin is not None and self.proc.stdout is not None  # started with stdin=PIPE, stdout=PIPE
-        for stream in (self.proc.stdin, self.proc.stdout):
+        for stream in (self.stdin, self.stdout):
             with contextlib.suppress(OSError, ValueError):
                 stream.close()
 

@@ -246,12 +246,17 @@ def _with_property(monkeypatch, prop) -> None:
     monkeypatch.setattr(P, "by_name", lambda name: prop if name == prop.name else real(name))
 
 
-def _renamed(tmp_path: Path, violated: str) -> Path:
+def _edited(tmp_path: Path, edit) -> Path:
+    """F1's trace with ``edit`` applied to its document."""
     doc = json.loads(F1.read_text())
-    doc["#meta"]["violated"] = violated
+    edit(doc)
     out = tmp_path / "t.itf.json"
     out.write_text(json.dumps(doc))
     return out
+
+
+def _renamed(tmp_path: Path, violated: str) -> Path:
+    return _edited(tmp_path, lambda doc: doc["#meta"].update(violated=violated))
 
 
 def test_an_invariant_is_marked_where_it_first_fails_not_where_the_trace_ends(tmp_path, monkeypatch):
@@ -286,11 +291,7 @@ def test_a_step_property_is_marked_at_the_transition_that_breaks_it(tmp_path, mo
     (lambda doc: doc["states"][2].update(gate="open"), "state #2 differs (gate)"),
 ])
 def test_no_step_is_marked_when_the_model_cannot_say_which(edit, says, tmp_path):
-    doc = json.loads(F1.read_text())
-    edit(doc)
-    path = tmp_path / "t.itf.json"
-    path.write_text(json.dumps(doc))
-    view = read(path)
+    view = read(_edited(tmp_path, edit))
     assert view.breaks_at is None and not any(s.breaks for s in view.steps)
     assert says in view.breaks_note and view.breaks_note.endswith("no step is marked")
 

@@ -293,20 +293,22 @@ def _shrink(pool: Pool, fresh_pool: Callable[[], Pool], scenario: Scenario, hist
             found_after: int) -> ConcurrentFailure:
     original_ops, original_setup = len(history.ops), len(history.setup)
     deadline = time.perf_counter() + guard_seconds  # a hang guard only: ``runs`` is the budget
-    left = [runs]  # scenario runs still allowed
+    left = runs  # scenario runs still allowed
 
     def spent() -> bool:
-        return left[0] <= 0 or time.perf_counter() > deadline
+        return left <= 0 or time.perf_counter() > deadline
+
     if check.verdict is Verdict.NOT_LINEARIZABLE:
         history, check = _drop_readers(history, check, granularity)
     if check.verdict in (Verdict.NOT_LINEARIZABLE, Verdict.UNREADABLE, Verdict.INVARIANT):
         kept = (scenario, history, check)
 
         def fails(candidate: Scenario):
+            nonlocal left
             for _ in range(RERUNS):
                 if spent():
                     return None
-                left[0] -= 1
+                left -= 1
                 got_history, got_check = check_scenario(pool, candidate, granularity=granularity)
                 if got_check.verdict is kept[2].verdict:
                     return candidate, got_history, got_check
