@@ -20,8 +20,7 @@ check: $(STAMP)
 # mypy first, then pytest: pytest-xdist runs one worker per CPU, each test file on one worker (its module
 # fixtures computed once), in file order. A random order (pytest-randomly, installed; it prints
 # "Using --randomly-seed=N") is one argument away: make test PYTEST_ARGS="-p randomly" (replay one with
-# PYTEST_ARGS="-p randomly --randomly-seed=N"). It is off by default while a mutant's shrunk trace still
-# depends on which tests ran before it in the same process.
+# PYTEST_ARGS="-p randomly --randomly-seed=N"); CI runs it so. Every test passes alone and in any order.
 PYTEST_ARGS ?=
 test: typecheck kit
 	$(BIN)/pytest -p no:cacheprovider -p no:randomly -n auto --dist loadfile -m "not nightly" $(PYTEST_ARGS) tests

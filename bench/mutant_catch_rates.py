@@ -1,10 +1,11 @@
 """Benchmark of the lockstep against the mutants (not a test): examples to catch each one, over random seeds.
 
 ``tests/test_conformance_mutants.py`` runs each mutant once under the
-derandomized ``ci`` profile. One seed says little about how close a mutant
-is to slipping through, and Hypothesis's derandomized examples also depend on
-which local modules are loaded (it mixes their literals into draws). This
-script measures the distribution instead: for each mutant of
+derandomized ``ci`` profile: the same examples in every process (the
+literals Hypothesis mixes into draws are pinned to envreplica's own,
+``conformance.lockstep.literals``). One seed says little about how close a
+mutant is to slipping through: a change anywhere in the generator draws other
+examples. This script measures the distribution instead: for each mutant of
 ``tests/impl_mutants.py`` and ``tests/crash_mutants.py``, ``--runs`` lockstep runs with random seeds (the
 ``ci`` profile's shape, not derandomized, generation only: no shrinking), and
 the number of examples until the first divergence in each.

@@ -24,11 +24,12 @@ Two parts.
    that is a gap in the lockstep's strategies, not a reason to weaken the
    mutant.
 
-Derandomized does not mean the same examples in every process: Hypothesis
-mixes literals of the loaded local modules into its draws, so which test
-modules were imported first changes the examples. The budget is therefore
-sized on measured catch rates over random seeds (``bench/mutant_catch_rates.py``),
-not on one lucky seed.
+Derandomized means the same examples in every process and test order (the
+literals Hypothesis mixes into its draws are pinned to envreplica's own,
+``conformance.lockstep.literals``), but one seed says little about how close a
+mutant is to slipping through: a change anywhere in the generator draws other
+examples. The budget is therefore sized on measured catch rates over random
+seeds (``bench/mutant_catch_rates.py``), not on one lucky seed.
 
 The table (mutant, caught?, seconds to the first failing example, examples
 to it, seconds in all, shrunk steps) is printed at the end of the module,

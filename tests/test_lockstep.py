@@ -557,6 +557,32 @@ def test_minimize_renumbers_requests_after_a_shortened_fast_forward():
     assert _quiet_runs([{"id": 1}, {"id": 2}, {"id": 3}, {"id": 4}], {2, 3}) == [(1, 3)]
 
 
+def test_shift_versions_keeps_a_chain_of_deliveries_a_chain():
+    """``run._shift_versions``: after a delivery that moved p1 to record version 3 is deleted, p1's later
+    record versions above 3 move one down (deliveries, pages, commits' lists, nested ones); other projects
+    and versions at or below 3 stay."""
+    from envreplica.conformance.lockstep.run import _delivered_version, _shift_versions
+
+    def d(project, version, sequence):
+        return {"op": "delivery", "frame": {"projectId": project, "recordVersion": version,
+                                            "delivery": {"streamId": "s1", "sequence": sequence}}}
+
+    deleted = d("p1", 3, 2)
+    assert _delivered_version(deleted) == ("p1", 3)
+    assert _delivered_version({"op": "page", "frame": {"projectId": "p1", "recordVersion": 3}}) is None
+    later = [d("p1", 4, 3), d("p2", 9, 4), d("p1", 3, 5),
+             {"op": "page", "frame": {"projectId": "p1", "recordVersion": 6}},
+             {"op": "commit", "frame": {"versions": [{"projectId": "p1", "recordVersion": 6},
+                                                     {"projectId": "p2", "recordVersion": 6}]}},
+             dict(d("p2", 10, 6), duringFetch=[d("p1", 5, 7)])]
+    out = _shift_versions(later, "p1", 3)
+    assert [r["frame"].get("recordVersion") for r in out] == [3, 9, 3, 5, None, 10]
+    assert out[4]["frame"]["versions"] == [{"projectId": "p1", "recordVersion": 5},
+                                           {"projectId": "p2", "recordVersion": 6}]
+    assert out[5]["duringFetch"][0]["frame"]["recordVersion"] == 4
+    assert later[0]["frame"]["recordVersion"] == 4  # the input is not edited
+
+
 def test_shrinking_is_budgeted_in_calls():
     """The lockstep's shrink budget is a count of test-function calls (never seconds): on the pinned
     Hypothesis, a failure that would shrink for about a hundred calls stops after the budget."""
@@ -584,6 +610,87 @@ def test_shrinking_is_budgeted_in_calls():
     uncapped, capped = calls_to_fail(None), calls_to_fail(5)
     assert uncapped > 50, uncapped
     assert capped <= 1 + 5 + 10, capped  # the examples before the failure, the budget, the final replay
+
+
+def _import_local_module(directory: Path, name: str, source: str):
+    """A module of this process's own (not a test file, not installed) that Hypothesis counts as local."""
+    import importlib
+    import sys
+
+    (directory / f"{name}.py").write_text(source)
+    sys.path.insert(0, str(directory))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(directory))
+
+
+def test_local_literals_are_pinned_to_envreplicas_own(tmp_path):
+    """Within ``literals.pinned()`` Hypothesis's pool of local literals is envreplica's own, read from
+    its sources: a module imported before the run adds nothing, one not yet imported is in it."""
+    import sys
+
+    from hypothesis.internal.conjecture import providers
+
+    from envreplica.conformance.lockstep import literals
+
+    assert literals.applies(), "this Hypothesis lacks the internals the pinned literals replace"
+    assert literals.source_files() == sorted(literals.source_files())
+    assert any(p.name == "literals.py" for p in literals.source_files())
+    _import_local_module(tmp_path, "stray_literals", 'STRAY = "stray-literal-7f3a"\n')
+    try:
+        assert "stray-literal-7f3a" in providers._get_local_constants().strings  # Hypothesis's own pool
+        with literals.pinned():
+            pool = providers._get_local_constants()
+            assert pool is literals.own_constants()
+            assert "stray-literal-7f3a" not in pool.strings
+            assert {"\ud800", "\udc00"} <= set(pool.strings)  # the implementation's checks' lone surrogates
+            assert list(pool.strings) == sorted(pool.strings)
+        assert "stray-literal-7f3a" in providers._get_local_constants().strings  # restored
+    finally:
+        sys.modules.pop("stray_literals", None)
+
+
+def test_a_ci_run_draws_the_same_examples_whatever_the_process_imported(scratch, tmp_path):
+    """Derandomized means the same examples in any process: a run after another local module was imported
+    (as a test file run earlier in the same pytest-xdist worker would) sends the same requests."""
+    import sys
+
+    def requests_of_a_run(name: str) -> list[str]:
+        sent: list[str] = []
+        make = sqlite_factory(scratch / name, Variant.FIXED.value)
+
+        class Recording:
+            def __init__(self):
+                self.inner = make()
+
+            def handle(self, request):
+                sent.append(json.dumps(request, sort_keys=True, default=str))
+                return self.inner.handle(request)
+
+            def __getattr__(self, attr):
+                return getattr(self.inner, attr)
+
+        (scratch / name).mkdir()
+        report = run_lockstep(Recording, variant=Variant.FIXED.value,
+                              settings=settings(lockstep_settings("ci"), max_examples=6))
+        assert report.ok, report.failure
+        return sent
+
+    before = requests_of_a_run("before")
+    # Literals such a run can draw: bytes of each rule's block size (every lockstep choice is read from one
+    # such block, ``lockstep.draw``), none of them envreplica's.
+    from envreplica.conformance.lockstep.draw import BLOCK_BYTES
+
+    literal_lines = "".join(f"B{n}_{i} = {bytes((7 * i + k) % 256 for k in range(n))!r}\n"
+                            for n in sorted(set(BLOCK_BYTES.values())) for i in range(1, 40))
+    _import_local_module(tmp_path, "stray_many_literals", literal_lines)
+    try:
+        after = requests_of_a_run("after")
+    finally:
+        sys.modules.pop("stray_many_literals", None)
+    assert len(before) > 20
+    assert after == before
 
 
 def test_minimize_takes_a_project_out_of_a_snapshot(scratch):

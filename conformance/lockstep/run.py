@@ -29,6 +29,7 @@ from envreplica.conformance.drivers import Driver, ModelDriver
 from envreplica.conformance.external import StateProbe
 from envreplica.conformance.lockstep.compare import _check_state, _check_tables, _roundtrip, compare_responses
 from envreplica.conformance.lockstep.context import _Run
+from envreplica.conformance.lockstep import literals
 from envreplica.conformance.lockstep.coverage import LockstepCoverage
 from envreplica.conformance.lockstep.machine import LockstepMachine
 from envreplica.conformance.lockstep.traces import format_steps, write_trace
@@ -234,7 +235,7 @@ def run_lockstep(
     error: Optional[BaseException] = None
     try:
         try:
-            with _shrink_budget(SHRINK_CALLS, SHRINK_GUARD_SECONDS):
+            with _shrink_budget(SHRINK_CALLS, SHRINK_GUARD_SECONDS), literals.pinned():
                 run_state_machine_as_test(machine, settings=_effective_settings(settings))
         except Exception as exc:  # a divergence, a driver crash, or Flaky
             error = exc
@@ -318,7 +319,7 @@ def _consumed_sequence(request: Any) -> Optional[dict]:
         stream, sequence = cursor["streamId"], cursor["sequence"]
     except (KeyError, TypeError):
         return None
-    if request.get("op") != "delivery" or not isinstance(sequence, int) or sequence < 2:
+    if request.get("op") != "delivery" or not isinstance(sequence, int) or sequence < 1:
         return None
     return {"frame": {"delivery": {"streamId": stream, "sequence": sequence - 1}}}
 
@@ -360,6 +361,46 @@ def _shift_sequences(requests: list, last_kept: dict, cut: int) -> list:
             return out + requests[len(out):]
         out.append(renumber(request))
     return out
+
+
+def _delivered_version(request: Any) -> Optional[tuple[str, int]]:
+    """For a top-level delivery: (its project, the record version it moves that project to); else None."""
+    frame = request.get("frame") if isinstance(request, dict) else None
+    if request.get("op") != "delivery" or not isinstance(frame, dict):
+        return None
+    project, version = frame.get("projectId"), frame.get("recordVersion")
+    if not isinstance(project, str) or type(version) is not int:
+        return None
+    return project, version
+
+
+def _shift_versions(requests: list, project: str, version: int) -> list:
+    """``requests`` (those after a deleted delivery that moved ``project`` to record ``version``) with each
+    later record version of ``project`` above ``version`` one down: deliveries, pages and commits' version
+    lists, nested ones too. So a chain of deliveries that each advanced the project by one stays a chain
+    when one of them goes. A heuristic: the replay decides whether it still fails the same way."""
+
+    def lowered(where: dict) -> None:
+        if where.get("projectId") == project and type(where.get("recordVersion")) is int \
+                and where["recordVersion"] > version:
+            where["recordVersion"] -= 1
+
+    def renumber(request):
+        request = json.loads(json.dumps(request))
+        frame = request.get("frame") if isinstance(request, dict) else None
+        if not isinstance(frame, dict):
+            return request
+        if request.get("op") in ("delivery", "page"):
+            lowered(frame)
+        elif request.get("op") == "commit" and isinstance(frame.get("versions"), list):
+            for entry in frame["versions"]:
+                if isinstance(entry, dict):
+                    lowered(entry)
+        if isinstance(request.get("duringFetch"), list):
+            request["duringFetch"] = [renumber(n) for n in request["duringFetch"]]
+        return request
+
+    return [renumber(r) for r in requests]
 
 
 def _without_project(requests: list, begin_at: int, project: str) -> Optional[list]:
@@ -413,7 +454,8 @@ def _minimize(run: _Run, steps: list, reason: str) -> tuple[list, str]:
     the concrete requests (each replay starts with the example's ``reset``),
     so a step that only fed the generator's state goes too: a project out of
     a snapshot (from its begin, its pages and its commit at once), single
-    steps (a delivery also with the later sequences renumbered one down), then
+    steps (a delivery also with the later sequences renumbered one down, and
+    also with its project's later record versions one down), then
     runs of five down to two neighbours at once, then nested requests, until
     nothing goes. A candidate already replayed is not replayed again.
     Bounded by ``MINIMIZE_REPLAYS``; returns the steps as replayed and their
@@ -495,6 +537,12 @@ def _minimize(run: _Run, steps: list, reason: str) -> tuple[list, str]:
             if found is None and cursor is not None and budget.left():
                 # A delivery that only moved the cursor: gone, with the later sequences one down.
                 found = attempt(best_requests[:i] + _shift_sequences(best_requests[i + 1:], cursor, 1))
+            moved = _delivered_version(best_requests[i]) if found is None else None
+            if moved is not None and cursor is not None and budget.left():
+                # One link of a chain of deliveries to one project: gone, with the later sequences and that
+                # project's later record versions one down.
+                found = attempt(best_requests[:i] + _shift_versions(
+                    _shift_sequences(best_requests[i + 1:], cursor, 1), *moved))
             if found is not None:
                 best = found
                 best_requests = [s["request"] for s in found[0]]
