@@ -27,9 +27,9 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from envreplica.conformance.drivers import Driver, ModelDriver
 from envreplica.conformance.external import StateProbe
+from envreplica.conformance.lockstep import literals
 from envreplica.conformance.lockstep.compare import _check_state, _check_tables, _roundtrip, compare_responses
 from envreplica.conformance.lockstep.context import _Run
-from envreplica.conformance.lockstep import literals
 from envreplica.conformance.lockstep.coverage import LockstepCoverage
 from envreplica.conformance.lockstep.machine import LockstepMachine
 from envreplica.conformance.lockstep.traces import format_steps, write_trace
@@ -366,7 +366,7 @@ def _shift_sequences(requests: list, last_kept: dict, cut: int) -> list:
 def _delivered_version(request: Any) -> Optional[tuple[str, int]]:
     """For a top-level delivery: (its project, the record version it moves that project to); else None."""
     frame = request.get("frame") if isinstance(request, dict) else None
-    if request.get("op") != "delivery" or not isinstance(frame, dict):
+    if not isinstance(frame, dict) or request.get("op") != "delivery":
         return None
     project, version = frame.get("projectId"), frame.get("recordVersion")
     if not isinstance(project, str) or type(version) is not int:
