@@ -32,10 +32,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-#: The import package's subpackages, one per top-level folder of the repository.
-PACKAGES = ("spec", "model", "checker", "impl", "conformance", "cli", "report", "reliability")
-
-
 def applies() -> bool:
     """Whether the installed Hypothesis has the internals ``pinned`` replaces."""
     try:
@@ -48,12 +44,16 @@ def applies() -> bool:
 
 
 def source_files() -> list[Path]:
-    """Every ``.py`` file of the ``envreplica`` package, in path order."""
+    """Every ``.py`` file of the ``envreplica`` package, in path order.
+
+    Its subpackages are the folders beside ``conformance`` (the repository's top-level folders in an editable
+    install, ``site-packages/envreplica`` otherwise) that import as ``envreplica.<folder>``."""
+    root = Path(__file__).resolve().parents[2]
     files: set[Path] = set()
-    for name in PACKAGES:
-        spec = importlib.util.find_spec(f"envreplica.{name}")
-        for root in (spec.submodule_search_locations or ()) if spec is not None else ():
-            files.update(p.resolve() for p in Path(root).rglob("*.py") if "__pycache__" not in p.parts)
+    for folder in root.iterdir():
+        spec = importlib.util.find_spec(f"envreplica.{folder.name}") if (folder / "__init__.py").is_file() else None
+        if spec is not None and [Path(p).resolve() for p in spec.submodule_search_locations or ()] == [folder]:
+            files.update(folder.rglob("*.py"))
     return sorted(files)
 
 
@@ -66,11 +66,8 @@ def own_constants() -> Any:
 
     pool = Constants(integers=SortedSet(), floats=SortedSet(key=float_to_int), bytes=SortedSet(),
                      strings=SortedSet())
-    for path in source_files():
-        try:
-            found = _constants_from_source(path.read_bytes(), limit=True)
-        except (SyntaxError, ValueError, RecursionError, MemoryError):  # what Hypothesis skips too
-            continue
+    for path in source_files():  # envreplica's own sources: they parse (Hypothesis's own read may fail on others)
+        found = _constants_from_source(path.read_bytes(), limit=True)
         for kind in ("integers", "floats", "bytes", "strings"):
             getattr(pool, kind).update(getattr(found, kind))
     return pool
