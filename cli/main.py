@@ -26,6 +26,7 @@ self-contained HTML page to step through (``check --report`` / ``conformance --r
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import sys
@@ -82,10 +83,19 @@ def cmd_check(args) -> int:
             migration_started = time.perf_counter()
             migration_rc = _migration_check(args, args.migration_bounds, gate=True)
             print(f"{_MIGRATION_RESULT}{migration_rc} {time.perf_counter() - migration_started:.3f}")
+        if args.migration_lockstep != "none":  # after the model checks, on this core (the lockstep has the other)
+            print(_MIGRATION_LOCKSTEP_RESULT + json.dumps(_migration_lockstep(args)))
         return rc
     if args.bounds in MIGRATION_PRESETS:  # the paired writer migration's model, alone
         return _migration_check(args, args.bounds)
-    suite(args.bounds, Variant(args.variant))  # an unknown name stops here (exit 2), before any stage starts
+    from envreplica.model.presets import UnknownBounds
+
+    try:
+        suite(args.bounds, Variant(args.variant))  # an unknown name stops here (exit 2), before any stage starts
+    except UnknownBounds:  # name the migration's bounds too: --bounds takes them (above)
+        raise UnknownBounds(
+            f"unknown bounds {args.bounds!r}: choose one of {', '.join(sorted(PRESETS))} (the replica's) "
+            f"or {', '.join(MIGRATION_PRESETS)} (the paired writer migration's)") from None
     _outputs_writable(getattr(args, "report", None))
     background = None if args.model_only or args.serial else _model_check_in_background(args)
     try:
@@ -100,12 +110,15 @@ def _gate(args, started: float, background: Optional["_BackgroundModelCheck"]) -
     import time
 
     migration = None  # (exit status, seconds) of the migration's model check
+    migration_lockstep: Optional[dict] = None  # the migration lockstep's row (_migration_lockstep)
     if background is None:
         model_rc = _model_check(args)
         model_seconds = time.perf_counter() - started
         if args.migration_bounds != "none":
             migration_started = time.perf_counter()
             migration = (_migration_check(args, args.migration_bounds, gate=True), time.perf_counter() - migration_started)
+        if args.migration_lockstep != "none" and not args.model_only:
+            migration_lockstep = _migration_lockstep(args)
     summary = _Rows()  # the summary table's rows after the model check's
     failed = False
     report = None  # the lockstep's report (for --report)
@@ -144,7 +157,7 @@ def _gate(args, started: float, background: Optional["_BackgroundModelCheck"]) -
             failed = _concurrent_stage(args, summary) or failed
     if background is not None:
         console.print("\n[bold]model check[/] (ran beside the lockstep, on the other core):")
-        model_rc, output, model_seconds, migration = background.join()
+        model_rc, output, model_seconds, migration, migration_lockstep = background.join()
         sys.stdout.write(output)
         sys.stdout.flush()
     failed = failed or model_rc != 0
@@ -160,7 +173,14 @@ def _gate(args, started: float, background: Optional["_BackgroundModelCheck"]) -
     if migration is not None:
         stages.append(("migration model check", f"bounds {args.migration_bounds} (paired writer migration)",
                        _verdict(migration[0] == 0), f"{migration[1]:.1f}"))
+    if args.migration_lockstep != "none" and not args.model_only:
+        if migration_lockstep is None:  # the child died before it reported the migration lockstep
+            migration_lockstep = {"status": 1, "what": "did not report", "seconds": 0.0}
+        failed = failed or migration_lockstep["status"] != 0
     stages += summary.rows
+    if migration_lockstep is not None:
+        stages.append(("migration lockstep", migration_lockstep["what"], _verdict(migration_lockstep["status"] == 0),
+                       f"{migration_lockstep['seconds']:.1f}"))
     for row in stages:
         table.add_row(*row)
     console.print(table)
@@ -190,8 +210,10 @@ class _Rows:
 
 #: A line of a ``--model-stage`` child: the replica model check's own seconds (the parent strips it).
 _MODEL_SECONDS = "envreplica-model-check-seconds: "
-#: The last line of a ``--model-stage`` child that ran the migration's check too: its exit status and seconds.
+#: The line of a ``--model-stage`` child that ran the migration's check too: its exit status and seconds.
 _MIGRATION_RESULT = "envreplica-migration-check: "
+#: The last line of a ``--model-stage`` child that ran the migration lockstep: its row, as JSON.
+_MIGRATION_LOCKSTEP_RESULT = "envreplica-migration-lockstep: "
 
 
 class _BackgroundModelCheck:
@@ -209,7 +231,10 @@ class _BackgroundModelCheck:
         self.started = time.perf_counter()
         self.output = tempfile.TemporaryFile(mode="w+", encoding="utf-8")
         argv = ["check", "--model-stage", "--quiet", "--bounds", args.bounds, "--variant", args.variant,
-                "--out", args.out, "--migration-bounds", args.migration_bounds]
+                "--out", args.out, "--migration-bounds", args.migration_bounds,
+                "--migration-lockstep", "none" if args.model_only else args.migration_lockstep]
+        argv += ["--migration-lockstep-examples", str(args.migration_lockstep_examples)] \
+            if args.migration_lockstep_examples is not None else []
         argv += ["--workers", str(args.workers)] if args.workers else []
         argv += ["--ray", args.ray] if args.ray else []
         argv += ["--symmetry"] if getattr(args, "symmetry", False) else []
@@ -219,8 +244,9 @@ class _BackgroundModelCheck:
         self.process = subprocess.Popen([sys.executable, "-c", code, *argv], stdout=self.output,
                                         stderr=subprocess.STDOUT, env=env)
 
-    def join(self) -> tuple[int, str, float, Optional[tuple[int, float]]]:
-        """The child's exit status, output and seconds, and the migration check's (status, seconds) if it ran."""
+    def join(self) -> tuple[int, str, float, Optional[tuple[int, float]], Optional[dict]]:
+        """The child's exit status, output and seconds, the migration check's (status, seconds) and the migration
+        lockstep's row, each if it ran."""
         import time
 
         rc = self.process.wait()
@@ -230,15 +256,18 @@ class _BackgroundModelCheck:
         self.output.seek(0)
         lines = self.output.read().splitlines(keepends=True)
         self.output.close()
-        migration = None
-        if lines and lines[-1].startswith(_MIGRATION_RESULT):
-            status, took = lines.pop()[len(_MIGRATION_RESULT):].split()
-            migration = (int(status), float(took))
+        migration = migration_lockstep = None
+        for i in reversed(range(len(lines))):  # the result lines, wherever the stages' output put them
+            if lines[i].startswith(_MIGRATION_LOCKSTEP_RESULT):
+                migration_lockstep = json.loads(lines.pop(i)[len(_MIGRATION_LOCKSTEP_RESULT):])
+            elif lines[i].startswith(_MIGRATION_RESULT):
+                status, took = lines.pop(i)[len(_MIGRATION_RESULT):].split()
+                migration = (int(status), float(took))
         for i, line in enumerate(lines):
             if line.startswith(_MODEL_SECONDS):
                 seconds = float(lines.pop(i)[len(_MODEL_SECONDS):])
                 break
-        return rc, "".join(lines), seconds, migration
+        return rc, "".join(lines), seconds, migration, migration_lockstep
 
     def stop(self) -> None:
         """End the child if it still runs (idempotent)."""
@@ -449,6 +478,31 @@ def cmd_conformance(args) -> int:
     console.print("[bold red]FAIL[/]: the implementation parts from the model" if failed
                   else f"[bold green]PASS[/]: the implementation agrees with the model (variant {variant.value})")
     return 1 if failed else 0
+
+
+def _migration_lockstep(args) -> dict:
+    """The migration lockstep (``conformance.migration``) at ``--migration-lockstep``'s profile: it prints its
+    coverage and any divergence; its row for the gate's table (status, what, seconds)."""
+    from envreplica.conformance.migration.run import run_migration_lockstep
+
+    console.print(f"\n[bold]migration lockstep[/]: impl.paired against the migration model (profile "
+                  f"{args.migration_lockstep}; stores sealed under the public TEST key, removed afterwards)")
+    report = run_migration_lockstep(args.migration_lockstep, max_examples=args.migration_lockstep_examples,
+                                    out_dir=Path(args.out))
+    reached, total = report.coverage.reached()
+    missing = report.coverage.unreached()
+    if report.ok:
+        console.print(f"[green]PASS[/]: {report.examples:,} examples, {report.moves:,} moves, "
+                      f"{report.moves_per_second:,.0f} moves/s; coverage {reached}/{total} required items"
+                      + (f" (not reached at this budget: {', '.join(missing)})" if missing else ""))
+    else:
+        console.print(f"[bold red]DIVERGENCE[/] ({report.key}) after {report.found_after_examples} examples")
+        print(report.failure)
+        if report.trace_path is not None:
+            console.print(f"trace: {report.trace_path}")
+    what = (f"paired migration vs model: {report.examples:,} examples, {report.moves:,} moves, "
+            f"{report.moves_per_second:,.0f} moves/s, coverage {reached}/{total}")
+    return {"status": 0 if report.ok else 1, "what": what, "seconds": round(report.seconds, 3)}
 
 
 def _migration_check(args, name: str, gate: bool = False) -> int:
@@ -845,6 +899,11 @@ def main(argv=None) -> int:
     c.add_argument("--migration-bounds", default="migration", choices=[*MIGRATION_PRESETS, "none"],
                    help="the paired writer migration's bounds the gate checks too, beside the replica's "
                         "(default: migration; none: skip it)")
+    c.add_argument("--migration-lockstep", default="check", choices=["dev", "check", "ci", "nightly", "none"],
+                   help="the migration lockstep's profile (impl.paired held to the migration model, move by move; "
+                        "default: check; none: skip it)")
+    c.add_argument("--migration-lockstep-examples", type=int, default=None, metavar="N",
+                   help="override the migration lockstep profile's example count")
     c.add_argument("--out", default="out/traces", help="where counterexample traces go")
     c.add_argument("--quiet", action="store_true", help="no progress bar")
     c.add_argument("--model-only", action="store_true", help="the model check only (skip the lockstep)")

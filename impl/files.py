@@ -231,6 +231,32 @@ def refuse_unusable(found: Probe, *, what: str, missing_ok: bool = True) -> None
                                f"for {what}")
 
 
+def identity(path: Union[str, Path]) -> Optional[tuple[int, int]]:
+    """(device, inode) of the file at ``path`` (a symlink followed), or None when nothing is there: the same for
+    every path to one file (another spelling, a symlink, a hard link)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def unwritable(path: Union[str, Path]) -> Optional[str]:
+    """Why the database file at ``path`` cannot be written now (``None``: it can), found without writing: the
+    file cannot be opened for writing (its mode, an immutable flag, a read-only mount), or its directory, where
+    SQLite creates its journal, cannot be written."""
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
+    except OSError as error:
+        return f"the file cannot be opened for writing ({error.strerror or type(error).__name__})"
+    os.close(fd)
+    parent = path.parent if str(path.parent) else Path(".")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"its directory {parent} cannot be written (SQLite creates the store's journal there)"
+    return None
+
+
 def create_private(path: Union[str, Path]) -> None:
     """Create ``path`` empty with mode 0600; fail if anything is there (never truncates)."""
     try:

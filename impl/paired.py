@@ -1,18 +1,29 @@
 """The paired writer migration on SQLite stores, and its explicitly selected recovery.
 
-Models: the protocol ``model.migration`` checks (docs/migration.md), with its
-three fixes, on two or more replica stores that must move from one writer
-contract version to the next together or be restored together: ``migrate``
-(``envreplica migrate --db A --db B``) and ``recover`` (``envreplica recover
---request FILE``). Each durable step is a function named as the model's step
-(``Pc``), and each calls ``hook(step)`` once it is durable: the crash harness
-(``tests/test_paired_crash.py``) abandons the run there, in this process or
-with ``kill -9`` of a child process (``ENVREPLICA_PAIRED_KILL_AFTER``).
+Models: the protocol ``model.migration`` checks (docs/migration.md), variant
+``fixed`` (every ``Fix``), with the readings the model names (a backup that
+is there is kept when it holds the store's source; a store this request
+applied is skipped; a store counts as applied when it records this request's
+receipt at the target version; a second invocation is refused while one
+holds the installation lock), on two or more replica stores that must move
+from one writer contract version to the next together or be restored
+together: ``migrate`` (``envreplica migrate --db A --db B``) and ``recover``
+(``envreplica recover --request FILE``).
+
+Each step is the model's (``model.migration.Pc``; ``MIGRATE_STEPS`` and
+``RECOVER_STEPS`` name them as the model does), and each calls ``hook(step)``
+once it is done (durable, for a step that writes): the crash harness
+(``tests/test_paired_crash.py``) abandons a run there, and the migration
+lockstep (``conformance.migration``) pauses it there, lets the world move, and
+lets it go on or kills it. A hook from the environment (``hook_from_env``):
+``ENVREPLICA_PAIRED_KILL_AFTER=STEP`` kills the process after STEP;
+``ENVREPLICA_PAIRED_STEP_SOCKET=PATH`` reports each step on that Unix socket
+and waits to be told to go on (``STEP_PROTOCOL``).
 
 The files, next to the request (``REQUEST``, default
 ``<first store>.paired-v<target>.request.json``), each published once and
 never overwritten (the same bytes again are accepted, other bytes refused as
-a conflict), owner-only (0600):
+a conflict), owner-only (0600), each carrying its digest:
 
 - ``REQUEST``: the stores (path, version, data digest, backup path) and a
   random permit id;
@@ -21,39 +32,48 @@ a conflict), owner-only (0600):
   its backup or leave it unchanged;
 - ``REQUEST.recovery.json.result.json``: the recovery's result;
 - ``REQUEST.lock``: the installation lock (``flock``: a crashed holder's lock
-  is free).
+  is free; a second invocation is refused while it is held).
 
 The fences are the writer contract's (``writer.begin_admission``): while a
 store is under maintenance or recovery, no writer of any version writes it,
-and ``check_writer`` refuses to open it. Readings of the modules the
-reference code leaves unshown, as the model names them: a backup that exists
-is kept (when it holds the store's original data; anything else is refused);
-a store already applied by this request is skipped; a store counts as
-applied when it records this request's receipt (``store_meta.migration_request``)
-at the target version, whatever was written after it reopened.
+``check_writer`` says which request holds it and what to run, and the token
+itself says so to any release that prints ``store_meta``.
 
-Leaves out on purpose: the reference code's checks of owner processes (an
-open connection of a foreign writer is refused by the fence row by row, and
-SQLite's locks serialize transactions), child input files (derived from the
-request, they add no fact), and the schema bootstrap.
+The implementation's contract, beyond the model's steps (each refusal one
+line, its code first; ``exit_status`` gives the command's exit status):
+before anything is written, it refuses a store named twice (another
+spelling, a symlink, a hard link: compared by device and inode), a missing
+master key or one the stores were not sealed with (``writer.key_problem``), a
+store that cannot be written, a store held open for writing by another live
+process (``impl.owners``; the seed's ``physical_owner_alive``), a request
+edited since published. Mid-protocol, a store another process holds in a
+write transaction (after the busy timeout) or that became read-only stops the
+step before it writes; what is done stays, and the message says what a rerun
+or ``recover`` will do.
+
+Leaves out on purpose: child input files (derived from the request, they add
+no fact), the schema bootstrap, and owners this user cannot see in ``/proc``.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import fcntl
 import hashlib
 import json
 import os
+import socket
 import sqlite3
+import sys
+import threading
 import uuid
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-import argparse
-from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, Union
+from typing import IO, Any, Callable, Iterator, Mapping, Optional, Sequence, Union
 
-from envreplica.impl import schema
+from envreplica.impl import files, owners, schema
 from envreplica.impl import writer as W
 
 _REQUEST_SCHEMA = "envreplica/paired-migration@1"
@@ -62,6 +82,16 @@ _RECOVERY_SCHEMA = "envreplica/paired-recovery@1"
 _RECOVERY_RESULT_SCHEMA = "envreplica/paired-recovery-result@1"
 #: ``store_meta`` key of a store's migration receipt: the request that applied it.
 RECEIPT = "migration_request"
+
+#: The steps of ``migrate`` and ``recover``, named as the model's program counters (``model.migration.Pc``),
+#: in the order a run takes them. The model's ``retain run`` and ``retain resource`` (the child inputs) have no
+#: counterpart here.
+MIGRATE_STEPS = ("prepare", "retain parent", "lock", "reconcile", "maintenance run", "maintenance resource",
+                 "drain", "backup run", "backup resource", "apply run", "apply resource", "verify",
+                 "read evidence", "publish result", "complete run", "complete resource")
+RECOVER_STEPS = ("recover", "lock prepare", "plan", "lock apply", "revalidate", "publish recovery", "fence run",
+                 "fence resource", "restore run", "restore resource", "publish recovery result", "reopen run",
+                 "reopen resource")
 
 Hook = Callable[[str], None]
 #: The migration steps by source version (``writer.MIGRATIONS``).
@@ -78,6 +108,33 @@ class PairedRefused(W.MigrationRefused):
     def __init__(self, code: str, message: str) -> None:
         super().__init__(f"{code}: {message}")
         self.code = code
+
+
+#: The command's exit status for each refusal: 2 when it could not run as asked (the input, the environment, a
+#: publication edited, a second invocation, a request that is done), 1 when it stopped on what the stores hold
+#: mid-protocol (a finding the operator must judge). The contract ``spec.migration.EXIT_STATUS`` states for the
+#: model's refusals (this module states its own, so that the implementation imports nothing of the model's
+#: side; tests/test_paired_errors.py holds the two equal, and the migration lockstep compares every exit).
+EXIT_STATUS = {
+    **dict.fromkeys((
+        "physical_owner_alive", "content_only_route_required", "paired_migration_request_conflict",
+        "paired_migration_result_conflict", "no_migration_request", "restore_original_recovery",
+        "migration_completed", "paired_recovery_request_conflict", "backup_evidence_changed", "same_store_twice",
+        "master_key_missing", "master_key_wrong", "store_read_only", "store_busy", "installation_lock_held",
+        "paired_migration_request_changed", "migration_evidence_custody_changed", "invalid_recovery_intent",
+        "backup_conflict", "recovery_backup_changed",
+        # this implementation's own (the model does not name them)
+        "store_versions_differ", "store_fenced", "invalid_publication", "owners_unobservable"), 2),
+    **dict.fromkeys((
+        "recovery_selected", "unknown_child_outcome", "completed_migration_changed", "verification_incomplete",
+        "backup_exists", "store_under_recovery", "changed_store_has_no_backup", "store_not_original",
+        "recovery_readback_failed"), 1),
+}
+
+
+def exit_status(code: str) -> int:
+    """The command's exit status for a refusal ``code`` (``EXIT_STATUS``; 1 for a code it does not list)."""
+    return EXIT_STATUS.get(code, 1)
 
 
 class Status(str, Enum):
@@ -97,6 +154,95 @@ class StoreFacts:
     holder: Optional[str]  # the request holding the fence
     data_sha256: str  # the content, as if open (the fence's own store_meta keys normalized)
     receipt: Optional[str]  # the request that applied it
+
+
+# ---------------------------------------------------------------------------
+# The step hooks: in this process, or from the environment
+
+
+class StepperKilled(BaseException):
+    """Raised by a stepping hook in a thread told to die at a step boundary (a process is killed instead)."""
+
+
+#: The step protocol on ``ENVREPLICA_PAIRED_STEP_SOCKET`` (a Unix stream socket the harness listens on), one
+#: line each way: this process sends ``hello PID`` when it connects, ``ready`` when its run begins (nothing done
+#: yet) and ``step NAME`` after each step, and waits after ``ready`` and each ``step`` for ``go`` (go on) or
+#: ``kill`` (die here: a process kills itself with SIGKILL, a thread raises ``StepperKilled``); a process the
+#: harness started from its zygote sends ``exit CODE`` last. End of file from the harness is a kill.
+STEP_PROTOCOL = ("hello", "ready", "step", "exit", "go", "kill")
+
+
+class _Stepper:
+    """This process's (or thread's) connection to the stepping harness."""
+
+    def __init__(self, path: str) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.connect(path)
+        self.reader: IO[str] = self.sock.makefile("r", encoding="utf-8", newline="\n")
+        self.send(f"hello {os.getpid()}")
+
+    def send(self, line: str) -> None:
+        self.sock.sendall((line + "\n").encode())
+
+    def wait(self) -> None:
+        """Block until told: return on ``go``; die on ``kill`` or end of file."""
+        answer = self.reader.readline().strip()
+        if answer == "go":
+            return
+        if threading.current_thread() is not threading.main_thread():
+            raise StepperKilled(answer or "end of file")
+        os.kill(os.getpid(), 9)
+
+    def hook(self, step: str) -> None:
+        self.send(f"step {step}")
+        self.wait()
+
+
+_STEPPERS: dict[int, _Stepper] = {}  # the connection of each thread that made one (a process has one)
+
+
+def stepper_connect(path: str) -> _Stepper:
+    """Connect this thread to the stepping harness at ``path`` (once; later calls return the same connection)."""
+    key = threading.get_ident()
+    if key not in _STEPPERS:
+        _STEPPERS[key] = _Stepper(path)
+    return _STEPPERS[key]
+
+
+def stepper_exit(code: int) -> None:
+    """Report this process's exit status to its stepping harness, if connected (a zygote's child does)."""
+    stepper = _STEPPERS.get(threading.get_ident())
+    if stepper is not None:
+        with contextlib.suppress(OSError):
+            stepper.send(f"exit {code}")
+
+
+def _no_hook(step: str) -> None:
+    pass
+
+
+def hook_from_env() -> Hook:
+    """The hook the environment asks for: ``ENVREPLICA_PAIRED_STEP_SOCKET`` (step by step, as the harness says),
+    ``ENVREPLICA_PAIRED_KILL_AFTER=STEP`` (SIGKILL once STEP is done), or none."""
+    path = os.environ.get("ENVREPLICA_PAIRED_STEP_SOCKET")
+    if path:
+        stepper = stepper_connect(path)
+        stepper.send("ready")
+        stepper.wait()
+        return stepper.hook
+    target = os.environ.get("ENVREPLICA_PAIRED_KILL_AFTER")
+    if not target:
+        return _no_hook
+
+    def hook(step: str) -> None:
+        if step == target:
+            os.kill(os.getpid(), 9)
+
+    return hook
+
+
+#: The former name of ``hook_from_env``.
+kill_hook_from_env = hook_from_env
 
 
 # ---------------------------------------------------------------------------
@@ -126,7 +272,11 @@ def _publish(path: Path, data: Doc, conflict: str) -> None:
             raise PairedRefused(conflict, f"{path} holds another publication; it is never overwritten")
         return
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as e:
+        raise PairedRefused("invalid_publication", f"{path.parent}: cannot write {path.name} there "
+                                                   f"({e.strerror}); make the directory writable") from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(body)
@@ -153,31 +303,58 @@ def _read_json(path: Path) -> Json:
 @contextlib.contextmanager
 def _installation_lock(request: Path) -> Iterator[None]:
     lock = request.with_name(request.name + ".lock")
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as e:
+        raise PairedRefused("invalid_publication", f"{lock}: cannot open the installation lock ({e.strerror}); "
+                                                   f"make {lock.parent} writable") from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise W.StoreInUse(f"{lock}: another envreplica migrate or recover holds the installation lock of "
-                               f"this request; wait for it to finish, then run again") from None
+            raise PairedRefused("installation_lock_held",
+                                f"{lock}: another envreplica migrate or recover of this request is running (it "
+                                f"holds the installation lock); nothing was changed by this one. Wait for it to "
+                                f"finish, then run again if it did not") from None
         yield
     finally:
         os.close(fd)  # releases the lock
 
 
+def _busy(error: sqlite3.Error) -> bool:
+    text = str(error).lower()
+    return "locked" in text or "busy" in text
+
+
 @contextlib.contextmanager
-def _writing(path: Path, token: str, busy_timeout: float) -> Iterator[sqlite3.Connection]:
-    """A connection registered as ``token`` (the fence holder), in one exclusive transaction."""
+def _writing(path: Path, token: str, busy_timeout: float, doing: str) -> Iterator[sqlite3.Connection]:
+    """A connection registered as ``token`` (the fence holder), in one exclusive transaction. ``doing`` says
+    what the step does, for the refusal when the store cannot be written (read-only, or held by another
+    process's write transaction past ``busy_timeout`` seconds)."""
+    problem = files.unwritable(path)
+    if problem is not None:
+        raise PairedRefused("store_read_only", f"{path}: {problem}; stopped before {doing}")
     conn = sqlite3.connect(str(path), isolation_level=None, timeout=busy_timeout)
     conn.create_function(W.WRITER_FUNCTION, 0, lambda: token, deterministic=True)
     try:
-        conn.execute("BEGIN EXCLUSIVE")
-        yield conn
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
+        try:
+            conn.execute("BEGIN EXCLUSIVE")
+            yield conn
+            conn.execute("COMMIT")
+        except sqlite3.OperationalError as e:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            if _busy(e):
+                raise PairedRefused("store_busy", f"{path}: another process holds a write transaction on it "
+                                                  f"(waited {busy_timeout:g} s); stopped before {doing}") from None
+            if "readonly" in str(e).lower():
+                raise PairedRefused("store_read_only", f"{path}: it cannot be written ({e}); stopped before "
+                                                       f"{doing}") from None
+            raise
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
     finally:
         conn.close()
 
@@ -197,23 +374,60 @@ def _read_request(path: Path) -> Doc:
     """The published request, checked: its schema and its digest (an edited request is refused)."""
     req = _read_json(path)
     if not isinstance(req, dict) or req.get("schema_id") != _REQUEST_SCHEMA or req.get("sha256") != _digest(req) \
-            or not isinstance(req.get("stores"), list) or len(req["stores"]) < 2:
+            or not isinstance(req.get("stores"), list) or len(req["stores"]) < 2 \
+            or not all(isinstance(s, dict) and isinstance(s.get("db"), str) for s in req["stores"]):
         raise PairedRefused("paired_migration_request_changed",
-                            f"{path} was changed after it was published (its digest no longer matches); restore "
-                            f"it from where you keep it, or reconcile the stores by hand")
+                            f"{path} was changed after it was published (its digest no longer matches); nothing "
+                            f"was changed. Put back the request as it was published (from where you keep it), "
+                            f"then run again; or reconcile the stores by hand")
     return req
+
+
+def _distinct(dbs: Sequence[Union[str, Path]]) -> list[Path]:
+    """The stores, resolved; refused when one file is named twice (the same path, another spelling, a symlink or a
+    hard link: compared by device and inode)."""
+    paths = [Path(d).resolve() for d in dbs]
+    seen: dict[tuple[int, int], Path] = {}
+    for raw, path in zip(dbs, paths):
+        ident = files.identity(path)
+        key = ident if ident is not None else (-1, hash(str(path)))
+        if key in seen:
+            raise PairedRefused("same_store_twice", f"{raw} is the same file as {seen[key]} (another spelling, a "
+                                                    f"symlink or a hard link); nothing was changed. A paired "
+                                                    f"migration takes two or more different stores: give each once")
+        seen[key] = path
+    return paths
 
 
 def _usable(paths: Sequence[Path]) -> None:
     """Each path holds an envreplica store (a missing or foreign file is refused before anything is changed)."""
-    from envreplica.impl import files
-
     for p in paths:
         found = files.probe(p)
         if found.kind is files.PathKind.MISSING:
             raise files.ReplicaPathError(f"{p}: no such database file; nothing was changed (check the --db paths)")
         if found.kind is not files.PathKind.SQLITE:
             files.refuse_unusable(found, what="a store to migrate")
+
+
+def _writable(paths: Sequence[Path], then: str) -> None:
+    for p in paths:
+        problem = files.unwritable(p)
+        if problem is not None:
+            raise PairedRefused("store_read_only", f"{p}: {problem}; {then}. Make it writable for the user that "
+                                                   f"runs envreplica, then run again")
+
+
+def _drained(paths: Sequence[Path], then: str) -> None:
+    """The seed's ``drained()``: refuse while another live process holds a store open for writing."""
+    if not owners.observable():
+        raise PairedRefused("owners_unobservable", "this system does not show which processes hold the stores open "
+                                                   "(/proc); a paired migration refuses to run without observing "
+                                                   "them. Run it on Linux")
+    found = owners.owners(paths)
+    if found:
+        raise PairedRefused("physical_owner_alive", f"a store is in use ({owners.describe(found)}); {then}. Stop "
+                                                    f"that process (or wait for it to close the store: envreplica "
+                                                    f"never kills it), then run again")
 
 
 def _status(request: Doc, i: int, facts: StoreFacts, rid: str) -> Status:
@@ -232,6 +446,10 @@ def _pair(statuses: Sequence[Status]) -> str:
     return "applied" if applied == len(statuses) else "partial" if applied else "not_applied"
 
 
+def _pair_now(req: Doc, paths: Sequence[Path], rid: str) -> str:
+    return _pair([_status(req, i, facts_of(p), rid) for i, p in enumerate(paths)])
+
+
 def default_request(dbs: Sequence[Path], target: int) -> Path:
     return dbs[0].with_name(f"{dbs[0].name}.paired-v{target}.request.json")
 
@@ -242,25 +460,33 @@ def _files(request: Path) -> tuple[Path, Path, Path]:
             recovery.with_name(recovery.name + ".result.json"))
 
 
-def _no_hook(step: str) -> None:
-    pass
-
-
-def kill_hook_from_env() -> Hook:
-    """``ENVREPLICA_PAIRED_KILL_AFTER=STEP``: this process kills itself (SIGKILL) once STEP is durable."""
-    target = os.environ.get("ENVREPLICA_PAIRED_KILL_AFTER")
-    if not target:
-        return _no_hook
-
-    def hook(step: str) -> None:
-        if step == target:
-            os.kill(os.getpid(), 9)
-
-    return hook
-
-
 def _store_name(i: int, n: int) -> str:
     return ("run", "resource")[i] if n == 2 else f"store {i}"
+
+
+def where_it_stands(req_path: Path, paths: Sequence[Path]) -> str:
+    """What a refused invocation leaves, and what to run next: the publications there, the fences up."""
+    result, recovery, recovery_result = _files(req_path)
+    fenced = []
+    for p in paths:
+        try:
+            admission = facts_of(p).admission
+        except Exception:  # a store that cannot be read now: say nothing of its fence
+            admission = None
+        if admission is not None:
+            fenced.append(f"{p.name} is fenced for {admission}")
+    if recovery_result.exists():
+        state, run = "the recovery completed", f"`envreplica recover --request {req_path}` reopens what is fenced"
+    elif recovery.exists():
+        state, run = "a recovery is selected", f"`envreplica recover --request {req_path}` finishes it"
+    elif result.exists():
+        state, run = "the migration's result is published", f"`envreplica migrate --request {req_path}` finishes it"
+    elif req_path.exists():
+        state, run = ("the request is published", f"`envreplica migrate --request {req_path}` resumes it (or "
+                                                  f"`envreplica recover --request {req_path}` restores the stores)")
+    else:
+        return "nothing was changed"
+    return f"{state}{', ' + ', '.join(fenced) if fenced else ''}; once that is fixed, {run}"
 
 
 # ---------------------------------------------------------------------------
@@ -280,122 +506,179 @@ def migrate_paired(dbs: Sequence[Union[str, Path]], *, request: Union[str, Path,
                    backup_dir: Union[str, Path, None] = None, master_key: Optional[bytes] = None,
                    target: int = schema.SCHEMA_VERSION, hook: Hook = _no_hook, busy_timeout: float = 5.0,
                    steps: Optional[Steps] = None) -> Outcome:
-    """Migrate ``dbs`` together to schema version ``target``, or resume the published request."""
+    """Migrate ``dbs`` together to schema version ``target``, or resume the published request (``dbs`` may then
+    be empty: the request names them)."""
     steps = W.MIGRATIONS if steps is None else steps
-    paths = [Path(d).resolve() for d in dbs]
-    if len(paths) < 2 or len(set(paths)) != len(paths):
-        raise ValueError("a paired migration takes two or more different stores (--db A --db B)")
-    req_path = Path(request).resolve() if request is not None else default_request(paths, target)
+    req_path = Path(request).resolve() if request is not None else None
+    if not dbs:
+        if req_path is None or not req_path.exists():
+            raise PairedRefused("no_migration_request", f"{req_path or 'no --request'}: without --db, --request must "
+                                                        f"name a published request (its stores are migrated)")
+        dbs = [s["db"] for s in _read_request(req_path)["stores"]]
+    if len(dbs) < 2:  # the command never asks it (one --db is the single-store migration)
+        raise ValueError("a paired migration takes two or more stores; one alone: writer.migrate")
+    # prepare (or restore the published request): first the input and the environment, nothing written
+    paths = _distinct(dbs)
+    _usable(paths)
+    if master_key is None:
+        raise PairedRefused("master_key_missing", "the migration authenticates every row under the master key; "
+                                                  "nothing was changed. Set ENVREPLICA_MASTER_KEY or "
+                                                  "ENVREPLICA_MASTER_KEY_FILE to the key the stores were sealed "
+                                                  "with, then run it again")
+    _writable(paths, "nothing was changed")
+    req_path = req_path or default_request(paths, target)
     result_path, recovery_path, _ = _files(req_path)
     n = len(paths)
-    _usable(paths)
-
-    # prepare, or restore the published request
-    if req_path.exists():
+    restored = req_path.exists()
+    if restored:
         req = _read_request(req_path)
         if [s["db"] for s in req["stores"]] != [str(p) for p in paths]:
             raise PairedRefused("paired_migration_request_conflict",
-                                f"{req_path} is a request for other stores ({[s['db'] for s in req['stores']]})")
-        _require_key(steps, req["stores"][0]["version"], target, master_key)
+                                f"{req_path} is a request for other stores ({[s['db'] for s in req['stores']]}); "
+                                f"nothing was changed. Give the stores it names, or another --request")
+        _prove_key(paths, master_key)
     else:
+        _drained(paths, "nothing was changed")
         facts = [facts_of(p) for p in paths]
-        held = [str(p) for p, f in zip(paths, facts) if f.admission is not None]
+        held = [p for p, f in zip(paths, facts) if f.admission is not None]
         if held:
-            raise PairedRefused("store_fenced", f"{', '.join(held)} fenced by another request; finish that first")
+            raise PairedRefused("store_fenced", f"{W.fenced_message(held[0], files.current_meta(held[0]))} Nothing "
+                                                f"was changed: finish that request first")
         versions = {f.version for f in facts}
         if versions == {target}:
-            raise PairedRefused("content_only_route_required", f"every store is at version {target} already")
+            raise PairedRefused("content_only_route_required", f"every store is at version {target} already; "
+                                                               f"nothing to migrate")
         if len(versions) != 1 or min(versions) < 1 or min(versions) > target:
             raise PairedRefused("store_versions_differ",
                                 f"the stores are at versions {[f.version for f in facts]}: a paired migration "
                                 f"moves stores of one version (1 or later, below {target}) together; migrate "
                                 f"the others alone first (envreplica migrate --db PATH)")
-        _require_key(steps, facts[0].version, target, master_key)  # before anything is published
+        _prove_key(paths, master_key)
         bdir = Path(backup_dir).resolve() if backup_dir is not None else None
         req = {"schema_id": _REQUEST_SCHEMA, "permit_id": uuid.uuid4().hex, "target": target,
                "stores": [{"db": str(p), "version": f.version, "data_sha256": f.data_sha256,
                            "backup": str((bdir or p.parent) / f"{p.name}.v{f.version}.paired.bak")}
                           for p, f in zip(paths, facts)]}
         req["sha256"] = _digest(req)
+    hook("prepare")
+    if not restored:
         _publish(req_path, req, "paired_migration_request_conflict")  # retain parent
         hook("retain parent")
     rid = _request_id(req)
-    token = W.admission_token("maintenance", rid)
+    token = W.admission_token("maintenance", rid, req_path)
+    try:
+        return _migrate_locked(paths, req, req_path, rid, token, target, steps, master_key, hook, busy_timeout, n)
+    except PairedRefused as e:
+        if e.code in ("store_busy", "store_read_only", "physical_owner_alive"):  # said once, with what stands
+            raise PairedRefused(e.code, f"{str(e).split(': ', 1)[1]}. {where_it_stands(req_path, paths)}") from None
+        raise
 
+
+def _migrate_locked(paths: list[Path], req: Doc, req_path: Path, rid: str, token: str, target: int, steps: Steps,
+                    master_key: bytes, hook: Hook, busy_timeout: float, n: int) -> Outcome:
+    result_path, recovery_path, recovery_result_path = _files(req_path)
     with _installation_lock(req_path):
+        hook("lock")
         # reconcile
         if recovery_path.exists():
-            raise PairedRefused("recovery_selected", f"{recovery_path}: a recovery of this request is selected; "
-                                                     f"run `envreplica recover --request {req_path}`")
-        facts = [facts_of(p) for p in paths]
-        before = _pair([_status(req, i, f, rid) for i, f in enumerate(facts)])
+            if recovery_result_path.exists():
+                raise PairedRefused("recovery_selected", f"{recovery_result_path}: this request was recovered (its "
+                                                         f"stores are back at their old version) and is closed; "
+                                                         f"nothing was changed. To migrate them again, start a new "
+                                                         f"request: `envreplica migrate --db {' --db '.join(map(str, paths))} "
+                                                         f"--request <a new file>` (or move {req_path.name} and "
+                                                         f"its .result/.recovery files aside)")
+            raise PairedRefused("recovery_selected", f"{recovery_path}: a recovery of this request is selected, and "
+                                                     f"a migration never undoes it; nothing was changed. Finish it: "
+                                                     f"`envreplica recover --request {req_path}`")
+        before = _pair_now(req, paths, rid)
         if before == "unknown":
-            raise PairedRefused("unknown_child_outcome", "a store is neither its source nor migrated by this "
-                                                         "request: reconcile it by hand, or select recovery")
+            raise PairedRefused("unknown_child_outcome", f"a store is neither its source nor migrated by this "
+                                                         f"request (written since the request was prepared); "
+                                                         f"nothing was changed. Select recovery "
+                                                         f"(`envreplica recover --request {req_path}`), or "
+                                                         f"reconcile the store by hand")
         if result_path.exists() and before != "applied":
-            raise PairedRefused("completed_migration_changed", f"{result_path} exists but the stores are not "
-                                                               f"all migrated by this request")
-        # read evidence (before maintenance, not after as the reference code: a refusal then fences nothing)
+            raise PairedRefused("completed_migration_changed", f"{result_path} exists but the stores are not all "
+                                                               f"migrated by this request; reconcile them by hand")
+        # the evidence, before maintenance (Fix.EVIDENCE_BEFORE_MAINTENANCE: a refusal fences nothing)
         evidence = _read_evidence(result_path, rid) if result_path.exists() else None
-        # maintenance begun
-        for i, p in enumerate(paths):
-            f = facts[i]
+        hook("reconcile")
+        for i, p in enumerate(paths):  # maintenance begun
+            f = facts_of(p)
             if f.admission == "recovery":
-                raise PairedRefused("store_under_recovery", f"{p} is fenced for recovery")
+                raise PairedRefused("store_under_recovery", f"{p} is fenced for recovery; finish it: "
+                                                            f"`envreplica recover --request {req_path}`")
             if f.admission == "maintenance" and f.holder != rid:
                 raise PairedRefused("store_fenced", f"{p} is under maintenance by another request ({f.holder})")
             if f.admission is None:  # fenced by this request already: nothing to write
-                with _writing(p, token, busy_timeout) as conn:
-                    W.begin_admission(conn, token)
+                with _writing(p, token, busy_timeout, "fencing it") as conn:
+                    W.begin_admission(conn, token, req_path)
             hook(f"maintenance {_store_name(i, n)}")
         if evidence is None:
+            _drained(paths, "stopped before backing up the stores")
+            hook("drain")
             backups = []
             for i, p in enumerate(paths):  # each backup, all before any apply
+                _drained(paths, f"stopped before backing up {p.name}")
                 backups.append(_backup(p, Path(req["stores"][i]["backup"]), req["stores"][i]["data_sha256"]))
                 hook(f"backup {_store_name(i, n)}")
             for i, p in enumerate(paths):  # each apply
+                _drained(paths, f"stopped before migrating {p.name}")
                 _apply(p, req, rid, token, steps, master_key, busy_timeout)
                 hook(f"apply {_store_name(i, n)}")
             # verify
-            after = [facts_of(p) for p in paths]
-            if _pair([_status(req, i, f, rid) for i, f in enumerate(after)]) != "applied":
+            if _pair_now(req, paths, rid) != "applied":
                 raise PairedRefused("verification_incomplete", "after the applies a store is not migrated")
             for p in paths:
                 _verify(p, target)
             evidence = {"schema_id": _RESULT_SCHEMA, "request": rid, "target": target,
                         "backups": [{"path": req["stores"][i]["backup"], "sha256": b} for i, b in enumerate(backups)]}
-        elif _pair([_status(req, i, facts_of(p), rid) for i, p in enumerate(paths)]) != "applied":
-            # the fence is up: the stores are still this request's migration, as the result says
+            hook("verify")
+        else:
+            if _pair_now(req, paths, rid) != "applied":  # the fence is up: the stores are still this migration
+                raise PairedRefused("verification_incomplete", "a store is not migrated")
+            hook("read evidence")
+        if _pair_now(req, paths, rid) != "applied":
             raise PairedRefused("verification_incomplete", "a store is not migrated")
         _publish(result_path, evidence, "paired_migration_result_conflict")
         hook("publish result")
         for i, p in enumerate(paths):  # maintenance completed
-            with _writing(p, token, busy_timeout) as conn:
-                W.end_admission(conn)
+            if facts_of(p).admission is not None:
+                with _writing(p, token, busy_timeout, "reopening it") as conn:
+                    W.end_admission(conn)
             hook(f"complete {_store_name(i, n)}")
     return Outcome("migrated", req_path, f"migrated {n} stores together to schema version {target}; result "
                                          f"{result_path}")
 
 
-def _require_key(steps: Steps, version: int, target: int, master_key: Optional[bytes]) -> None:
-    """Refuse, before anything is written, a migration whose steps authenticate rows when no key was given."""
-    if master_key is None and any(getattr(steps[v], "needs_key", False) for v in range(version, target)):
-        raise PairedRefused("master_key_missing", "the migration authenticates every row under the master key: "
-                                                  "set ENVREPLICA_MASTER_KEY or ENVREPLICA_MASTER_KEY_FILE, then "
-                                                  "run it again")
+def _prove_key(paths: Sequence[Path], master_key: bytes) -> None:
+    """Refuse, before anything is written, a key that is not the one each store was sealed with."""
+    for p in paths:
+        conn = W._open_readonly(p)
+        try:
+            why = W.key_problem(conn, master_key)
+        finally:
+            conn.close()
+        if why is not None:
+            raise PairedRefused("master_key_wrong", W.refuse_wrong_key(p, why))
 
 
 def _read_evidence(result_path: Path, rid: str) -> Doc:
     """The published result, checked: this request's, and its backups still the ones it recorded."""
     evidence = _read_json(result_path)
-    if not isinstance(evidence, dict) or evidence.get("schema_id") != _RESULT_SCHEMA or evidence.get("request") != rid:
+    if not isinstance(evidence, dict) or evidence.get("schema_id") != _RESULT_SCHEMA or evidence.get("request") != rid \
+            or not isinstance(evidence.get("backups"), list) \
+            or not all(isinstance(e, dict) and isinstance(e.get("path"), str) for e in evidence["backups"]):
         raise PairedRefused("migration_evidence_custody_changed",
-                            f"{result_path} is not this request's result (edited, or another request's); restore "
-                            f"it, or reconcile the stores by hand")
-    for entry in evidence.get("backups", []):
-        if not Path(entry["path"]).is_file() or W._file_sha256(entry["path"]) != entry["sha256"]:
+                            f"{result_path} is not this request's result (edited, or another request's); nothing "
+                            f"was changed. Put back the result as it was published, then run again; or reconcile "
+                            f"the stores by hand")
+    for entry in evidence["backups"]:
+        if not Path(entry["path"]).is_file() or W._file_sha256(entry["path"]) != entry.get("sha256"):
             raise PairedRefused("backup_evidence_changed", f"{entry['path']} is not the backup the result recorded "
-                                                           f"(sha256 {entry['sha256']}); put that backup back")
+                                                           f"(sha256 {entry.get('sha256')}); nothing was changed. Put "
+                                                           f"that backup back, then run again")
     return evidence
 
 
@@ -405,11 +688,12 @@ def _backup(path: Path, backup: Path, source_sha256: str) -> str:
         conn = W._open_readonly(backup)
         try:
             if data_sha256(conn) != source_sha256:
-                raise PairedRefused("backup_conflict", f"{backup} exists and does not hold {path}'s original data")
+                raise PairedRefused("backup_conflict", f"{backup} exists and does not hold {path}'s original data; "
+                                                       f"move it aside only once you know what it holds")
         finally:
             conn.close()
         return W._file_sha256(backup)
-    src = sqlite3.connect(str(path), isolation_level=None)
+    src = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
     try:
         if data_sha256(src) != source_sha256:
             raise PairedRefused("unknown_child_outcome", f"{path} changed since the request was prepared")
@@ -418,13 +702,14 @@ def _backup(path: Path, backup: Path, source_sha256: str) -> str:
         src.close()
 
 
-def _apply(path: Path, req: Doc, rid: str, token: str, steps: Steps, master_key: Optional[bytes],
+def _apply(path: Path, req: Doc, rid: str, token: str, steps: Steps, master_key: bytes,
            busy_timeout: float) -> None:
     """One store's steps to the target in one transaction, its receipt recorded, the fence kept."""
-    with _writing(path, token, busy_timeout) as conn:
+    f = facts_of(path)
+    if f.version == req["target"] and f.receipt == rid:
+        return  # applied already (a rerun after a crash between the applies)
+    with _writing(path, token, busy_timeout, f"migrating {path.name}") as conn:
         version = W.detect_version(conn)
-        if version == req["target"] and (W.read_meta(conn) or {}).get(RECEIPT) == rid:
-            return  # applied already (a rerun after a crash between the applies)
         for v in range(version, req["target"]):
             steps[v](conn, W.MigrationContext(master_key))
         W.begin_admission(conn, token)  # the steps record the new contract version: fence it again
@@ -457,59 +742,99 @@ def recover_paired(request: Union[str, Path], *, hook: Hook = _no_hook, busy_tim
     req_path = Path(request).resolve()
     result_path, recovery_path, recovery_result_path = _files(req_path)
     if not req_path.exists():
-        raise PairedRefused("no_migration_request", f"{req_path}: no paired migration request there")
+        raise PairedRefused("no_migration_request", f"{req_path}: no paired migration request there; nothing was "
+                                                    f"changed (give the request file `envreplica migrate` wrote)")
     req = _read_request(req_path)
     rid = _request_id(req)
     paths = [Path(s["db"]) for s in req["stores"]]
+    _writable(paths, "nothing was changed")
+    plan: Optional[Doc] = None
+    if recovery_path.exists():  # restore the selected recovery
+        plan = _read_plan(recovery_path, rid, len(paths))
+    hook("recover")
+    try:
+        return _recover(req, req_path, rid, paths, plan, hook, busy_timeout)
+    except PairedRefused as e:
+        if e.code in ("store_busy", "store_read_only", "physical_owner_alive"):
+            raise PairedRefused(e.code, f"{str(e).split(': ', 1)[1]}. {where_it_stands(req_path, paths)}") from None
+        raise
+
+
+def _read_plan(recovery_path: Path, rid: str, n: int) -> Doc:
+    plan = _read_json(recovery_path)
+    restores = plan.get("restores") if isinstance(plan, dict) else None
+    if not isinstance(plan, dict) or plan.get("schema_id") != _RECOVERY_SCHEMA or plan.get("request") != rid or \
+            plan.get("sha256") != _digest(plan) or not isinstance(restores, list) or len(restores) != n or \
+            not all(isinstance(r, bool) for r in restores):
+        raise PairedRefused("invalid_recovery_intent",
+                            f"{recovery_path} is not this request's recovery (edited, or another's); nothing was "
+                            f"changed. Put it back as it was published, then run again; or reconcile the stores "
+                            f"by hand")
+    return plan
+
+
+def _recover(req: Doc, req_path: Path, rid: str, paths: list[Path], plan: Optional[Doc], hook: Hook,
+             busy_timeout: float) -> Outcome:
+    result_path, recovery_path, recovery_result_path = _files(req_path)
     n = len(paths)
-    with _installation_lock(req_path):
-        if recovery_path.exists():  # restore the selected recovery
-            plan = _read_json(recovery_path)
-            restores = plan.get("restores") if isinstance(plan, dict) else None
-            if plan.get("schema_id") != _RECOVERY_SCHEMA or plan.get("request") != rid or \
-                    plan.get("sha256") != _digest(plan) or \
-                    not isinstance(restores, list) or len(restores) != n or \
-                    not all(isinstance(r, bool) for r in restores):
-                raise PairedRefused("invalid_recovery_intent",
-                                    f"{recovery_path} is not this request's recovery (edited, or another's); "
-                                    f"restore it, or reconcile the stores by hand")
-        else:  # plan
-            if recovery_result_path.exists():
-                raise PairedRefused("restore_original_recovery", f"{recovery_result_path} exists")
+    if plan is None:  # prepare under the lock, which is released once the plan is made (as the seed's prepare)
+        with _installation_lock(req_path):
+            hook("lock prepare")
+            if recovery_path.exists() or recovery_result_path.exists():
+                raise PairedRefused("restore_original_recovery", f"{recovery_path} appeared meanwhile: run "
+                                                                 f"`envreplica recover --request {req_path}` again")
             if result_path.exists():
-                raise PairedRefused("migration_completed", f"{result_path}: the migration completed; a rerun of "
-                                                           f"`envreplica migrate` reopens its stores")
+                raise PairedRefused("migration_completed", f"{result_path}: the migration completed, so there is "
+                                                           f"nothing to recover; nothing was changed. If its stores "
+                                                           f"are still fenced, `envreplica migrate --request "
+                                                           f"{req_path}` reopens them")
+            _drained(paths, "nothing was changed")
             restores = []
             for i, p in enumerate(paths):
                 if _unchanged(req, i, facts_of(p)):
                     restores.append(False)
-                elif not Path(req["stores"][i]["backup"]).exists():
-                    raise PairedRefused("changed_store_has_no_backup", f"{p} changed and has no backup")
                 else:
+                    _require_backup(req, i, p)
                     restores.append(True)
             plan = {"schema_id": _RECOVERY_SCHEMA, "request": rid, "restores": restores}
             plan["sha256"] = _digest(plan)
-        token = W.admission_token("recovery", rid)
-        if recovery_result_path.exists():  # the result is the proof: only admission is left
-            _reopen(paths, token, hook, busy_timeout)
-            return Outcome("recovered", req_path, "the recovery had completed; its stores are reopened")
+        hook("plan")
+    token = W.admission_token("recovery", rid, req_path)
+    with _installation_lock(req_path):
+        hook("lock apply")
         # revalidate
         if result_path.exists():
-            raise PairedRefused("migration_completed", f"{result_path}: the migration completed")
+            raise PairedRefused("migration_completed", f"{result_path}: the migration completed meanwhile; nothing "
+                                                       f"was changed")
+        if recovery_result_path.exists():  # the result is the proof: only admission is left
+            hook("revalidate")
+            _reopen(paths, token, hook, busy_timeout)
+            return Outcome("recovered", req_path, f"the recovery had completed; its stores are reopened at their "
+                                                  f"old version. To migrate them again, start a new request: "
+                                                  f"`envreplica migrate --db {' --db '.join(map(str, paths))} "
+                                                  f"--request <a new file>`")
+        _drained(paths, "nothing was changed")
         for i, p in enumerate(paths):
-            if plan["restores"][i] and not Path(req["stores"][i]["backup"]).exists():
-                raise PairedRefused("changed_store_has_no_backup", f"{p} has no backup")
-            if not plan["restores"][i] and not _unchanged(req, i, facts_of(p)):
-                raise PairedRefused("store_not_original", f"{p} changed since the recovery was planned")
+            if plan["restores"][i]:
+                _require_backup(req, i, p)
+            elif not _unchanged(req, i, facts_of(p)):
+                raise PairedRefused("store_not_original", f"{p} changed since the recovery was planned; nothing was "
+                                                          f"changed. Reconcile it by hand")
+        hook("revalidate")
         _publish(recovery_path, plan, "paired_recovery_request_conflict")
         hook("publish recovery")
         for i, p in enumerate(paths):  # fence
-            with _writing(p, token, busy_timeout) as conn:
-                W.begin_admission(conn, token)
+            if facts_of(p).admission != "recovery":
+                with _writing(p, token, busy_timeout, f"fencing {p.name} for recovery") as conn:
+                    W.begin_admission(conn, token, req_path)
             hook(f"fence {_store_name(i, n)}")
         for i, p in enumerate(paths):  # restore, or check untouched
+            _drained(paths, f"stopped before restoring {p.name}")
             if plan["restores"][i]:
-                _restore(p, Path(req["stores"][i]["backup"]), token, busy_timeout)
+                backup = Path(req["stores"][i]["backup"])
+                if _backup_digest(backup) != req["stores"][i]["data_sha256"]:
+                    raise PairedRefused("recovery_backup_changed", _backup_changed(backup, p))
+                _restore(p, backup, token, req_path, busy_timeout)
             elif not _unchanged(req, i, facts_of(p)):
                 raise PairedRefused("store_not_original", f"{p} changed under the recovery's fence")
             hook(f"restore {_store_name(i, n)}")
@@ -521,6 +846,35 @@ def recover_paired(request: Union[str, Path], *, hook: Hook = _no_hook, busy_tim
                                           f"backups, the others unchanged")
 
 
+def _backup_digest(backup: Path) -> Optional[str]:
+    if not backup.is_file():
+        return None
+    conn = W._open_readonly(backup)
+    try:
+        return data_sha256(conn)
+    except sqlite3.Error:
+        return None
+    finally:
+        conn.close()
+
+
+def _backup_changed(backup: Path, store: Path) -> str:
+    return (f"{backup} no longer holds {store}'s data as it was before the migration (edited or replaced since it "
+            f"was written); restoring it would not bring the store back. Put the backup the migration wrote back, "
+            f"then run again")
+
+
+def _require_backup(req: Doc, i: int, store: Path) -> None:
+    """A store the recovery restores has its backup, holding its source."""
+    backup = Path(req["stores"][i]["backup"])
+    digest = _backup_digest(backup)
+    if digest is None and not backup.exists():
+        raise PairedRefused("changed_store_has_no_backup", f"{store} changed and has no backup ({backup}); "
+                                                           f"nothing was changed")
+    if digest != req["stores"][i]["data_sha256"]:
+        raise PairedRefused("recovery_backup_changed", _backup_changed(backup, store))
+
+
 def _unchanged(req: Doc, i: int, facts: StoreFacts) -> bool:
     """The store is as before the migration: still its prepared source, or never applied (old version, no
     backup: every apply comes after both backups), whatever writers of the old version wrote while open."""
@@ -530,19 +884,29 @@ def _unchanged(req: Doc, i: int, facts: StoreFacts) -> bool:
     return facts.version == source["version"] and facts.receipt is None and not Path(source["backup"]).exists()
 
 
-def _restore(path: Path, backup: Path, token: str, busy_timeout: float) -> None:
+def _restore(path: Path, backup: Path, token: str, req_path: Path, busy_timeout: float) -> None:
     """The store's content replaced by its backup's (SQLite backup API), fenced for recovery, read back."""
+    problem = files.unwritable(path)
+    if problem is not None:
+        raise PairedRefused("store_read_only", f"{path}: {problem}; stopped before restoring it")
     conn = sqlite3.connect(str(path), isolation_level=None, timeout=busy_timeout)
     try:
         src = W._open_readonly(backup)
         try:
             expected = data_sha256(src)
-            src.backup(conn)
+            try:
+                src.backup(conn)
+            except sqlite3.OperationalError as e:
+                if _busy(e):
+                    raise PairedRefused("store_busy", f"{path}: another process holds a write transaction on it "
+                                                      f"(waited {busy_timeout:g} s); stopped before restoring "
+                                                      f"it") from None
+                raise
         finally:
             src.close()
         conn.execute("BEGIN IMMEDIATE")
         W.end_admission(conn)  # the backup's own fence (it was taken under maintenance) ...
-        W.begin_admission(conn, token)  # ... replaced by the recovery's
+        W.begin_admission(conn, token, req_path)  # ... replaced by the recovery's
         conn.execute("COMMIT")
         if data_sha256(conn) != expected:
             raise PairedRefused("recovery_readback_failed", f"{path} does not read back as {backup}")
@@ -552,8 +916,9 @@ def _restore(path: Path, backup: Path, token: str, busy_timeout: float) -> None:
 
 def _reopen(paths: Sequence[Path], token: str, hook: Hook, busy_timeout: float) -> None:
     for i, p in enumerate(paths):
-        with _writing(p, token, busy_timeout) as conn:
-            W.end_admission(conn)  # a no-op on a store reopened already
+        if facts_of(p).admission is not None:
+            with _writing(p, token, busy_timeout, f"reopening {p.name}") as conn:
+                W.end_admission(conn)
         hook(f"reopen {_store_name(i, len(paths))}")
 
 
@@ -562,18 +927,16 @@ def _reopen(paths: Sequence[Path], token: str, hook: Hook, busy_timeout: float) 
 
 
 def run_command(action: Callable[[], Outcome], name: str) -> int:
-    """0 done; 2 in use, or a refusal of what was asked (``INPUT_REFUSALS``); 1 any other refusal. Each
-    refusal is one line: its code, the file, and what to do."""
-    import sys
-
+    """0 done; a refusal's exit status (``exit_status``: 2 could not run as asked, 1 stopped on what the stores
+    hold). Each refusal is one line: its code, the file, and what to do."""
     try:
         outcome = action()
+    except PairedRefused as e:
+        print(f"envreplica {name}: refused: {e}", file=sys.stderr)
+        return exit_status(e.code)
     except W.StoreInUse as e:
         print(f"envreplica {name}: refused: {e}", file=sys.stderr)
         return 2
-    except PairedRefused as e:
-        print(f"envreplica {name}: refused: {e}", file=sys.stderr)
-        return 2 if e.code in INPUT_REFUSALS else 1
     except W.MigrationError as e:
         print(f"envreplica {name}: refused: {e}", file=sys.stderr)
         return 2 if isinstance(e, W.MigrationRefused) else 1
@@ -581,19 +944,10 @@ def run_command(action: Callable[[], Outcome], name: str) -> int:
     return 0
 
 
-#: Refusals of what was asked (exit 2; nothing was changed): a store of another version or already at the
-#: target, a request or result edited, a backup that no longer matches, a recovery after a completed
-#: migration. The others stop a protocol on what the stores hold (exit 1), as a finding does.
-INPUT_REFUSALS = frozenset({
-    "content_only_route_required", "store_versions_differ", "store_fenced", "master_key_missing",
-    "paired_migration_request_conflict", "paired_migration_request_changed", "invalid_publication",
-    "migration_evidence_custody_changed", "backup_conflict", "backup_evidence_changed", "migration_completed",
-    "no_migration_request", "restore_original_recovery", "invalid_recovery_intent"})
-
-
 def cmd_recover(args: argparse.Namespace) -> int:
     """``envreplica recover --request FILE``."""
-    return run_command(lambda: recover_paired(args.request, hook=kill_hook_from_env()), "recover")
+    return run_command(lambda: recover_paired(args.request, hook=hook_from_env(), busy_timeout=args.busy_timeout),
+                       "recover")
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -603,6 +957,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description=("Select the recovery of the paired migration whose request is FILE, or resume the selected "
                      "one: each store the migration changed is restored from its backup, an unchanged store is "
                      "left untouched, and all reopen at their old version. Refused once the migration's result "
-                     "is published (rerun `envreplica migrate` instead). Exit 0 recovered, 1 refused, 2 in use."))
+                     "is published (rerun `envreplica migrate --request FILE` instead). Exit 0 recovered; 1 "
+                     "stopped on what a store holds; 2 could not run as asked (in use, a store open for writing "
+                     "in another process, locked or read-only, a publication edited)."))
     p.add_argument("--request", required=True, metavar="FILE", help="the paired migration's request file")
+    p.add_argument("--busy-timeout", type=float, default=5.0, metavar="SECONDS",
+                   help="how long to wait for a store another process holds in a write transaction (default 5)")
     p.set_defaults(func=cmd_recover)

@@ -166,13 +166,7 @@ R = RefusalCode
 READY_POLL_SECONDS = 0.05
 
 
-def _identity(path: Path) -> Optional[tuple[int, int]]:
-    """(device, inode) of the file at ``path``, or None when nothing is there."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino
+_identity = files.identity
 
 
 def request_mac(sealer: Sealer, frame: Union[ApplyFrame, Any]) -> str:

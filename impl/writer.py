@@ -46,10 +46,28 @@ file, calls whatever the writing connection registered.
 
 What the fence is not: a defence against deliberate tampering. It fences DML
 only (``DROP TABLE``, ``DROP TRIGGER``, ``ALTER`` and writes to ``store_meta``
-are not fenced); anyone can register the function. ``check_writer`` notices
-missing or altered fence triggers when a writer opens the store. Deliberate
-tampering is what the integrity tags and digests of schema version 2 detect
+are not fenced); anyone can register the function. Deliberate tampering is
+what the integrity tags and digests of schema version 2 detect
 (``impl.integrity``).
+
+``check_writer`` judges the fence by what it does, not by its triggers' names,
+when a writer opens the store (``impl.fence_probe``): on an in-memory copy of
+the file's schema with one synthetic row per table, every fenced table's
+INSERT, UPDATE (column by column) and DELETE must be refused to a connection
+that registered no function and to writers of the versions next to the
+recorded one, and must go through for the recorded writer; with
+``writer_version`` set to a maintenance token the recorded version must be
+refused and the token's holder let through, and with the row deleted every
+writer refused. So a fence trigger deleted, replaced by another body under
+its name, narrowed to some columns, moved to another table or disabled by
+another trigger (a ``RAISE(IGNORE)`` that fires first) is refused
+(``reason="fence"``, naming the table and action), and a fence re-created
+under other names passes. The verdict is remembered per schema and
+``store_meta`` (some 6 to 9 ms the first time, two reads after). It leaves
+out: writer versions other than the ones probed, triggers whose effect
+depends on row data (the probe runs on synthetic rows, so that its cost does
+not grow with the store), ``TEMP`` triggers and connection settings, and a
+schema edited on purpose to pass the probe (``impl.fence_probe`` lists them).
 
 Migration (``migrate``, and ``envreplica migrate --db PATH``): under an
 exclusive lock held from start to end (``PRAGMA locking_mode=EXCLUSIVE`` plus
@@ -80,9 +98,15 @@ hash: a different journal mode or a checkpoint changes bytes, not content.
 
 Several stores that must move together: ``impl.paired``.
 
-Leaves out on purpose: downgrades (refused),
-process-liveness checks of the seed (the lock refuses a store in use), and
-fencing of schema changes (DDL).
+Before it takes the lock it refuses (``MigrationInputRefused``, exit 2,
+nothing changed) a store that cannot be written, one another live process
+holds open for writing (``impl.owners``: an old ``SqliteReplica`` between two
+writes holds no SQLite lock, so the exclusive lock alone would not see it),
+and, once locked, a store fenced by a paired migration, no master key, or a
+key its values were not sealed with (``key_problem``).
+
+Leaves out on purpose: downgrades (refused), and fencing of schema changes
+(DDL).
 """
 
 from __future__ import annotations
@@ -190,8 +214,13 @@ class MigrationRefused(MigrationError):
     """Refused before changing the store (it is as it was)."""
 
 
-class StoreInUse(MigrationRefused):
-    """Refused: another process holds the store (the exclusive lock could not be had)."""
+class MigrationInputRefused(MigrationRefused):
+    """Refused on what was asked or the environment (no key, a wrong key, a store that cannot be written, one in
+    use or fenced): the command could not run as asked (exit 2); nothing was changed."""
+
+
+class StoreInUse(MigrationInputRefused):
+    """Refused: another process holds the store (open for writing, or the exclusive lock could not be had)."""
 
 
 class MigrationFailed(MigrationError):
@@ -337,21 +366,16 @@ def _install_contract(conn: Conn, schema_version: int, writer_version: int) -> N
     _install_fence(conn)
 
 
-def _norm(sql: Optional[str]) -> str:
-    return " ".join((sql or "").split())
-
-
 def _fence_problems(conn: Conn) -> list[str]:
-    present = {name: sql for name, sql in _run(conn, "SELECT name, sql FROM sqlite_master WHERE type='trigger'")}
-    problems = []
-    for table in FENCED_TABLES:
-        for action in ("INSERT", "UPDATE", "DELETE"):
-            name, sql = fence_trigger_sql(table, action)
-            if name not in present:
-                problems.append(f"missing trigger {name}")
-            elif _norm(present[name]) != _norm(sql):
-                problems.append(f"altered trigger {name}")
-    return problems
+    """What does not work in the store's fence, one sentence per table and action (empty: it works).
+
+    Judged by behaviour, not by trigger names: ``impl.fence_probe`` runs each
+    action as right and wrong writers on an in-memory copy of the schema
+    (remembered per schema and ``store_meta``, so a reopen costs two reads).
+    """
+    from envreplica.impl import fence_probe  # it imports this module
+
+    return fence_probe.fence_problems(conn)
 
 
 def _has_rows(conn: Conn, tables: list[str]) -> bool:
@@ -393,12 +417,7 @@ def _assess(conn: Conn) -> Optional[int]:
     found = _int_or_none(meta.get("schema_version"))
     admission, holder = admission_of(meta)
     if admission is not None:
-        raise WriterVersionError(
-            f"{path}: this store is fenced for {admission} by paired request {holder} (store_meta.writer_version "
-            f"is {meta.get('writer_version')!r}): no writer may change it until that {admission} completes. If "
-            f"the process that held it died, run the same `envreplica migrate` (or, once selected, `envreplica "
-            f"recover`) again: it resumes and reopens the store.",
-            reason="fenced", found=found, path=path)
+        raise WriterVersionError(fenced_message(path, meta), reason="fenced", found=found, path=path)
     writer = _int_or_none(meta.get("writer_version"))
     if found is None or writer is None:
         raise WriterVersionError(
@@ -420,12 +439,31 @@ def _assess(conn: Conn) -> Optional[int]:
             reason="older", found=found, path=path)
     problems = _fence_problems(conn)
     if problems:
+        shown = "; ".join(problems[:4]) + (f"; and {len(problems) - 4} more" if len(problems) > 4 else "")
         raise WriterVersionError(
-            f"{path}: the writer fence of this store is missing or altered ({'; '.join(problems[:4])}"
-            f"{'; ...' if len(problems) > 4 else ''}): something that does not honour the writer "
-            f"contract changed its schema. Do not write it; inspect it or restore it from a backup.",
+            f"{path}: the writer fence of this store does not work: {shown}. The fence triggers must refuse "
+            f"every write to the replica's tables by a connection that is not an envreplica writer of the "
+            f"version recorded in store_meta.writer_version (another envreplica version, the sqlite3 shell, a "
+            f"stray tool) and let that writer through; as they are, such writes could change what the replica "
+            f"serves, or this envreplica could not write. Something that does not honour the writer contract "
+            f"changed the store's schema. Do not write it: restore it from a backup (envreplica migrate leaves "
+            f"<name>.v<N>.bak), or move it aside so that the host creates a new replica and the cloud re-sends "
+            f"a snapshot.",
             reason="fence", found=found, path=path)
     return found
+
+
+def fenced_message(path: Union[str, Path], meta: Mapping[str, str]) -> str:
+    """The one line that says a store is fenced, by which request, and what to run."""
+    admission, holder = admission_of(meta)
+    request_file = meta.get(FENCE_REQUEST)
+    what = "paired migration" if admission == "maintenance" else "paired recovery"
+    run = (f"run `{fence_command(str(admission), request_file)}`" if request_file
+           else "run the same `envreplica migrate` (or, once a recovery is selected, `envreplica recover`) again")
+    return (f"{path}: this store is fenced for {admission} by the {what} of request {holder}"
+            f"{f' ({request_file})' if request_file else ''}, which has not finished: no writer may change it "
+            f"until it does. If the process that ran it died, {run}: it resumes and reopens the store. Do not "
+            f"restore a backup or edit store_meta.")
 
 
 def check_writer(conn: Conn) -> Optional[int]:
@@ -482,34 +520,54 @@ def _put_meta(conn: Conn, key: str, value: str) -> None:
 #: holds ``"<kind>:<request>"`` instead of a version, so that the fence triggers refuse every writer (none
 #: registers that value) but the holder, which registers it; ``fenced_writer_version`` keeps the contract
 #: version to restore when the store reopens.
+#: The token says itself what holds the store and what to run (``admission_token``'s ``note``), so that any
+#: release that prints ``store_meta`` (the previous one calls a fenced store's contract "damaged" and prints
+#: it) shows the way out; ``fence_request`` records the holder's request file, for this release's message.
 ADMISSION_KINDS = ("maintenance", "recovery")
 FENCED_WRITER_VERSION = "fenced_writer_version"
+FENCE_REQUEST = "fence_request"
+#: The ``store_meta`` keys a fence adds (and reopening removes).
+FENCE_KEYS = (FENCED_WRITER_VERSION, FENCE_REQUEST)
 
 
 def admission_of(meta: Optional[Mapping[str, str]]) -> tuple[Optional[str], Optional[str]]:
     """``(kind, request)`` of the fence holding a store, or ``(None, None)`` when it is open to its writers."""
     value = str((meta or {}).get("writer_version") or "")
-    kind, sep, holder = value.partition(":")
+    kind, sep, rest = value.partition(":")
+    holder = rest.split(" ", 1)[0]
     if sep and kind in ADMISSION_KINDS and holder:
         return kind, holder
     return None, None
 
 
-def admission_token(kind: str, request: str) -> str:
-    """The ``writer_version`` value that fences a store for ``kind`` (maintenance or recovery) by ``request``."""
-    if kind not in ADMISSION_KINDS or not request or ":" in request:
+def fence_command(kind: str, request_file: Union[str, Path]) -> str:
+    """What finishes a fence of ``kind`` held by the request ``request_file``: rerun its migrate, or its recover."""
+    verb = "migrate" if kind == "maintenance" else "recover"
+    return f"envreplica {verb} --request {request_file}"
+
+
+def admission_token(kind: str, request: str, request_file: Union[str, Path, None] = None) -> str:
+    """The ``writer_version`` value that fences a store for ``kind`` (maintenance or recovery) by ``request``
+    (an id); with ``request_file``, followed by a note that says what holds the store and what to run."""
+    if kind not in ADMISSION_KINDS or not request or ":" in request or " " in request:
         raise ValueError(f"admission kind must be one of {ADMISSION_KINDS} and request a non-empty id without "
-                         f"':'; got {kind!r}, {request!r}")
-    return f"{kind}:{request}"
+                         f"':' or spaces; got {kind!r}, {request!r}")
+    if request_file is None:
+        return f"{kind}:{request}"
+    return (f"{kind}:{request} (fenced by an envreplica paired {'migration' if kind == 'maintenance' else 'recovery'}"
+            f" that has not finished: run `{fence_command(kind, request_file)}`, which resumes it and reopens this "
+            f"store; do not restore a backup or edit store_meta)")
 
 
-def begin_admission(conn: Conn, token: str) -> None:
+def begin_admission(conn: Conn, token: str, request_file: Union[str, Path, None] = None) -> None:
     """Fence the store for ``token`` (``admission_token``): from now on only a connection registered as
     ``token`` writes its tables. Moving from one fence to another keeps the contract version recorded."""
     meta = _meta(conn) or {}
     if admission_of(meta)[0] is None:
         _put_meta(conn, FENCED_WRITER_VERSION, str(meta.get("writer_version")))
     _put_meta(conn, "writer_version", token)
+    if request_file is not None:
+        _put_meta(conn, FENCE_REQUEST, str(request_file))
 
 
 def unfenced(meta: Mapping[str, str]) -> dict[str, str]:
@@ -517,7 +575,8 @@ def unfenced(meta: Mapping[str, str]) -> dict[str, str]:
     out = dict(meta)
     if admission_of(meta)[0] is not None:
         out["writer_version"] = meta[FENCED_WRITER_VERSION]
-    out.pop(FENCED_WRITER_VERSION, None)
+    for key in FENCE_KEYS:
+        out.pop(key, None)
     return out
 
 
@@ -527,7 +586,8 @@ def end_admission(conn: Conn) -> None:
     if admission_of(meta)[0] is None:
         return
     _put_meta(conn, "writer_version", str(meta[FENCED_WRITER_VERSION]))
-    _run(conn, f"DELETE FROM {_q(_META)} WHERE key = ?", (FENCED_WRITER_VERSION,))
+    for key in FENCE_KEYS:
+        _run(conn, f"DELETE FROM {_q(_META)} WHERE key = ?", (key,))
 
 
 #: ``store_meta.key_source`` of a replica sealed under a key a harness sent (``reset``'s ``masterKeyHex``):
@@ -642,6 +702,63 @@ def _integrity(conn: sqlite3.Connection) -> list[str]:
 
 def _fk_violations(conn: sqlite3.Connection) -> list[list[Any]]:
     return [list(r) for r in conn.execute("PRAGMA foreign_key_check").fetchall()]
+
+
+# ---------------------------------------------------------------------------
+# The master key, proven on a store without writing it
+
+
+#: How many sealed values ``key_problem`` tries before it judges a key wrong (one that opens proves it).
+KEY_PROOF_VALUES = 8
+
+
+def key_problem(conn: sqlite3.Connection, master_key: bytes) -> Optional[str]:
+    """Why ``master_key`` is not the key the store at ``conn`` was sealed with, or ``None`` (proven, or nothing
+    sealed to prove it on). Only reads.
+
+    A store of schema version 2 records the key's public check value (``store_meta.key_check``): it must be
+    this key's. An older one records none, so its sealed values decide: up to ``KEY_PROOF_VALUES`` of them
+    (the live ones, then the staged ones) are opened for their records; one that opens proves the key, and
+    when none of those tried opens, the key is not theirs. A store with no sealed value and no key check has
+    nothing a wrong key could make unreadable.
+    """
+    from envreplica.impl.sealing import SealError, Sealer
+
+    sealer = Sealer(master_key)
+    meta = _meta(conn) or {}
+    if meta.get("key_check") is not None:
+        if meta["key_check"] != sealer.rows.key_check:
+            return "its key check (store_meta.key_check) is another key's"
+        return None
+    tried = 0
+    tables = set(_tables(conn))
+    for table in ("record_values", "stage_values"):
+        if table not in tables:
+            continue
+        rows = _run(conn, f"SELECT project_id, key, revision, generation, value_ref_json, value_enc FROM {_q(table)} "
+                          f"LIMIT {KEY_PROOF_VALUES - tried}")
+        for project, key, revision, generation, ref_json, blob in rows:
+            tried += 1
+            try:
+                ref = json.loads(ref_json)
+                sealer.open(bytes(blob), project_id=project, key=key, revision=revision, generation=generation,
+                            value_ref=ref)
+            except (SealError, ValueError, TypeError):
+                continue
+            return None
+        if tried >= KEY_PROOF_VALUES:
+            break
+    if tried:
+        return f"none of the {tried} sealed values tried opens under it"
+    return None
+
+
+def refuse_wrong_key(path: Union[str, Path], why: str) -> str:
+    """The one-line message of a key that is not the store's."""
+    return (f"{path}: the master key given is not the key this store was sealed with ({why}); a migration under "
+            f"it would tag every row with the wrong key and leave no value readable under either key. Nothing "
+            f"was changed. Set ENVREPLICA_MASTER_KEY or ENVREPLICA_MASTER_KEY_FILE to the key the replica was "
+            f"created with, then run the migration again")
 
 
 # ---------------------------------------------------------------------------
@@ -1038,10 +1155,24 @@ def migrate(
     ev_path = Path(evidence_path).resolve() if evidence_path is not None else _default_evidence(db, target)
     if ev_path.is_dir():
         raise files.ReplicaPathError(f"{ev_path} is a directory; --evidence names the evidence JSON file")
+    problem = files.unwritable(db)
+    if problem is not None:
+        raise MigrationInputRefused(f"{db}: {problem}; nothing was changed. Make it writable for the user that "
+                                    f"runs envreplica, then run the migration again")
+    from envreplica.impl import owners
+
+    holders = owners.owners([db])
+    if holders:
+        raise StoreInUse(f"{db}: the store is in use ({owners.describe(holders)}); nothing was changed. Stop that process (or wait for it to "
+                         f"close the store: envreplica never kills it), then run the migration again")
     started = _now()
     conn = _lock(db, busy_timeout)
     try:
         rid = request_id or uuid.uuid4().hex
+        held = _meta(conn) or {}
+        if admission_of(held)[0] is not None:
+            raise StoreInUse(fenced_message(db, held) + " A store of a paired migration is migrated with its "
+                                                        "pair, never alone.")
         version = detect_version(conn)
         if version == target:
             note = " (no backup taken)"
@@ -1062,11 +1193,17 @@ def migrate(
         if missing:
             raise MigrationRefused(f"{db}: no migration step from version(s) {missing}; cannot migrate "
                                    f"{version} -> {target} with this envreplica.")
-        if master_key is None and any(getattr(steps[v], "needs_key", False) for v in range(version, target)):
-            raise MigrationRefused(
+        needs_key = any(getattr(steps[v], "needs_key", False) for v in range(version, target))
+        if master_key is None and needs_key:
+            raise MigrationInputRefused(
                 f"{db}: migrating to schema version {target} authenticates every row under the replica's master "
-                f"key, and none was given. Set ENVREPLICA_MASTER_KEY or ENVREPLICA_MASTER_KEY_FILE to the key "
-                f"the replica's values were sealed with, then run the migration again.")
+                f"key, and none was given; nothing was changed. Set ENVREPLICA_MASTER_KEY or "
+                f"ENVREPLICA_MASTER_KEY_FILE to the key the replica's values were sealed with, then run the "
+                f"migration again.")
+        if master_key is not None and needs_key:
+            why = key_problem(conn, master_key)
+            if why is not None:
+                raise MigrationInputRefused(refuse_wrong_key(db, why))
         ctx = MigrationContext(master_key)
 
         ev = Evidence(status="failed", message="", request_id=rid, db_path=str(db), from_version=version,
@@ -1146,17 +1283,22 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     from envreplica.impl.sealing import ENV_KEY, ENV_KEY_FILE, load_master_key
 
     key = load_master_key() if (ENV_KEY in os.environ or ENV_KEY_FILE in os.environ) else None
-    dbs = args.db if isinstance(args.db, list) else [args.db]
-    if len(dbs) > 1:
+    dbs = list(args.db or [])
+    if len(dbs) > 1 or (not dbs and getattr(args, "request", None) is not None):
         return _cmd_migrate_paired(args, dbs, key)
+    if not dbs:
+        print("envreplica migrate: give the store to migrate (--db PATH; two or more for a paired migration), or "
+              "--request FILE to resume a paired migration", file=sys.stderr)
+        return 2
     if getattr(args, "request", None) is not None:
-        print("envreplica migrate: --request names a paired migration's request: give two or more --db",
-              file=sys.stderr)
+        print("envreplica migrate: --request names a paired migration's request: give two or more --db, or only "
+              "--request", file=sys.stderr)
         return 2
     try:
         ev = migrate(dbs[0], backup_dir=args.backup_dir, evidence_path=args.evidence,
-                     request_id=getattr(args, "request_id", None), master_key=key)
-    except StoreInUse as e:
+                     request_id=getattr(args, "request_id", None), master_key=key,
+                     busy_timeout=args.busy_timeout)
+    except MigrationInputRefused as e:
         print(f"envreplica migrate: refused: {e}", file=sys.stderr)
         return 2
     except MigrationError as e:
@@ -1176,8 +1318,8 @@ def _cmd_migrate_paired(args: argparse.Namespace, dbs: list[str], key: Optional[
               "--request-id)", file=sys.stderr)
         return 2
     return paired.run_command(lambda: paired.migrate_paired(
-        dbs, request=args.request, backup_dir=args.backup_dir, master_key=key, hook=paired.kill_hook_from_env()),
-        "migrate")
+        dbs, request=args.request, backup_dir=args.backup_dir, master_key=key, hook=paired.hook_from_env(),
+        busy_timeout=args.busy_timeout), "migrate")
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
@@ -1188,19 +1330,25 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description=("Migrate a replica's SQLite store to the schema version of this envreplica, under an "
                      "exclusive lock: back it up (SQLite backup API), apply the steps in one transaction, "
                      "verify (integrity, foreign keys, row counts, writer contract), write evidence JSON. "
-                     "Exit 0 when migrated or already at the version, 1 when refused or failed (a failure "
-                     "restores the backup), 2 for a bad path, a file of the wrong kind, a store in use or a "
-                     "malformed key. Migrating to schema version 2 needs the master key "
-                     "(ENVREPLICA_MASTER_KEY or ENVREPLICA_MASTER_KEY_FILE)."))
+                     "Exit 0 when migrated or already at the version; 1 when it stopped on what the store "
+                     "holds or failed (a failure restores the backup); 2 when it could not run as asked (a bad "
+                     "path, a file of the wrong kind, a store open for writing in another process, locked, "
+                     "fenced or read-only, no master key or not the store's). Migrating to schema version 2 "
+                     "needs the master key the store was sealed with (ENVREPLICA_MASTER_KEY or "
+                     "ENVREPLICA_MASTER_KEY_FILE). With two or more --db, or --request alone: the paired "
+                     "migration (docs/migration.md)."))
     from envreplica.impl.files import path_option
 
-    p.add_argument("--db", required=True, metavar="PATH", type=path_option, action="append",
+    p.add_argument("--db", metavar="PATH", type=path_option, action="append",
                    help="the replica's SQLite file; given twice or more, the stores move together (the paired "
                         "migration, docs/migration.md): a rerun after a crash resumes, and `envreplica recover` "
                         "restores them together")
     p.add_argument("--request", metavar="FILE", default=None,
                    help="paired: the request file, which identifies the migration "
-                        "(default: <first store>.paired-v<version>.request.json)")
+                        "(default: <first store>.paired-v<version>.request.json); alone, without --db, it resumes "
+                        "the published request on the stores it names")
+    p.add_argument("--busy-timeout", type=float, default=5.0, metavar="SECONDS",
+                   help="how long to wait for a store another process holds in a write transaction (default 5)")
     p.add_argument("--backup-dir", metavar="DIR", default=None,
                    help="where to write <name>.v<from>.bak (default: next to the store)")
     p.add_argument("--evidence", metavar="FILE", default=None,

@@ -18,16 +18,30 @@ writes and disconnects at any moment.
 Where the seed calls a module it does not show, the model reads it one way
 per ``Reading``: a child's ``backup()`` when a backup is already there
 (keep it, overwrite it, refuse), a child's ``apply()`` on a store already
-migrated (skip, migrate again), and what a child's ``reconcile()`` calls
-applied (the migration's receipt in the store, or its whole content).
-``Fix`` names each fix of what the checker finds in the seed's steps;
+migrated (skip, migrate again), what a child's ``reconcile()`` calls
+applied (the migration's receipt in the store, or its whole content), and
+what ``acquireInstallationLock`` does while another invocation holds the
+lock (wait, or refuse). ``Fix`` names each fix of what the checker finds in
+the seed's steps, and the implementation's one deviation from their order;
 ``MigrationVariant`` is the seed (no fix) or every fix.
 
+The environment's faults (``Fault``), each off unless the bounds turn it on
+(the named suites of the safety check leave them off; the implementation's
+lockstep, ``conformance.migration``, turns them all on): an invocation given
+wrong input (no master key, another key than the stores were sealed with,
+one store named twice), a foreign writer that holds a write transaction on a
+store (``Lock``), a store file that cannot be written (``ReadOnly``), and a
+publication or backup edited by hand (``Edit``); the operator undoes each
+(``Unlock``, ``Writable``, ``Repair``). Each refusal they cause is the
+implementation's contract (``spec.migration.EXIT_STATUS``): the seed shows
+none of them.
+
 Leaves out on purpose: everything the seed checks before its first step
-(paths, identities, sizes, hashes of the request bytes), the schema
-bootstrap, physical owner processes beyond an open writer connection, and
-the installation lock's ownership checks between steps (the lock is one
-holder at a time; a crashed holder's lock is free, as a stale lease is).
+(paths, identities, sizes, hashes of the request bytes) beyond those
+faults, the schema bootstrap, physical owner processes beyond an open writer
+connection (an owner is a process holding a store open), and the
+installation lock's ownership checks between steps (the lock is one holder
+at a time; a crashed holder's lock is free, as a stale lease is).
 
 The properties are ``spec.migration``'s; ``model()`` packs this module into
 the checker's narrow interface (``checker.bfs.Model``).
@@ -84,8 +98,15 @@ class ReconcileReading(enum.Enum):
     EXACT = "exact"  # the store's whole content is its source migrated: any later write makes it unknown
 
 
+class LockReading(enum.Enum):
+    """What ``acquireInstallationLock`` does while another live invocation holds it (the seed does not show it)."""
+
+    WAIT = "wait"  # the invocation waits (its step is not enabled until the lock is free)
+    REFUSE = "refuse"  # the invocation is refused at once (``installation_lock_held``): the implementation's
+
+
 class Fix(enum.Enum):
-    """One fix of what the checker finds in the seed's steps (docs/findings.md)."""
+    """One fix of what the checker finds in the seed's steps (docs/findings.md), or a deviation from their order."""
 
     #: recovery refuses once a migration result is published (the seed plans and selects it regardless)
     RESULT_ENDS_RECOVERY = "result-ends-recovery"
@@ -94,6 +115,9 @@ class Fix(enum.Enum):
     UNAPPLIED_IS_UNCHANGED = "unapplied-is-unchanged"
     #: a rerun of a recovery whose result is published only reopens the stores (the seed revalidates them)
     RESULT_ONLY_REOPENS = "result-only-reopens"
+    #: a rerun after a published result checks the result's evidence (its custody and the backups it
+    #: recorded) before it fences the stores, not after: a refused rerun leaves their admission as it was
+    EVIDENCE_BEFORE_MAINTENANCE = "evidence-before-maintenance"
 
 
 class MigrationVariant(enum.Enum):
@@ -114,9 +138,44 @@ class Reading:
     backup: BackupReading = BackupReading.KEEP
     apply: ApplyReading = ApplyReading.SKIP
     reconcile: ReconcileReading = ReconcileReading.RECEIPT
+    lock: LockReading = LockReading.WAIT
 
     def __str__(self) -> str:
-        return f"backup={self.backup.value}, apply={self.apply.value}, reconcile={self.reconcile.value}"
+        text = f"backup={self.backup.value}, apply={self.apply.value}, reconcile={self.reconcile.value}"
+        return text + (f", lock={self.lock.value}" if self.lock is not LockReading.WAIT else "")
+
+
+class Fault(enum.Enum):
+    """A class of the environment's faults the bounds may turn on (each off by default)."""
+
+    INPUT = "input"  # migrate invoked with no master key, a wrong one, or one store named twice
+    LOCK = "lock"  # a connected foreign writer holds a write transaction on its store
+    READ_ONLY = "read-only"  # a store file cannot be written
+    EDIT = "edit"  # a published request, result, recovery request or a backup is edited by hand
+
+
+class InputFault(enum.Enum):
+    """What is wrong with an invocation's input (``Fault.INPUT``): the implementation refuses it at its first step."""
+
+    NONE = "none"  # nothing
+    NO_KEY = "no-key"  # no master key given
+    WRONG_KEY = "wrong-key"  # a key the stores were not sealed with
+    SAME_PATH = "same-path"  # the second --db names the first store's path, spelled another way
+    SYMLINK = "symlink"  # the second --db is a symlink to the first store
+    HARDLINK = "hardlink"  # the second --db is a hard link to the first store (another path, the same file)
+
+
+#: The input faults that name one store twice.
+ALIASES = frozenset({InputFault.SAME_PATH, InputFault.SYMLINK, InputFault.HARDLINK})
+
+
+class Doc(enum.Enum):
+    """A publication an edit (``Fault.EDIT``) can change; a backup is edited through ``Edit(Doc.BACKUP, i)``."""
+
+    REQUEST = "request"  # REQUEST
+    RESULT = "result"  # REQUEST.result.json
+    RECOVERY = "recovery"  # REQUEST.recovery.json
+    BACKUP = "backup"  # store i's backup file
 
 
 @dataclass(frozen=True)
@@ -131,6 +190,8 @@ class MigrationBounds:
     fixes: frozenset[Fix] = frozenset(Fix)  # the fixes applied (none: the seed's steps)
     reading: Reading = Reading()
     max_depth: Optional[int] = None  # None: to the end of the state space
+    faults: frozenset[Fault] = frozenset()  # the environment's faults that may happen (none: the seed's world)
+    fault_actions: int = 0  # faults that may be set in all (a lock, a read-only store, an edit; undoing is free)
 
 
 #: Named bounds suites (``envreplica check --bounds NAME``). Each suite is checked bounds by bounds; its
@@ -141,9 +202,21 @@ RERUN = MigrationBounds("rerun", migrations=2, recoveries=0, crashes=1, writes=0
 WRITERS = MigrationBounds("writers", migrations=1, recoveries=1, crashes=1, writes=1)
 CRASH = MigrationBounds("crash", migrations=2, recoveries=1, crashes=1, writes=0)
 RACE = MigrationBounds("race", migrations=2, recoveries=1, crashes=1, writes=1)
+#: The environment's faults (``Fault``), each class at bounds of its own, with the implementation's reading of the
+#: lock (a second invocation refused while one holds it): safety and recoverability hold under each, the
+#: operator undoing the fault (``Unlock``, ``Writable``, ``Repair``) on the way out.
+_REFUSE = Reading(lock=LockReading.REFUSE)
+FAULTS_INPUT = MigrationBounds("input", migrations=2, recoveries=1, crashes=0, writes=0, reading=_REFUSE,
+                               faults=frozenset({Fault.INPUT, Fault.READ_ONLY}), fault_actions=1)
+FAULTS_LOCK = MigrationBounds("lock", migrations=1, recoveries=1, crashes=1, writes=1, reading=_REFUSE,
+                              faults=frozenset({Fault.LOCK}), fault_actions=1)
+FAULTS_EDIT = MigrationBounds("edit", migrations=2, recoveries=1, crashes=1, writes=0, reading=_REFUSE,
+                              faults=frozenset({Fault.EDIT}), fault_actions=1)
+LOCK_REFUSED = MigrationBounds("lock-refused", migrations=2, recoveries=1, crashes=1, writes=0, reading=_REFUSE)
 PRESETS: dict[str, tuple[MigrationBounds, ...]] = {
     "migration": (RERUN, WRITERS),
     "migration-deep": (CRASH, RACE),  # two migrations and a recovery with a crash, then with a writer too
+    "migration-faults": (FAULTS_INPUT, FAULTS_LOCK, FAULTS_EDIT, LOCK_REFUSED),
 }
 
 
@@ -160,7 +233,8 @@ def suite(name: str, variant: MigrationVariant = MigrationVariant.FIXED, reading
         raise UnknownMigrationBounds(f"unknown migration bounds {name!r}: choose one of {', '.join(PRESETS)}") \
             from None
     fixes = variant.fixes if fixes is None else frozenset(fixes)
-    return tuple(replace(b, fixes=fixes, reading=reading) for b in chosen)
+    # a suite's own reading of the lock stays (the faults' suite is the implementation's)
+    return tuple(replace(b, fixes=fixes, reading=replace(reading, lock=b.reading.lock)) for b in chosen)
 
 
 # ---------------------------------------------------------------------------
@@ -178,6 +252,9 @@ class StoreState(HashOnce):
     admission: Admission  # who may change it
     backup: Optional[Image]  # the migration's backup file of it, once written
     writer: bool  # a foreign writer holds a connection to it (drained() refuses while one does)
+    locked: bool = False  # that writer holds a write transaction on it (Fault.LOCK): a step that writes it is refused
+    read_only: bool = False  # its file cannot be written (Fault.READ_ONLY)
+    backup_edited: bool = False  # its backup file was edited by hand since written (Fault.EDIT): not ``backup``
 
 
 @hash_once
@@ -216,6 +293,7 @@ class Files(HashOnce):
     result: Optional[Evidence] = None  # REQUEST.result.json
     recovery: Optional[RecoveryRequest] = None  # REQUEST.recovery.json
     recovery_result: bool = False  # REQUEST.recovery.json.result.json
+    edited: frozenset[Doc] = frozenset()  # the publications edited by hand since published (Fault.EDIT)
 
 
 class Role(enum.Enum):
@@ -277,6 +355,7 @@ class Proc(HashOnce):
     evidence: Optional[Evidence] = None  # migrate: the evidence it will publish
     plan: Optional[RecoveryRequest] = None  # recover: the request it prepared or restored
     before: Optional[Status] = None  # migrate: what its reconcile found (the seed's ``before``)
+    fault: InputFault = InputFault.NONE  # what is wrong with its input (Fault.INPUT)
 
 
 @hash_once
@@ -291,6 +370,7 @@ class MigrationState(HashOnce):
     recoveries: int = 0  # recover invocations started
     crashes: int = 0  # crashes so far
     original: tuple[Optional[Image], ...] = (None, None)  # ghost: each store as first fenced (either fence)
+    faults: int = 0  # faults set so far (a lock, a read-only store, an edit)
 
 
 # ---------------------------------------------------------------------------
@@ -300,9 +380,11 @@ class MigrationState(HashOnce):
 
 @dataclass(frozen=True)
 class Invoke:
-    """The operator runs the migration, or selects its recovery (the seed's ``apply`` and ``recover`` entry points)."""
+    """The operator runs the migration, or selects its recovery (the seed's ``apply`` and ``recover`` entry points);
+    ``fault`` is what is wrong with its input (``Fault.INPUT``; migrate only)."""
 
     role: Role
+    fault: InputFault = InputFault.NONE
     kind = "invoke"
 
 
@@ -347,7 +429,60 @@ class Disconnect:
     kind = "disconnect"
 
 
-Action = Union[Invoke, Step, Crash, Connect, Write, Disconnect]
+@dataclass(frozen=True)
+class Lock:
+    """The foreign writer connected to store ``store`` begins a write transaction and holds it (``Fault.LOCK``)."""
+
+    store: int
+    kind = "lock"
+
+
+@dataclass(frozen=True)
+class Unlock:
+    """That writer ends its transaction (it wrote nothing)."""
+
+    store: int
+    kind = "unlock"
+
+
+@dataclass(frozen=True)
+class ReadOnly:
+    """Store ``store``'s file becomes read-only (``Fault.READ_ONLY``: a mode, an immutable flag, a read-only mount)."""
+
+    store: int
+    kind = "read-only"
+
+
+@dataclass(frozen=True)
+class Writable:
+    """Store ``store``'s file can be written again."""
+
+    store: int
+    kind = "writable"
+
+
+@dataclass(frozen=True)
+class Edit:
+    """Someone edits a publication, or store ``store``'s backup (``doc`` is ``Doc.BACKUP``), by hand (``Fault.EDIT``)."""
+
+    doc: Doc
+    store: Optional[int] = None
+    kind = "edit"
+
+
+@dataclass(frozen=True)
+class Repair:
+    """The operator puts the edited file back as it was published (or written)."""
+
+    doc: Doc
+    store: Optional[int] = None
+    kind = "repair"
+
+
+Action = Union[Invoke, Step, Crash, Connect, Write, Disconnect, Lock, Unlock, ReadOnly, Writable, Edit, Repair]
+#: The environment's fault actions and the operator's undoing of them.
+FAULT_ACTIONS = (Lock, ReadOnly, Edit)
+REPAIR_ACTIONS = (Unlock, Writable, Repair)
 Result = Union[Done, Refused, Landed, Crashed]
 
 
@@ -422,6 +557,36 @@ def _original_now(cfg: MigrationBounds, st: MigrationState, intent: Intent, i: i
     return Fix.UNAPPLIED_IS_UNCHANGED in cfg.fixes and store.version == OLD_VERSION and store.backup is None
 
 
+def _unwritable(st: MigrationState, i: int) -> Optional[Refusal]:
+    """Why a step cannot write store ``i`` now (``None``: it can): its file is read-only, or a foreign writer
+    holds a write transaction on it (the step waits its busy timeout, then is refused)."""
+    store = st.stores[i]
+    if store.read_only:
+        return Refusal.STORE_READ_ONLY
+    if store.locked:
+        return Refusal.STORE_BUSY
+    return None
+
+
+def _backup_problem(store: StoreState) -> Optional[Refusal]:
+    """Why store's backup cannot be restored (``None``: it can): there is none, or it was edited since written."""
+    if store.backup is None:
+        return Refusal.CHANGED_STORE_HAS_NO_BACKUP
+    if store.backup_edited:
+        return Refusal.BACKUP_CHANGED
+    return None
+
+
+def _evidence_problem(st: MigrationState) -> Optional[Refusal]:
+    """``readEvidence``'s custody checks: the published result as published, and the backups it recorded."""
+    result = cast(Evidence, st.files.result)  # read only where a result is published (it stays published)
+    if Doc.RESULT in st.files.edited:
+        return Refusal.EVIDENCE_CUSTODY_CHANGED
+    if tuple(s.backup for s in st.stores) != result.backups or any(s.backup_edited for s in st.stores):
+        return Refusal.BACKUP_EVIDENCE_CHANGED
+    return None
+
+
 def _fenced(st: MigrationState, i: int, admission: Admission) -> MigrationState:
     """Store ``i`` under ``admission``; the ghost keeps the store as it was when first fenced."""
     original = tuple(image_of(st.stores[i]) if j == i and o is None else o for j, o in enumerate(st.original))
@@ -434,20 +599,34 @@ def _fenced(st: MigrationState, i: int, admission: Admission) -> MigrationState:
 
 
 def prepare(cfg: MigrationBounds, st: MigrationState, proc: Proc) -> tuple[MigrationState, Result]:
-    """``prepare`` (no request published yet) or ``restore`` (rerun: the published request, from its file)."""
+    """``prepare`` (no request published yet) or ``restore`` (rerun: the published request, from its file).
+    First the input and the environment (the implementation's contract; no fault, no refusal): one store named
+    twice, no key, a read-only store; then a published request as published; the key proven on the stores."""
+    if proc.fault in ALIASES:
+        return _refuse(st, proc, Refusal.SAME_STORE)
+    if proc.fault is InputFault.NO_KEY:
+        return _refuse(st, proc, Refusal.MASTER_KEY_MISSING)
+    if any(s.read_only for s in st.stores):
+        return _refuse(st, proc, Refusal.STORE_READ_ONLY)
     if st.files.intent is not None:
+        if Doc.REQUEST in st.files.edited:
+            return _refuse(st, proc, Refusal.REQUEST_CHANGED)
+        if proc.fault is InputFault.WRONG_KEY:
+            return _refuse(st, proc, Refusal.MASTER_KEY_WRONG)
         return _go(st, proc, Pc.LOCK, "restored", intent=st.files.intent)
     if not _drained(st):
         return _refuse(st, proc, Refusal.DRAIN)
     if all(s.version == NEW_VERSION for s in st.stores):
         return _refuse(st, proc, Refusal.CONTENT_ONLY_ROUTE)
+    if proc.fault is InputFault.WRONG_KEY:
+        return _refuse(st, proc, Refusal.MASTER_KEY_WRONG)
     return _go(st, proc, Pc.RETAIN_PARENT, "prepared", intent=Intent(proc.pid, _images(st)))
 
 
 def retain_parent(cfg: MigrationBounds, st: MigrationState, proc: Proc) -> tuple[MigrationState, Result]:
     """Publish the request (immutable: the same bytes again are fine, other bytes conflict)."""
-    if st.files.intent is not None and st.files.intent != proc.intent:
-        return _refuse(st, proc, Refusal.REQUEST_CONFLICT)
+    if st.files.intent is not None and (st.files.intent != proc.intent or Doc.REQUEST in st.files.edited):
+        return _refuse(st, proc, Refusal.REQUEST_CONFLICT)  # other bytes there (an edited file's are other)
     st = replace(st, files=replace(st.files, intent=proc.intent))
     return _go(st, proc, Pc.RETAIN_RUN)
 
@@ -460,7 +639,10 @@ def retain_child(cfg: MigrationBounds, st: MigrationState, proc: Proc, i: int) -
 
 
 def lock(cfg: MigrationBounds, st: MigrationState, proc: Proc, then: Pc) -> tuple[MigrationState, Result]:
-    """``acquireInstallationLock``: enabled only while no live invocation holds it."""
+    """``acquireInstallationLock``: enabled only while no live invocation holds it (``LockReading.WAIT``), or
+    refused while one does (``LockReading.REFUSE``)."""
+    if not _lock_free(st):
+        return _refuse(st, proc, Refusal.LOCK_HELD)
     return _go(st, proc, then, lock=True)
 
 
@@ -474,6 +656,10 @@ def reconcile_before(cfg: MigrationBounds, st: MigrationState, proc: Proc) -> tu
         return _refuse(st, proc, Refusal.UNKNOWN_CHILD_OUTCOME)
     if st.files.result is not None and before is not Status.APPLIED:
         return _refuse(st, proc, Refusal.COMPLETED_MIGRATION_CHANGED)
+    if st.files.result is not None and Fix.EVIDENCE_BEFORE_MAINTENANCE in cfg.fixes:
+        problem = _evidence_problem(st)
+        if problem is not None:
+            return _refuse(st, proc, problem)
     return _go(st, proc, Pc.MAINTENANCE_RUN, before.value, before=before)
 
 
@@ -482,6 +668,8 @@ def begin_maintenance(cfg: MigrationBounds, st: MigrationState, proc: Proc, i: i
     store = st.stores[i]
     if store.admission is Admission.RECOVERY:
         return _refuse(st, proc, Refusal.STORE_UNDER_RECOVERY)
+    if store.admission is Admission.OPEN and (problem := _unwritable(st, i)) is not None:
+        return _refuse(st, proc, problem)  # the fence is written only on an open store
     st = _fenced(st, i, Admission.MAINTENANCE)
     if i == 0:
         return _go(st, proc, Pc.MAINTENANCE_RESOURCE)
@@ -501,9 +689,11 @@ def backup(cfg: MigrationBounds, st: MigrationState, proc: Proc, i: int) -> tupl
         return _refuse(st, proc, Refusal.DRAIN)
     store = st.stores[i]
     if store.backup is None or cfg.reading.backup is BackupReading.OVERWRITE:
-        st = _store(st, i, backup=image_of(store))
+        st = _store(st, i, backup=image_of(store), backup_edited=False)
     elif cfg.reading.backup is BackupReading.REFUSE:
         return _refuse(st, proc, Refusal.BACKUP_EXISTS)
+    elif store.backup_edited:  # kept only when it still holds what was written
+        return _refuse(st, proc, Refusal.BACKUP_CONFLICT)
     if i == 0:
         return _go(st, proc, Pc.BACKUP_RESOURCE)
     return _go(st, proc, Pc.APPLY_RUN, backups=tuple(s.backup for s in st.stores))
@@ -515,6 +705,8 @@ def apply_child(cfg: MigrationBounds, st: MigrationState, proc: Proc, i: int) ->
         return _refuse(st, proc, Refusal.DRAIN)
     store = st.stores[i]
     if store.version != NEW_VERSION or cfg.reading.apply is ApplyReading.AGAIN:
+        if (problem := _unwritable(st, i)) is not None:
+            return _refuse(st, proc, problem)
         after = migrated(image_of(store))
         st = _store(st, i, version=after.version, data=after.data)
     return _go(st, proc, Pc.APPLY_RESOURCE if i == 0 else Pc.VERIFY)
@@ -532,9 +724,8 @@ def read_evidence(cfg: MigrationBounds, st: MigrationState, proc: Proc) -> tuple
     """``readEvidence``: the published result's evidence, if the stores and backups still match it."""
     if _reconcile(cfg, st, proc) is not Status.APPLIED:
         return _refuse(st, proc, Refusal.VERIFICATION_INCOMPLETE)
-    result = cast(Evidence, st.files.result)  # this step follows only a published result (it stays published)
-    if tuple(s.backup for s in st.stores) != result.backups:
-        return _refuse(st, proc, Refusal.BACKUP_EVIDENCE_CHANGED)
+    if Fix.EVIDENCE_BEFORE_MAINTENANCE not in cfg.fixes and (problem := _evidence_problem(st)) is not None:
+        return _refuse(st, proc, problem)
     return _go(st, proc, Pc.PUBLISH_RESULT, evidence=st.files.result)
 
 
@@ -542,14 +733,16 @@ def publish_result(cfg: MigrationBounds, st: MigrationState, proc: Proc) -> tupl
     """Reconcile once more, then publish the result (immutable)."""
     if _reconcile(cfg, st, proc) is not Status.APPLIED:
         return _refuse(st, proc, Refusal.VERIFICATION_INCOMPLETE)
-    if st.files.result is not None and st.files.result != proc.evidence:
-        return _refuse(st, proc, Refusal.RESULT_CONFLICT)
+    if st.files.result is not None and (st.files.result != proc.evidence or Doc.RESULT in st.files.edited):
+        return _refuse(st, proc, Refusal.RESULT_CONFLICT)  # other bytes there (an edited file's are other)
     st = replace(st, files=replace(st.files, result=proc.evidence))
     return _go(st, proc, Pc.COMPLETE_RUN)
 
 
 def complete_maintenance(cfg: MigrationBounds, st: MigrationState, proc: Proc, i: int) -> tuple[MigrationState, Result]:
     """``completeStorageMaintenance``: the store is open to writers again; after the second, it returns."""
+    if st.stores[i].admission is not Admission.OPEN and (problem := _unwritable(st, i)) is not None:
+        return _refuse(st, proc, problem)
     st = _store(st, i, admission=Admission.OPEN)
     if i == 0:
         return _go(st, proc, Pc.COMPLETE_RESOURCE)
@@ -562,10 +755,18 @@ def complete_maintenance(cfg: MigrationBounds, st: MigrationState, proc: Proc, i
 
 
 def recover(cfg: MigrationBounds, st: MigrationState, proc: Proc) -> tuple[MigrationState, Result]:
-    """Restore the migration request from its file; prepare a recovery, or restore the published one."""
+    """Restore the migration request from its file; prepare a recovery, or restore the published one. The request
+    read as published names the stores; then the environment (a read-only store); then a published recovery
+    request read as published."""
     if st.files.intent is None:
         return _refuse(st, proc, Refusal.NO_MIGRATION)
+    if Doc.REQUEST in st.files.edited:
+        return _refuse(st, proc, Refusal.REQUEST_CHANGED)
+    if any(s.read_only for s in st.stores):
+        return _refuse(st, proc, Refusal.STORE_READ_ONLY)
     if st.files.recovery is not None:
+        if Doc.RECOVERY in st.files.edited:
+            return _refuse(st, proc, Refusal.INVALID_RECOVERY_INTENT)
         return _go(st, proc, Pc.LOCK_APPLY, "restored", intent=st.files.intent, plan=st.files.recovery)
     return _go(st, proc, Pc.LOCK_PREPARE, "prepare", intent=st.files.intent)
 
@@ -584,8 +785,8 @@ def plan(cfg: MigrationBounds, st: MigrationState, proc: Proc) -> tuple[Migratio
     for i, store in enumerate(st.stores):
         if _original_now(cfg, st, _intent(proc), i):
             restores.append(False)
-        elif store.backup is None:
-            return _refuse(st, proc, Refusal.CHANGED_STORE_HAS_NO_BACKUP)
+        elif (problem := _backup_problem(store)) is not None:
+            return _refuse(st, proc, problem)
         else:
             restores.append(True)
     return _go(st, proc, Pc.LOCK_APPLY, lock=False, plan=RecoveryRequest(proc.pid, tuple(restores)))
@@ -601,8 +802,8 @@ def revalidate(cfg: MigrationBounds, st: MigrationState, proc: Proc) -> tuple[Mi
     if not _drained(st):
         return _refuse(st, proc, Refusal.DRAIN)
     for i, restores in enumerate(_plan(proc).restores):
-        if restores and st.stores[i].backup is None:
-            return _refuse(st, proc, Refusal.CHANGED_STORE_HAS_NO_BACKUP)
+        if restores and (problem := _backup_problem(st.stores[i])) is not None:
+            return _refuse(st, proc, problem)
         if not restores and not _original_now(cfg, st, _intent(proc), i):
             return _refuse(st, proc, Refusal.STORE_NOT_ORIGINAL)
     return _go(st, proc, Pc.PUBLISH_RECOVERY)
@@ -610,14 +811,16 @@ def revalidate(cfg: MigrationBounds, st: MigrationState, proc: Proc) -> tuple[Mi
 
 def publish_recovery(cfg: MigrationBounds, st: MigrationState, proc: Proc) -> tuple[MigrationState, Result]:
     """Publish the recovery request (immutable)."""
-    if st.files.recovery is not None and st.files.recovery != proc.plan:
-        return _refuse(st, proc, Refusal.RECOVERY_REQUEST_CONFLICT)
+    if st.files.recovery is not None and (st.files.recovery != proc.plan or Doc.RECOVERY in st.files.edited):
+        return _refuse(st, proc, Refusal.RECOVERY_REQUEST_CONFLICT)  # other bytes there (an edited file's are other)
     st = replace(st, files=replace(st.files, recovery=proc.plan))
     return _go(st, proc, Pc.FENCE_RUN)
 
 
 def fence(cfg: MigrationBounds, st: MigrationState, proc: Proc, i: int) -> tuple[MigrationState, Result]:
     """``beginStorageRecovery``: writers are refused from now on."""
+    if st.stores[i].admission is not Admission.RECOVERY and (problem := _unwritable(st, i)) is not None:
+        return _refuse(st, proc, problem)
     st = _fenced(st, i, Admission.RECOVERY)
     return _go(st, proc, Pc.FENCE_RESOURCE if i == 0 else Pc.RESTORE_RUN)
 
@@ -627,6 +830,10 @@ def restore_child(cfg: MigrationBounds, st: MigrationState, proc: Proc, i: int) 
     if not _drained(st):
         return _refuse(st, proc, Refusal.DRAIN)
     if _plan(proc).restores[i]:
+        if st.stores[i].backup_edited:  # the backup is read back against the original before it is restored
+            return _refuse(st, proc, Refusal.BACKUP_CHANGED)
+        if (problem := _unwritable(st, i)) is not None:
+            return _refuse(st, proc, problem)
         b = cast(Image, st.stores[i].backup)  # a store planned for a restore has a backup (revalidated, never removed)
         st = _store(st, i, version=b.version, data=b.data)
     elif not _original_now(cfg, st, _intent(proc), i):
@@ -642,6 +849,8 @@ def publish_recovery_result(cfg: MigrationBounds, st: MigrationState, proc: Proc
 
 def reopen(cfg: MigrationBounds, st: MigrationState, proc: Proc, i: int) -> tuple[MigrationState, Result]:
     """``completeStorageMaintenance`` after the recovery: the store is open again; after the second, it returns."""
+    if st.stores[i].admission is not Admission.OPEN and (problem := _unwritable(st, i)) is not None:
+        return _refuse(st, proc, problem)
     st = _store(st, i, admission=Admission.OPEN)
     if i == 0:
         return _go(st, proc, Pc.REOPEN_RESOURCE)
@@ -691,36 +900,69 @@ LOCKING = frozenset({Pc.LOCK, Pc.LOCK_PREPARE, Pc.LOCK_APPLY})
 # ---------------------------------------------------------------------------
 
 
+#: The input faults of a migrate invocation (``Fault.INPUT``), besides none.
+INPUT_FAULTS = (InputFault.NO_KEY, InputFault.WRONG_KEY, InputFault.SAME_PATH, InputFault.SYMLINK,
+                InputFault.HARDLINK)
+
+
 def enabled(cfg: MigrationBounds, st: MigrationState, environment: bool = True,
             invocations: Optional[tuple[int, int]] = None) -> Iterator[Action]:
     """The actions enabled in ``st``. Without ``environment``: the operator's alone (no crash, no
-    connect, no write; writers may still disconnect), for the liveness check; ``invocations``
+    connect, no write, no fault; writers may still disconnect, and the operator undoes the faults: it
+    unlocks, makes a store writable, repairs an edited file), for the liveness check; ``invocations``
     overrides the bounds on (migrate, recover) invocations there."""
     migrations, recoveries = invocations or (cfg.migrations, cfg.recoveries)
     if environment or not st.procs:  # the operator alone runs one invocation at a time
         if st.migrations < migrations:
             yield Invoke(Role.MIGRATE)
+            if environment and Fault.INPUT in cfg.faults:
+                for fault in INPUT_FAULTS:
+                    yield Invoke(Role.MIGRATE, fault)
         if st.recoveries < recoveries:
             yield Invoke(Role.RECOVER)
     free = _lock_free(st)
+    waits = cfg.reading.lock is LockReading.WAIT
     for proc in st.procs:
-        if proc.pc not in LOCKING or free:
+        if proc.pc not in LOCKING or free or not waits:
             yield Step(proc.pid)
         if environment and st.crashes < cfg.crashes:
             yield Crash(proc.pid)
     connected = any(s.writer for s in st.stores)  # one foreign writer, on one store at a time
     writes = sum(s.data.writes for s in st.stores)
+    faulting = environment and st.faults < cfg.fault_actions
     for i in range(len(STORES)):
         store = st.stores[i]
         if store.writer:
             yield Disconnect(i)
+        if store.locked:
+            yield Unlock(i)
+        if store.read_only:
+            yield Writable(i)
+        if store.backup_edited:
+            yield Repair(Doc.BACKUP, i)
+        if faulting:
+            if Fault.LOCK in cfg.faults and store.writer and not store.locked:
+                yield Lock(i)
+            if Fault.READ_ONLY in cfg.faults and not store.read_only:
+                yield ReadOnly(i)
+            if Fault.EDIT in cfg.faults and store.backup is not None and not store.backup_edited:
+                yield Edit(Doc.BACKUP, i)
         if not environment:
             continue
         if not connected:
             yield Connect(i)
-        elif store.writer and writes < cfg.writes:
+        elif store.writer and not store.locked and writes < cfg.writes:
             for version in (OLD_VERSION, NEW_VERSION):
                 yield Write(i, version)
+    for doc in (Doc.REQUEST, Doc.RESULT, Doc.RECOVERY):
+        if doc in st.files.edited:
+            yield Repair(doc)
+        elif faulting and Fault.EDIT in cfg.faults and _published(st.files, doc):
+            yield Edit(doc)
+
+
+def _published(files: Files, doc: Doc) -> bool:
+    return (files.intent if doc is Doc.REQUEST else files.result if doc is Doc.RESULT else files.recovery) is not None
 
 
 def next_state(cfg: MigrationBounds, st: MigrationState, action: Action) -> tuple[MigrationState, Result]:
@@ -730,7 +972,8 @@ def next_state(cfg: MigrationBounds, st: MigrationState, action: Action) -> tupl
         first = Pc.PREPARE if action.role is Role.MIGRATE else Pc.RECOVER
         counted = dict(migrations=st.migrations + 1) if action.role is Role.MIGRATE \
             else dict(recoveries=st.recoveries + 1)
-        return replace(st, procs=st.procs + (Proc(pid, action.role, first),), **counted), Done(action.role.value)
+        proc = Proc(pid, action.role, first, fault=action.fault)
+        return replace(st, procs=st.procs + (proc,), **counted), Done(action.role.value)
     if isinstance(action, Step):
         proc = next(p for p in st.procs if p.pid == action.pid)
         fn, extra = STEPS[proc.pc]
@@ -740,9 +983,13 @@ def next_state(cfg: MigrationBounds, st: MigrationState, action: Action) -> tupl
         return replace(_end(st, proc), crashes=st.crashes + 1), Crashed()
     if isinstance(action, Connect):
         return _store(st, action.store, writer=True), Done("connected")
-    if isinstance(action, Disconnect):
-        return _store(st, action.store, writer=False), Done("disconnected")
+    if isinstance(action, Disconnect):  # its transaction, if it held one, is rolled back
+        return _store(st, action.store, writer=False, locked=False), Done("disconnected")
+    if isinstance(action, (Lock, ReadOnly, Edit, Unlock, Writable, Repair)):
+        return _fault(st, action), Done(action.kind)
     store = st.stores[action.store]
+    if store.read_only:
+        return st, Refused(Refusal.STORE_READ_ONLY)
     if store.admission is not Admission.OPEN:
         return st, Refused(Refusal.ADMISSION_CLOSED)
     if action.version != store.version:
@@ -750,10 +997,30 @@ def next_state(cfg: MigrationBounds, st: MigrationState, action: Action) -> tupl
     return _store(st, action.store, data=replace(store.data, writes=store.data.writes + 1)), Landed()
 
 
+def _fault(st: MigrationState, action: Action) -> MigrationState:
+    """A fault set (counted against ``fault_actions``), or undone."""
+    counted = replace(st, faults=st.faults + 1) if isinstance(action, FAULT_ACTIONS) else st
+    if isinstance(action, (Lock, Unlock)):
+        return _store(counted, action.store, locked=isinstance(action, Lock))
+    if isinstance(action, (ReadOnly, Writable)):
+        return _store(counted, action.store, read_only=isinstance(action, ReadOnly))
+    assert isinstance(action, (Edit, Repair))
+    edit = isinstance(action, Edit)
+    if action.doc is Doc.BACKUP:
+        return _store(counted, cast(int, action.store), backup_edited=edit)
+    edited = st.files.edited | {action.doc} if edit else st.files.edited - {action.doc}
+    return replace(counted, files=replace(st.files, edited=edited))
+
+
 def describe_action(action: Action, st: Optional[MigrationState] = None) -> str:
     """One line for a trace: the invocation and its step, or the writer's move."""
     if isinstance(action, Invoke):
-        return f"invoke {action.role.value}"
+        return f"invoke {action.role.value}" + (f" ({action.fault.value})" if action.fault is not InputFault.NONE else "")
+    if isinstance(action, (Edit, Repair)):
+        what = f"{STORES[action.store].name.lower()}'s backup" if action.store is not None else action.doc.value
+        return f"{'edit' if isinstance(action, Edit) else 'repair'} {what}"
+    if isinstance(action, (Lock, Unlock, ReadOnly, Writable)):
+        return f"{action.kind} {STORES[action.store].name.lower()}"
     if isinstance(action, (Step, Crash)):
         proc = next((p for p in st.procs if p.pid == action.pid), None) if st is not None else None
         where = f"{proc.role.value}#{proc.pid} {proc.pc.value}" if proc is not None else f"#{action.pid}"
@@ -767,9 +1034,12 @@ def describe_action(action: Action, st: Optional[MigrationState] = None) -> str:
 def describe_state(st: MigrationState) -> str:
     """One line: each store (version, data, admission, backup) and the files published."""
     stores = ", ".join(f"{STORES[i].name.lower()} v{s.version} {s.data} {s.admission.value}"
-                       f"{' backup ' + str(s.backup) if s.backup else ''}{' writer' if s.writer else ''}"
+                       f"{' backup ' + str(s.backup) if s.backup else ''}{' (edited)' if s.backup_edited else ''}"
+                       f"{' writer' if s.writer else ''}{' locked' if s.locked else ''}"
+                       f"{' read-only' if s.read_only else ''}"
                        for i, s in enumerate(st.stores))
-    files = [name for name, there in (("request", st.files.intent), ("result", st.files.result),
-                                      ("recovery", st.files.recovery),
-                                      ("recovery result", st.files.recovery_result)) if there]
+    files = [name + (" (edited)" if doc in st.files.edited else "")
+             for name, there, doc in (("request", st.files.intent, Doc.REQUEST), ("result", st.files.result, Doc.RESULT),
+                                      ("recovery", st.files.recovery, Doc.RECOVERY),
+                                      ("recovery result", st.files.recovery_result, None)) if there]
     return f"{stores}; files: {', '.join(files) or 'none'}"

@@ -120,6 +120,39 @@ class Refusal(enum.Enum):
     RECOVERY_REQUEST_CONFLICT = "paired_recovery_request_conflict"  # another recovery request at this path
     ADMISSION_CLOSED = "admission_closed"  # a foreign write, refused: the store is under maintenance or recovery
     WRITER_INCOMPATIBLE = "store_writer_incompatible"  # a foreign write, refused: another contract version
+    # The environment's faults (``model.migration.Fault``): refused by the implementation's contract.
+    SAME_STORE = "same_store_twice"  # migrate named one store twice (another spelling, a symlink, a hard link)
+    MASTER_KEY_MISSING = "master_key_missing"  # migrate was given no master key
+    MASTER_KEY_WRONG = "master_key_wrong"  # migrate was given a key the stores were not sealed with
+    STORE_READ_ONLY = "store_read_only"  # a store file cannot be written
+    STORE_BUSY = "store_busy"  # another process holds a write transaction on a store the step writes
+    LOCK_HELD = "installation_lock_held"  # reading REFUSE of the lock: another live invocation holds it
+    REQUEST_CHANGED = "paired_migration_request_changed"  # the published request's bytes were edited
+    EVIDENCE_CUSTODY_CHANGED = "migration_evidence_custody_changed"  # the published result was edited
+    INVALID_RECOVERY_INTENT = "invalid_recovery_intent"  # the published recovery request was edited
+    BACKUP_CONFLICT = "backup_conflict"  # reading KEEP of backup(): the backup there does not hold the source
+    BACKUP_CHANGED = "recovery_backup_changed"  # recovery: the backup to restore no longer holds the original
+
+
+#: The command's exit status for an invocation that ends with each refusal (docs/migration.md): 2 when it
+#: could not run as asked (the input, the environment, a publication edited, a second invocation, a request
+#: that is done), 1 when it stopped on what the stores hold mid-protocol (a finding the operator must judge).
+#: An invocation that completes exits 0. The foreign writes' refusals are not an invocation's.
+EXIT_STATUS: dict[Refusal, int] = {
+    **{code: 2 for code in (
+        Refusal.DRAIN, Refusal.CONTENT_ONLY_ROUTE, Refusal.REQUEST_CONFLICT, Refusal.RESULT_CONFLICT,
+        Refusal.NO_MIGRATION, Refusal.RESTORE_ORIGINAL_RECOVERY, Refusal.MIGRATION_COMPLETED,
+        Refusal.RECOVERY_REQUEST_CONFLICT, Refusal.BACKUP_EVIDENCE_CHANGED, Refusal.SAME_STORE,
+        Refusal.MASTER_KEY_MISSING, Refusal.MASTER_KEY_WRONG, Refusal.STORE_READ_ONLY, Refusal.STORE_BUSY,
+        Refusal.LOCK_HELD, Refusal.REQUEST_CHANGED, Refusal.EVIDENCE_CUSTODY_CHANGED,
+        Refusal.INVALID_RECOVERY_INTENT, Refusal.BACKUP_CONFLICT, Refusal.BACKUP_CHANGED)},
+    **{code: 1 for code in (
+        Refusal.RECOVERY_SELECTED, Refusal.UNKNOWN_CHILD_OUTCOME, Refusal.COMPLETED_MIGRATION_CHANGED,
+        Refusal.VERIFICATION_INCOMPLETE, Refusal.BACKUP_EXISTS, Refusal.STORE_UNDER_RECOVERY,
+        Refusal.CHANGED_STORE_HAS_NO_BACKUP, Refusal.STORE_NOT_ORIGINAL)},
+}
+#: The refusals of a foreign write (no invocation ends with them).
+WRITE_REFUSALS = frozenset({Refusal.ADMISSION_CLOSED, Refusal.WRITER_INCOMPATIBLE})
 
 
 class Status(enum.Enum):
@@ -256,7 +289,7 @@ def reconcile_child(source: Image, now: Image, receipt: bool = False) -> Status:
 
 def reconcile(sources: Sequence[Image], images: Sequence[Image], receipt: bool = False) -> Status:
     """The pair's outcome (the seed's ``PreparedPairedWriterMigration.reconcile``)."""
-    outcomes = [reconcile_child(s, i, receipt) for s, i in zip(sources, images)]
+    outcomes = [reconcile_child(s, i, receipt) for s, i in zip(sources, images, strict=True)]
     if Status.UNKNOWN in outcomes:
         return Status.UNKNOWN
     applied = outcomes.count(Status.APPLIED)
@@ -294,7 +327,9 @@ def backups_hold_originals(st: MigrationView) -> bool:
 
 def result_evidence_is_the_originals(st: MigrationView) -> bool:
     """A published result's evidence names the backups of the stores' original content."""
-    return st.files.result is None or st.files.result.backups == st.original
+    result = st.files.result  # evidence naming no backup (a store never fenced) names no original either
+    return result is None or (all(o is not None for o in st.original)
+                              and tuple(result.backups) == tuple(st.original))
 
 
 # ---------------------------------------------------------------------------
@@ -304,36 +339,44 @@ def result_evidence_is_the_originals(st: MigrationView) -> bool:
 
 def result_means_both_migrated(pre: MigrationView, action: object, result: object, post: MigrationView) -> bool:
     """A result is published only when both stores are at the new version, migrated from their originals, and backed up."""
-    if pre.files.result is not None or post.files.result is None:
-        return True
+    if post.files.result is None or post.files.result == pre.files.result:
+        return True  # this step published none (a result published again with other content counts)
     return all((o := post.original[i]) is not None and image_of(s) == migrated(o) and s.backup == o
                for i, s in enumerate(post.stores))
 
 
 def writes_are_fenced(pre: MigrationView, action: object, result: object, post: MigrationView) -> bool:
     """A foreign write lands only on a store open to writers, at the store's own contract version."""
-    if not isinstance(result, Landed):
-        return True
-    write = cast(WriteView, action)  # only a foreign write lands
-    store = pre.stores[write.store]
-    return store.admission is Admission.OPEN and write.version == store.version
+    if getattr(action, "kind", None) != "write":
+        return not isinstance(result, Landed)  # only a foreign write lands
+    write = cast(WriteView, action)
+    # It landed where it changed a store's content, whatever it returned, and where it says it landed.
+    landed = {i for i, (a, b) in enumerate(zip(pre.stores, post.stores)) if image_of(a) != image_of(b)}
+    if isinstance(result, Landed):
+        landed.add(write.store)
+    return all(pre.stores[i].admission is Admission.OPEN and pre.stores[i].version == write.version
+               for i in landed)
 
 
 def recovery_restores_before(pre: MigrationView, action: object, result: object, post: MigrationView) -> bool:
     """A completed recovery leaves each store exactly as it was before the migration, at the old version."""
     if pre.files.recovery_result or not post.files.recovery_result:
-        return True
-    return all(image_of(s) == before_migration(post, i) for i, s in enumerate(post.stores))
+        return True  # this step did not publish the recovery result
+    return all(s.version == OLD_VERSION and image_of(s) == before_migration(post, i)
+               for i, s in enumerate(post.stores))
 
 
 def recovery_restores_only_changed_stores(
     pre: MigrationView, action: object, result: object, post: MigrationView
 ) -> bool:
     """A recovery writes a backup only over a store the migration changed: an unchanged one is left untouched."""
-    if pre.files.recovery is None:
-        return True
+    if pre.files.recovery is None and post.files.recovery is None:
+        return True  # no recovery selected, before or by this step
+    if getattr(action, "kind", None) == "write":
+        return True  # a foreign write, not the recovery: writes_are_fenced's
+    # The recovery holds the store (fenced before or by this step): nothing else may change it.
     return all(not (image_of(a) == before_migration(pre, i) and image_of(b) != image_of(a)
-                    and a.admission is Admission.RECOVERY)
+                    and Admission.RECOVERY in (a.admission, b.admission))
                for i, (a, b) in enumerate(zip(pre.stores, post.stores)))
 
 
@@ -419,12 +462,11 @@ def _props(kind: str, *fns: Callable[..., bool]) -> tuple[Property, ...]:
 
 INVARIANTS = _props("invariant", never_result_and_recovery, backups_hold_originals,
                     result_evidence_is_the_originals)
-STEP_PROPERTIES = (
-    Property("result_means_both_migrated", result_means_both_migrated, "step", results=(Done,)),
-    Property("writes_are_fenced", writes_are_fenced, "step", results=(Landed,)),
-    Property("recovery_restores_before", recovery_restores_before, "step", results=(Done,)),
-    Property("recovery_restores_only_changed_stores", recovery_restores_only_changed_stores, "step", results=(Done,)),
-)
+#: No filter (``Property.actions``, ``results``) on these: each can fail on a step of any kind with any result
+#: (a result published by a step that then refuses or crashes; a write that changes a store and says Done or
+#: refused), and each returns at once where its step changed nothing it reads.
+STEP_PROPERTIES = _props("step", result_means_both_migrated, writes_are_fenced, recovery_restores_before,
+                         recovery_restores_only_changed_stores)
 _CRASH = Property("sometimes_crash", sometimes_crash, "sometimes-step", results=(Crashed,))
 _PARTIAL = Property("sometimes_rerun_finds_partial", sometimes_rerun_finds_partial, "sometimes-step", results=(Done,))
 SOMETIMES = (
@@ -439,11 +481,21 @@ SOMETIMES = (
 
 
 def settled(st: MigrationView) -> bool:
-    """Nothing left to do: no invocation running, both stores open to writers, and the pair consistent:
-    a published migration result, or both stores at the old version (never migrated, or recovered)."""
+    """Nothing left to do: no invocation running, both stores open to writers, and the pair consistent.
+
+    Consistent: a published migration result (and no recovery selected), with both stores at the new version
+    holding their originals migrated (writes of the new version since they reopened kept: the receipt
+    ``reconcile`` reads); or else both stores at the old version holding original data (never migrated, or
+    recovered), any selected recovery completed. A recovery selected after a result (F4) ends as a recovery:
+    that both files are published is ``never_result_and_recovery``'s to report, not the liveness check's."""
     if st.procs or any(s.admission is not Admission.OPEN for s in st.stores):
         return False
-    return st.files.result is not None or all(s.version == OLD_VERSION for s in st.stores)
+    if st.files.result is not None and st.files.recovery is None:
+        return all((before := before_migration(st, i)) is not None
+                   and reconcile_child(before, image_of(s), receipt=True) is Status.APPLIED
+                   for i, s in enumerate(st.stores))
+    return (st.files.recovery is None or st.files.recovery_result) and all(
+        s.version == OLD_VERSION and s.data.base is Base.ORIGINAL for s in st.stores)
 
 
 #: The bounded-liveness property ``checker.liveness`` checks (its sentence).

@@ -235,13 +235,15 @@ def test_subprocess_driver_timeout_and_garbage(tmp_path):
 
 def test_check_runs_model_check_then_lockstep(tmp_path, capsys):
     code, out = run_cli(["check", "--bounds", "tiny", "--quiet", "--lockstep-examples", "5",
-                         "--out", str(tmp_path)], capsys)
+                         "--migration-lockstep-examples", "3", "--out", str(tmp_path)], capsys)
     assert code == 0, out
     assert "envreplica check: the gate" in out
     assert "model check" in out and "SQLite vs model" in out and "lockstep coverage" in out
     assert "bounds migration (paired writer migration)" in out  # the migration's check, from the background child
+    assert "migration lockstep" in out and "paired migration vs model" in out  # and its lockstep, after it
     code, out = run_cli(["check", "--bounds", "tiny", "--quiet", "--model-only", "--out", str(tmp_path)], capsys)
     assert code == 0 and "skipped (--model-only)" in out and "bounds migration (paired writer migration)" in out
+    assert "paired migration vs model" not in out  # a lockstep: --model-only skips it
     code, out = run_cli(["check", "--bounds", "tiny", "--quiet", "--model-only", "--migration-bounds", "none",
                          "--out", str(tmp_path)], capsys)
     assert code == 0 and "paired writer migration" not in out

@@ -138,3 +138,19 @@ def test_cli_check_bounds_migration(capsys):
 def test_unknown_migration_bounds_names_the_choices():
     with pytest.raises(mm.UnknownMigrationBounds, match="migration-deep"):
         mm.suite("nope")
+
+
+@pytest.mark.nightly
+def test_faults_suite_passes():
+    """The environment's faults, one class per bounds, with the implementation's reading of the lock: safety and
+    recoverability hold (the operator undoing each fault on the way out), every "sometimes" witnessed."""
+    suite = cm.run_suite(mm.suite("migration-faults"))
+    assert suite.ok, _findings(suite)
+    assert [(r.result.states, r.liveness.closure) for r in suite.runs] == [
+        (209_571, 236_675), (34_400, 153_289), (282_267, 367_479), (60_945, 81_814)]
+
+
+def test_the_faults_suite_keeps_its_own_reading_of_the_lock():
+    """``suite(..., reading=...)`` does not take the faults' suite's lock reading away (it is the implementation's)."""
+    assert all(b.reading.lock is mm.LockReading.REFUSE for b in mm.suite("migration-faults", reading=Reading()))
+    assert all(b.reading.lock is mm.LockReading.WAIT for b in mm.suite("migration"))

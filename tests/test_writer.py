@@ -17,6 +17,14 @@ from envreplica.impl.sealing import Sealer
 from envreplica.impl.tables import authenticate_contents
 
 KEY = bytes(range(32))
+_SEALER = Sealer(KEY)
+
+
+def sealed(value: str, project: str, key: str, revision: int, generation: int, ref_json: str) -> bytes:
+    """``value`` sealed under ``KEY`` for its record, as a replica stores it (a migration proves its key on it)."""
+    return _SEALER.seal(value, project_id=project, key=key, revision=revision, generation=generation,
+                        value_ref=json.loads(ref_json))
+
 
 # One valid row per fenced table (FKs satisfied), and a second one to insert.
 ROWS = {
@@ -24,11 +32,12 @@ ROWS = {
     "projects": [("p1", 3), ("p2", 0)],
     "records": [("p1", "k1", 1, 1, 0, '{"r":1}', None, None, 0, "installed", None),
                 ("p1", "k2", 2, 1, 1, None, None, None, 0, "withheld", "tombstone")],
-    "record_values": [("p1", "k1", 1, 1, '{"r":1}', b"\x00\xff")],
+    "record_values": [("p1", "k1", 1, 1, '{"r":1}', sealed("value-1", "p1", "k1", 1, 1, '{"r":1}'))],
     "stage_projects": [("a1", "p1", 3, None, 0), ("a1", "p2", None, None, 0)],
     "stage_records": [("a1", "p1", "k1", 1, 1, 0, "{}", None, None, 0, "installed", None, 1),
                       ("a1", "p1", "k2", 1, 1, 0, "{}", None, None, 0, "installed", None, 1)],
-    "stage_values": [("a1", "p1", "k1", 1, 1, "{}", b"\x01"), ("a1", "p1", "k2", 1, 1, "{}", b"\x02")],
+    "stage_values": [("a1", "p1", "k1", 1, 1, "{}", sealed("staged-1", "p1", "k1", 1, 1, "{}")),
+                     ("a1", "p1", "k2", 1, 1, "{}", sealed("staged-2", "p1", "k2", 1, 1, "{}"))],
     "receipts": [("s1", 1, "a" * 64, "{}", 3, 1, None), ("s1", 2, "b" * 64, None, None, 0, "refused")],
 }
 FIRST = {t: rows[:1] for t, rows in ROWS.items()}
@@ -508,7 +517,7 @@ def test_cli_migrate_without_a_key_refuses_before_touching_anything(tmp_path, ca
     monkeypatch.delenv("ENVREPLICA_MASTER_KEY_FILE", raising=False)
     db = make_v1(tmp_path / "r.db")
     before = dump(db)
-    assert _cli(["migrate", "--db", str(db)]) == 1
+    assert _cli(["migrate", "--db", str(db)]) == 2  # could not run as asked
     assert "ENVREPLICA_MASTER_KEY" in capsys.readouterr().err
     assert dump(db) == before and sorted(p.name for p in tmp_path.iterdir()) == ["r.db"]
 
@@ -526,7 +535,8 @@ def test_a_fenced_store_refuses_every_writer_but_its_holder_and_reopens_as_it_wa
     holder.execute("COMMIT")
     assert W.admission_of(W.read_meta(holder)) == ("maintenance", "req1")
     writer = _connect(db, W.WRITER_VERSION)
-    with pytest.raises(W.WriterVersionError, match="fenced for maintenance by paired request req1") as info:
+    with pytest.raises(W.WriterVersionError, match="fenced for maintenance by the paired migration of request req1") \
+            as info:
         W.check_writer(writer)
     assert info.value.reason == "fenced"
     with pytest.raises(sqlite3.IntegrityError, match=W.FENCE_MESSAGE):

@@ -1,0 +1,170 @@
+"""One example of the migration lockstep: both sides from the start, each move taken by both and compared.
+
+Models: the lockstep's judgement. ``Example.play(move)`` skips a move the model does not enable (so a trace
+with moves deleted still replays), takes it on the model (``ModelSide``) and for real (``RealSide``), then
+compares what each answered (``Outcome``: the step taken, the exit status and refusal code, the write's
+outcome) and what each holds (``Observation``: every store's version, data, fence and backup, the
+publications, the lock, the live invocations); it also checks ``spec.migration``'s invariants and step
+properties on the model's own move (the model under faults is not what the checker's suites explore). The
+first difference raises ``Divergence``, with the kind of difference (``key``: what minimization keeps) and
+the trace so far.
+
+``Shared`` is what every example of a run shares: the template, the runners (zygote, thread streams), the
+foreign writer process, the scratch directories (a tmpfs one when there is one, and one where the immutable
+flag works, for examples that make a store read-only as root).
+
+Leaves out on purpose: the properties' "sometimes" (the checker's), and the model's ``inputs`` (no
+counterpart).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from envreplica.conformance.migration.coverage import MigrationCoverage
+from envreplica.conformance.migration.disk import Disk, Template, read_only_works
+from envreplica.conformance.migration.invocations import Mode, Runners
+from envreplica.conformance.migration.observe import Outcome
+from envreplica.conformance.migration.sides import (LOCKSTEP_BOUNDS, ModelSide, Move, RealSide, WriterProcess, allowed,
+                                                    stderr_of)
+from envreplica.model import migration as mm
+from envreplica.spec import migration as spec
+
+
+class Divergence(AssertionError):
+    """The implementation parted from the model (or the model broke a property) at the last move."""
+
+    def __init__(self, key: str, reason: str) -> None:
+        super().__init__(reason)
+        self.key = key  # what kind of difference: kept by minimization ("outcome:step", "state:run.data", ...)
+        self.reason = reason
+
+
+def _tmpfs() -> Optional[Path]:
+    shm = Path("/dev/shm")
+    return shm if shm.is_dir() and os.access(shm, os.W_OK) else None
+
+
+class Shared:
+    """What every example of one run shares (see the module)."""
+
+    def __init__(self, scratch: Optional[Path] = None) -> None:
+        self.own_scratch = scratch is None
+        base = Path(tempfile.mkdtemp(prefix="envreplica-migration-")) if scratch is None else scratch
+        base.mkdir(parents=True, exist_ok=True)
+        self.disk_root = base
+        fast = _tmpfs()
+        self.fast_root = Path(tempfile.mkdtemp(prefix="envreplica-migration-", dir=fast)) if fast and \
+            scratch is None else base
+        # sockets want a short path (108 bytes): a directory of their own under /tmp
+        self.runners = Runners(Path(tempfile.mkdtemp(prefix="erm-")))
+        self.template = Template(self.fast_root / "template")
+        self.writer = WriterProcess()
+        self.read_only_problem = read_only_works(self.disk_root)
+        self.examples = 0
+        self.memo: dict[str, str] = {}
+
+    def disk(self, read_only: bool) -> Disk:
+        """A fresh example directory: on tmpfs, or (``read_only``: it may make a store read-only, and this is
+        root) where the immutable flag works."""
+        self.examples += 1
+        root = self.disk_root if read_only and os.geteuid() == 0 else self.fast_root
+        return Disk(root / f"example-{self.examples}", self.template, self.memo)
+
+    def close(self) -> None:
+        self.runners.close()
+        self.writer.close()
+        shutil.rmtree(self.runners.scratch, ignore_errors=True)
+        if self.own_scratch:
+            shutil.rmtree(self.disk_root, ignore_errors=True)
+        if self.fast_root != self.disk_root:
+            shutil.rmtree(self.fast_root, ignore_errors=True)
+
+
+@dataclass
+class Example:
+    """Both sides of one example, and what happened so far."""
+
+    shared: Shared
+    read_only: bool = True  # this example may make a store read-only
+    cfg: mm.MigrationBounds = LOCKSTEP_BOUNDS
+    check_properties: bool = True
+    moves: list[Move] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)  # per move: what both answered
+    records: list[dict[str, Any]] = field(default_factory=list)
+    coverage: MigrationCoverage = field(default_factory=MigrationCoverage)
+
+    def __post_init__(self) -> None:
+        self.model = ModelSide(self.cfg)
+        self.real = RealSide(self.shared.disk(self.read_only), self.shared.runners, self.shared.writer)
+
+    def enabled(self) -> list[mm.Action]:
+        return self.model.enabled()
+
+    def play(self, move: Move) -> bool:
+        """Take ``move`` on both sides and compare (``Divergence`` on a difference); False when not enabled."""
+        if not self.model.is_enabled(move.action) or not allowed(self.model.st, move.action):
+            return False
+        pre = self.model.st
+        described = describe(move, pre)
+        expected = self.model.apply(move.action)
+        got = self.real.apply(move)
+        self.moves.append(move)
+        self.coverage.record(pre, move.action, move.mode.value, expected)
+        self.lines.append(f"{described}: {expected}" if expected == got
+                          else f"{described}: model {expected} | implementation {got}")
+        self.records.append({"model": str(expected), "implementation": str(got)})
+        if expected != got:
+            key = f"outcome:{expected.kind}"
+            detail = ""
+            if got.kind == "exit" and got.status not in (0, None):
+                pid = move.action.pid if isinstance(move.action, mm.Step) else -1
+                detail = f" ({_first_line(stderr_of(self.real, pid))})"
+            raise Divergence(key, f"{described}: the model {expected}, the implementation {got}{detail}")
+        if self.check_properties:
+            self._check_model(pre, move.action)
+        mine, theirs = self.model.observe(), self.real.observe()
+        if mine != theirs:
+            diffs = mine.differences(theirs)
+            self.records[-1].update(model_state=mine.to_json(), implementation_state=theirs.to_json())
+            key = "state:" + ",".join(sorted(d.split(":", 1)[0] for d in diffs))
+            raise Divergence(key, f"after {described}: the files differ from the model's (model | "
+                                  f"implementation): {'; '.join(diffs)}")
+        return True
+
+    def _check_model(self, pre: mm.MigrationState, action: mm.Action) -> None:
+        for before, act, result, after in self._last_transitions(pre):
+            for prop in spec.STEP_PROPERTIES:
+                if not prop.check(before, act, result, after):
+                    raise Divergence(f"model:{prop.name}", f"the model itself breaks {prop.name} "
+                                                           f"({prop.statement})")
+        for prop in spec.INVARIANTS:
+            if not prop.check(self.model.st):
+                raise Divergence(f"model:{prop.name}", f"the model itself breaks {prop.name} ({prop.statement})")
+
+    def _last_transitions(self, pre: mm.MigrationState) -> list[tuple[Any, Any, Any, Any]]:
+        out = []
+        for transition in reversed(self.model.history):
+            out.append(transition)
+            if transition[0] is pre:
+                break
+        return out
+
+    def close(self) -> None:
+        self.real.close()
+
+
+def describe(move: Move, st: mm.MigrationState) -> str:
+    """One line for a move in ``st``: the invocation and its step, the writer's move, the fault (and the mode)."""
+    text = mm.describe_action(move.action, st)
+    return f"{text} [{move.mode.value}]" if isinstance(move.action, mm.Invoke) else text
+
+
+def _first_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1][:300] if lines else "no output"

@@ -1,0 +1,271 @@
+"""Running the migration lockstep: profiles, ``run_migration_lockstep`` and its report, minimization, replay.
+
+``run_migration_lockstep`` runs ``MigrationMachine`` under a profile's budget (``PROFILE_EXAMPLES`` examples
+of ``STEPS_PER_EXAMPLE`` rule calls: counts, never seconds), with Hypothesis's shrinking capped in calls
+(``SHRINK_CALLS``, the replica lockstep's ``_shrink_budget``) and its literals pinned; then ``minimize``
+deletes needless moves from the shrunk example, and the moves left are replayed with every invocation run
+in this process where that keeps the divergence (``MINIMIZE_REPLAYS`` replays in all). The report says what
+was run, what was reached (``MigrationCoverage``), how fast, and the divergence as a numbered trace (written
+as JSON lines with ``out_dir``). ``replay_moves`` replays a trace on fresh sides.
+
+Leaves out on purpose: Hypothesis's example database (a run is a function of its profile and the code), and
+the clock in any verdict (the seconds in the report are figures).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Optional, Sequence
+
+import hypothesis
+from hypothesis import HealthCheck, Phase, Verbosity
+from hypothesis.stateful import run_state_machine_as_test
+
+from envreplica.conformance.lockstep import literals
+from envreplica.conformance.lockstep.run import _shrink_budget
+from envreplica.conformance.migration.coverage import MigrationCoverage
+from envreplica.conformance.migration.example import Divergence, Example, Shared
+from envreplica.conformance.migration.invocations import HarnessError, Mode
+from envreplica.conformance.migration.machine import MigrationMachine
+from envreplica.conformance.migration.sides import Move
+from envreplica.conformance.migration.traces import format_moves, write_trace
+from envreplica.model import migration as mm
+
+#: Examples per profile. ``check`` is ``envreplica check``'s (``make check``): sized to finish in the background
+#: stage within the time the replica's lockstep takes in the foreground (measured: ``make check`` within 10 %
+#: of its time without it, docs/migration.md); ``ci`` is the tests' (every ``REQUIRED`` coverage item
+#: reached, the rarest about ten times); ``nightly`` runs fresh interpreters too.
+PROFILE_EXAMPLES = {"dev": 20, "check": 20, "ci": 300, "nightly": 2000}
+#: Rule calls per example, after the prelude and its scene (which take an example deep): short examples, so
+#: that a budget runs many preludes.
+STEPS_PER_EXAMPLE = 25
+#: How invocations run, per profile (``Mode``), and the share of each in percent.
+PROFILE_MODES: dict[str, tuple[tuple[Mode, int], ...]] = {
+    "dev": ((Mode.THREAD, 70), (Mode.FORK, 30)),
+    "check": ((Mode.THREAD, 85), (Mode.FORK, 15)),
+    "ci": ((Mode.THREAD, 70), (Mode.FORK, 30)),
+    "nightly": ((Mode.THREAD, 60), (Mode.FORK, 35), (Mode.EXEC, 5)),
+}
+#: Test-function calls Hypothesis may make shrinking one failure (each replays an example for real).
+SHRINK_CALLS = 40
+#: Replays ``minimize`` may make (deleting moves, then running the invocations in this process).
+MINIMIZE_REPLAYS = 150
+
+
+def migration_settings(profile: str = "ci", *, max_examples: Optional[int] = None,
+                       step_count: Optional[int] = None) -> hypothesis.settings:
+    """The lockstep's Hypothesis settings for a profile: derandomized, no database, no deadline, no target
+    phase, the explain phase off (it runs unbudgeted), quiet (the report carries the trace)."""
+    return hypothesis.settings(
+        max_examples=max_examples if max_examples is not None else PROFILE_EXAMPLES.get(profile, 20),
+        stateful_step_count=step_count or STEPS_PER_EXAMPLE,
+        derandomize=True, database=None, deadline=None, report_multiple_bugs=False,
+        phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink),
+        suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet)
+
+
+@dataclass
+class MigrationLockstepReport:
+    """The outcome of one ``run_migration_lockstep``."""
+
+    ok: bool
+    examples: int  # examples run (generation and shrinking)
+    moves: int  # moves taken by both sides
+    seconds: float
+    coverage: MigrationCoverage
+    unavailable: list[str] = field(default_factory=list)  # coverage items this machine cannot do, and why
+    failure: Optional[str] = None  # the minimized trace, readable, with the divergence
+    divergence: Optional[str] = None  # the one-line reason
+    key: Optional[str] = None  # the kind of divergence
+    shrunk_moves: Optional[int] = None  # moves of the minimized trace
+    found_moves: Optional[int] = None  # moves of the first failing example
+    found_after_examples: Optional[int] = None  # examples run when it appeared (before shrinking)
+    hypothesis_moves: Optional[int] = None  # moves after Hypothesis's shrinking
+    trace_path: Optional[Path] = None
+    profile: str = "ci"
+
+    @property
+    def moves_per_second(self) -> float:
+        return self.moves / self.seconds if self.seconds else 0.0
+
+
+class _Run:
+    """What one run shares across its examples: the sides' shared parts, counts, coverage, the failure."""
+
+    def __init__(self, profile: str, modes: Sequence[tuple[Mode, int]], shared: Shared) -> None:
+        self.profile = profile
+        self.modes = list(modes)
+        self.shared = shared
+        self.examples = 0
+        self.moves = 0
+        self.coverage = MigrationCoverage()
+        self.failure: Optional[tuple[list[Move], str, str]] = None  # (moves, key, reason) of the last failure
+        self.first: Optional[int] = None  # moves of the first failing example
+        self.first_example: Optional[int] = None  # examples run when the first failure appeared
+
+    def swarm_available(self, kind: str) -> bool:
+        return kind != "read-only" or self.shared.read_only_problem is None
+
+    def mode(self, pick: int) -> Mode:
+        for mode, share in self.modes:
+            if pick < share:
+                return mode
+            pick -= share
+        return self.modes[-1][0]
+
+    def new_example(self, read_only: bool) -> Example:
+        self.examples += 1
+        return Example(self.shared, read_only=read_only)
+
+    def end_example(self, example: Example) -> None:
+        self.moves += len(example.moves)
+        self.coverage.merge(example.coverage)
+        example.close()
+
+    def note_failure(self, example: Example, error: Divergence) -> None:
+        self.failure = (list(example.moves), error.key, error.reason)
+        if self.first is None:
+            self.first, self.first_example = len(example.moves), self.examples
+
+
+def run_migration_lockstep(profile: str = "ci", *, max_examples: Optional[int] = None,
+                           step_count: Optional[int] = None, modes: Optional[Sequence[tuple[Mode, int]]] = None,
+                           out_dir: Optional[Path] = None, shared: Optional[Shared] = None) -> MigrationLockstepReport:
+    """Hold ``impl.paired`` to ``model.migration`` for ``profile``'s budget; the report of the run."""
+    settings = migration_settings(profile, max_examples=max_examples, step_count=step_count)
+    own = shared is None
+    shared = shared or Shared()
+    run = _Run(profile, modes or PROFILE_MODES.get(profile, PROFILE_MODES["ci"]), shared)
+    machine = MigrationMachine.bind(run)
+    started = time.perf_counter()
+    error: Optional[BaseException] = None
+    try:
+        try:
+            with _shrink_budget(SHRINK_CALLS, 600.0), literals.pinned():
+                run_state_machine_as_test(machine, settings=settings)
+        except Exception as exc:  # a divergence, or the harness failed
+            error = exc
+        report = MigrationLockstepReport(ok=error is None, examples=run.examples, moves=run.moves, seconds=0.0,
+                                         coverage=run.coverage, profile=profile)
+        if shared.read_only_problem is not None:
+            report.unavailable.append(f"fault: read-only, fault: writable ({shared.read_only_problem})")
+        if error is not None:
+            _explain(report, run, error, out_dir)
+        report.seconds = time.perf_counter() - started
+        return report
+    finally:
+        if own:
+            shared.close()
+
+
+def _explain(report: MigrationLockstepReport, run: _Run, error: BaseException, out_dir: Optional[Path]) -> None:
+    if run.failure is None or not isinstance(error, Divergence):
+        report.divergence = f"{type(error).__name__}: {error}"
+        report.key = "harness" if isinstance(error, HarnessError) else type(error).__name__
+        report.failure = report.divergence
+        return
+    moves, key, reason = run.failure
+    report.found_moves, report.hypothesis_moves = run.first, len(moves)
+    report.found_after_examples = run.first_example
+    moves, reason, lines, records = minimize(run.shared, moves, key, reason)
+    report.key, report.divergence, report.shrunk_moves = key, reason, len(moves)
+    report.failure = format_moves(moves, lines, reason, header=f"migration lockstep divergence ({key}), "
+                                                               f"shrunk to {len(moves)} moves:")
+    if out_dir is not None:
+        report.trace_path = write_trace(out_dir, "migration-lockstep", moves, records, reason,
+                                        {"key": key, "moves": len(moves)})
+
+
+@contextlib.contextmanager
+def _example(shared: Shared, moves: Sequence[Move]) -> Iterator[Example]:
+    example = Example(shared, read_only=any(isinstance(m.action, mm.ReadOnly) for m in moves))
+    try:
+        yield example
+    finally:
+        example.close()
+
+
+def replay_moves(shared: Shared, moves: Sequence[Move]) -> tuple[Optional[Divergence], Example]:
+    """Replay ``moves`` on fresh sides (skipping those the model does not enable); the divergence, if any, and
+    the example (closed)."""
+    with _example(shared, moves) as example:
+        try:
+            for move in moves:
+                example.play(move)
+        except Divergence as e:
+            return e, example
+    return None, example
+
+
+def without(moves: Sequence[Move], drop: Iterable[int]) -> list[Move]:
+    """``moves`` without those at the indices ``drop``: an invocation dropped takes its steps and crash with it,
+    and the invocations after it are renumbered (an invocation's number is its place among them)."""
+    drop = set(drop)
+    number: dict[int, int] = {}
+    old = new = 0
+    for i, move in enumerate(moves):
+        if isinstance(move.action, mm.Invoke):
+            if i not in drop:
+                number[old] = new
+                new += 1
+            old += 1
+    out = []
+    for i, move in enumerate(moves):
+        action = move.action
+        if i in drop:
+            continue
+        if isinstance(action, (mm.Step, mm.Crash)):
+            if action.pid not in number:
+                continue
+            move = replace(move, action=type(action)(number[action.pid]))
+        out.append(move)
+    return out
+
+
+def minimize(shared: Shared, moves: list[Move], key: str, reason: str,
+             replays: Optional[int] = None) -> tuple[list[Move], str, list[str], list[dict[str, Any]]]:
+    """Delete the moves a divergence of kind ``key`` does not need, then run its invocations in this process
+    where that keeps it; within ``replays`` replays (default ``MINIMIZE_REPLAYS``). The moves, the reason, and
+    what each move answered (lines, records) on the last replay that diverged."""
+    budget = [MINIMIZE_REPLAYS if replays is None else replays]
+    best: tuple[list[Move], str, list[str], list[dict[str, Any]]] = (moves, reason, [], [])
+
+    def attempt(candidate: list[Move]) -> bool:
+        nonlocal best
+        if budget[0] <= 0:
+            return False
+        budget[0] -= 1
+        found, example = replay_moves(shared, candidate)
+        if found is None or found.key != key:
+            return False
+        used = example.moves  # the moves it took (those not enabled were skipped)
+        best = (list(used), found.reason, list(example.lines), list(example.records))
+        return True
+
+    if not attempt(moves):  # the failure itself, replayed: its lines (and proof it replays)
+        return moves, reason, [f"(not replayed: {reason})"] * len(moves), [{} for _ in moves]
+    changed = True
+    while changed and budget[0] > 0:
+        changed = False
+        current = best[0]
+        size = max(1, len(current) // 2)
+        while size >= 1 and budget[0] > 0:
+            i = len(current) - size
+            while i >= 0 and budget[0] > 0:
+                candidate = without(current, range(i, i + size))
+                if candidate and attempt(candidate):
+                    current = best[0]
+                    changed = True
+                    i = min(i, len(current) - size)
+                else:
+                    i -= 1
+            size //= 2
+    for i, move in enumerate(best[0]):  # an invocation run in this process is simpler to read and debug
+        if isinstance(move.action, mm.Invoke) and move.mode is not Mode.THREAD and budget[0] > 0:
+            candidate = list(best[0])
+            candidate[i] = replace(move, mode=Mode.THREAD)
+            attempt(candidate)
+    return best
