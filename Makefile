@@ -8,6 +8,10 @@ STAMP := $(VENV)/.installed
 # (under CI they fail: .ci/run installs Node).
 KIT       := adapters/typescript
 KIT_STAMP := $(KIT)/node_modules/.installed
+# The JavaScript migration kit's packages (adapters/javascript: the second seed's own code behind the migration
+# adapter protocol; better-sqlite3 stands in for node:sqlite on Node 20).
+JSKIT       := adapters/javascript
+JSKIT_STAMP := $(JSKIT)/node_modules/.installed
 
 # The import package's subpackages, one per top-level folder (pyproject.toml maps envreplica.X to X/).
 PACKAGES := spec model checker impl conformance cli report reliability
@@ -62,13 +66,17 @@ $(STAMP): pyproject.toml
 	touch $@
 
 kit:
-	@if command -v npm >/dev/null 2>&1; then $(MAKE) --no-print-directory $(KIT_STAMP); \
-	else echo "note: no Node.js here, so the TypeScript kit's tests will skip (Node 20+ runs them)"; fi
+	@if command -v npm >/dev/null 2>&1; then $(MAKE) --no-print-directory $(KIT_STAMP) $(JSKIT_STAMP); \
+	else echo "note: no Node.js here, so the TypeScript and JavaScript kits' tests will skip (Node 20+ runs them)"; fi
 
 $(KIT_STAMP): $(KIT)/package.json $(KIT)/package-lock.json
 	cd $(KIT) && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
+$(JSKIT_STAMP): $(JSKIT)/package.json $(JSKIT)/package-lock.json
+	cd $(JSKIT) && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
 clean:
-	rm -rf $(VENV) build dist site *.egg-info .hypothesis .pytest_cache $(KIT)/node_modules
+	rm -rf $(VENV) build dist site *.egg-info .hypothesis .pytest_cache $(KIT)/node_modules $(JSKIT)/node_modules
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -384,9 +384,80 @@ def _started_adapter(command: str, timeout: float):
     return driver
 
 
+def _migration_conformance(args) -> int:
+    """``envreplica conformance --protocol migration``: the migration lockstep through an adapter (docs/protocol.md,
+    section 11); exit 0 when it agrees, 1 on a divergence, 2 when the adapter could not be run."""
+    from envreplica.conformance.junit import JUnitCase, write_junit
+    from envreplica.conformance.migration.adapter_side import AdapterBroken, AdapterShared
+    from envreplica.conformance.migration.run import run_migration_lockstep
+    from envreplica.model.migration import MigrationVariant
+
+    if args.variant not in {v.value for v in MigrationVariant}:
+        raise UsageError(f"--protocol migration takes --variant seed or fixed, not {args.variant!r} (the replica's)")
+    if args.traces:
+        raise UsageError("--traces replays the replica's saved requests; --protocol migration has none to replay")
+    variant = MigrationVariant(args.variant)
+    _outputs_writable(args.junit, getattr(args, "report", None))
+    try:
+        shared = AdapterShared(args.adapter, variant, timeout=max(args.timeout, 30.0))
+    except AdapterBroken as error:
+        raise UsageError(f"the adapter could not be run, so nothing was checked: {error}") from None
+    decl = shared.decl
+    console.print(f"[bold]migration lockstep[/]: {decl.implementation} ({args.adapter!r}) against the migration "
+                  f"model, variant {variant.value} (fixes: {', '.join(sorted(f.value for f in shared.cfg.fixes)) or 'none'}"
+                  f"; reading {decl.reading}; faults: {', '.join(sorted(f.value for f in decl.faults)) or 'none'}; "
+                  f"steps: {len(decl.steps)}; modes: {', '.join(decl.modes)}; exit statuses "
+                  f"{'compared' if decl.exit_status else 'not compared'})", highlight=False)
+    try:
+        report = run_migration_lockstep(args.profile, max_examples=args.max_examples, step_count=args.steps,
+                                        out_dir=Path(args.out), shared=shared)
+    finally:
+        shared.close()
+    reached, total = report.coverage.reached(shared.required)
+    missing = report.coverage.unreached(shared.required)
+    harness = report.key == "harness"
+    if report.ok:
+        console.print(f"[green]PASS[/]: {report.examples:,} examples, {report.moves:,} moves, "
+                      f"{report.moves_per_second:,.1f} moves/s; coverage {reached}/{total} required items"
+                      + (f" (not reached at this budget: {', '.join(missing)})" if missing else ""), highlight=False)
+    elif harness:
+        console.print(f"[bold red]ADAPTER FAILED[/]: nothing after it was judged: {report.divergence}", highlight=False)
+    else:
+        console.print(f"[bold red]DIVERGENCE[/] ({report.key}) after {report.found_after_examples} examples"
+                      + (f": {report.finding}" if report.finding else ""), highlight=False)
+        print(report.failure)
+        if report.trace_path is not None:
+            console.print(f"trace: {report.trace_path}")
+    console.print("coverage:", highlight=False)
+    for group, item, n in report.coverage.rows():
+        need = item in shared.required.get(group, frozenset())
+        console.print(f"  {group:<10} {item:<36} {n:>6}{'' if need else '  (not required)'}", highlight=False)
+    if args.junit:
+        output = (f"examples={report.examples} moves={report.moves} seconds={report.seconds:.2f} "
+                  f"moves/s={report.moves_per_second:.1f} coverage={reached}/{total}")
+        failure = None if report.ok else (report.failure or report.divergence or "divergence")
+        if failure and report.trace_path is not None:
+            failure += f"\n\ntrace (JSON lines): {report.trace_path}"
+        case = JUnitCase(name=f"migration lockstep[{variant.value}]", classname="envreplica.conformance.migration",
+                         seconds=report.seconds, failure=failure, error=harness,
+                         message=None if report.ok else report.divergence, output=output)
+        cov_text = "\n".join(f"{g}\t{i}\t{n}" for g, i, n in report.coverage.rows())
+        console.print(f"JUnit: {write_junit(args.junit, [case], suite='envreplica conformance --protocol migration', system_out=cov_text)}")
+    if getattr(args, "report", None):
+        from envreplica.report.migration import write_migration_report
+
+        console.print(f"report: {write_migration_report(Path(args.report), report, decl, variant, args.adapter, shared.required)}")
+    if harness:
+        return 2
+    return 0 if report.ok else 1
+
+
 def cmd_conformance(args) -> int:
     """Hold an external implementation (``--adapter``) against the model."""
     import time
+
+    if args.protocol == "migration":
+        return _migration_conformance(args)
 
     from envreplica.conformance.drivers import ModelDriver
     from envreplica.conformance.external import AdapterError, SubprocessDriver
@@ -933,8 +1004,12 @@ def main(argv=None) -> int:
     k.add_argument("--adapter", required=True,
                    help="command that serves the adapter protocol on stdin/stdout, e.g. "
                         "'envreplica adapter --impl sqlite --test-key'")
+    k.add_argument("--protocol", default="replica", choices=["replica", "migration"],
+                   help="which protocol the adapter speaks: the replica's (default) or the paired writer "
+                        "migration's (docs/protocol.md, section 11: the migration lockstep through the adapter)")
     k.add_argument("--variant", default=Variant.FIXED.value, choices=[v.value for v in Variant],
-                   help="the model variant the implementation is held against (default: fixed)")
+                   help="the model variant the implementation is held against (default: fixed; the migration's: "
+                        "seed or fixed)")
     # The profiles' sizes live in conformance.lockstep.run (not imported here: it loads Hypothesis).
     k.add_argument("--profile", default="ci", choices=["dev", "ci", "nightly"],
                    help="Hypothesis profile: how many generated traces (default: ci, derandomized)")

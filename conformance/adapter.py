@@ -122,8 +122,16 @@ def serve(driver: Driver, stdin: Any, stdout: TextIO) -> int:
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--impl", choices=["sqlite", "model"], default="sqlite",
-                        help="what answers the requests: the SQLite implementation or the model")
+    parser.add_argument("--protocol", choices=["replica", "migration"], default="replica",
+                        help="which adapter protocol: the replica's (docs/protocol.md, section 5; default) or the "
+                             "paired writer migration's (section 11)")
+    parser.add_argument("--impl", choices=["sqlite", "paired", "model"], default=None,
+                        help="what answers the requests: the replica's SQLite implementation (default of "
+                             "--protocol replica), the paired writer migration (impl.paired; default of "
+                             "--protocol migration), or the model")
+    parser.add_argument("--modes", default="thread,fork",
+                        help="--protocol migration --impl paired: how it runs invocations, comma-separated, the "
+                             "first the default (thread, fork, exec; default: thread,fork)")
     parser.add_argument("--variant", default=Variant.FIXED.value, choices=[v.value for v in Variant],
                         help="protocol variant (default: fixed)")
     from envreplica.impl.files import path_option
@@ -236,8 +244,39 @@ class _Interrupts:
             signal.signal(signal.SIGALRM, self.saved[1])
 
 
+def _run_migration(args: argparse.Namespace) -> int:
+    """Serve the migration adapter protocol with ``impl.paired`` or the model."""
+    from envreplica.conformance.migration import serve as migration_serve
+    from envreplica.model.migration import MigrationVariant
+
+    impl = args.impl or "paired"
+    if impl == "sqlite":
+        raise UsageError("--protocol migration takes --impl paired or --impl model (sqlite is the replica's)")
+    if args.variant not in {v.value for v in MigrationVariant}:
+        raise UsageError(f"--protocol migration takes --variant seed or fixed, not {args.variant!r}")
+    if impl == "model":
+        server: migration_serve._Server = migration_serve.ModelServer(MigrationVariant(args.variant))
+    else:
+        modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
+        unknown = [m for m in modes if m not in ("thread", "fork", "exec")]
+        if unknown or not modes:
+            raise UsageError(f"--modes: {', '.join(unknown) or 'none given'}: choose among thread, fork, exec")
+        server = migration_serve.PairedServer(modes)
+    out = sys.stdout
+    sys.stdout = sys.stderr  # only responses go to the protocol stream
+    try:
+        return migration_serve.serve(server, sys.stdin, out)
+    finally:
+        sys.stdout = out
+
+
 def run(args: argparse.Namespace) -> int:
     """Serve standard input to standard output with the driver ``args`` names."""
+    if args.protocol == "migration":
+        return _run_migration(args)
+    if args.impl == "paired":
+        raise UsageError("--impl paired answers the migration's protocol: add --protocol migration")
+    args.impl = args.impl or "sqlite"
     with contextlib.ExitStack() as stack:
         # A temporary directory only for a replica with no --db (nothing is left behind for a --db run).
         tmpdir = None if args.db or args.impl == "model" else stack.enter_context(

@@ -538,16 +538,16 @@ def migrate_paired(dbs: Sequence[Union[str, Path]], *, request: Union[str, Path,
                                 f"nothing was changed. Give the stores it names, or another --request")
         _prove_key(paths, master_key)
     else:
-        _drained(paths, "nothing was changed")
         facts = [facts_of(p) for p in paths]
+        versions = {f.version for f in facts}
+        if versions == {target} and all(f.admission is None for f in facts):  # the seed's order: before the drain
+            raise PairedRefused("content_only_route_required", f"every store is at version {target} already; "
+                                                               f"nothing to migrate")
+        _drained(paths, "nothing was changed")
         held = [p for p, f in zip(paths, facts) if f.admission is not None]
         if held:
             raise PairedRefused("store_fenced", f"{W.fenced_message(held[0], files.current_meta(held[0]))} Nothing "
                                                 f"was changed: finish that request first")
-        versions = {f.version for f in facts}
-        if versions == {target}:
-            raise PairedRefused("content_only_route_required", f"every store is at version {target} already; "
-                                                               f"nothing to migrate")
         if len(versions) != 1 or min(versions) < 1 or min(versions) > target:
             raise PairedRefused("store_versions_differ",
                                 f"the stores are at versions {[f.version for f in facts]}: a paired migration "

@@ -492,6 +492,12 @@ def init(cfg: MigrationBounds) -> MigrationState:
     return MigrationState(stores=(store, store), files=Files(), procs=())
 
 
+def init_with(cfg: MigrationBounds, images: tuple[Image, ...]) -> MigrationState:
+    """``init``, with each store's version and data as ``images`` says (the adapter protocol's ``reset``)."""
+    return MigrationState(stores=tuple(StoreState(i.version, i.data, Admission.OPEN, None, False) for i in images),
+                          files=Files(), procs=())
+
+
 # ---------------------------------------------------------------------------
 # Helpers
 # ---------------------------------------------------------------------------
@@ -614,10 +620,10 @@ def prepare(cfg: MigrationBounds, st: MigrationState, proc: Proc) -> tuple[Migra
         if proc.fault is InputFault.WRONG_KEY:
             return _refuse(st, proc, Refusal.MASTER_KEY_WRONG)
         return _go(st, proc, Pc.LOCK, "restored", intent=st.files.intent)
+    if all(s.version == NEW_VERSION for s in st.stores):  # the seed's order: before it observes the drain
+        return _refuse(st, proc, Refusal.CONTENT_ONLY_ROUTE)
     if not _drained(st):
         return _refuse(st, proc, Refusal.DRAIN)
-    if all(s.version == NEW_VERSION for s in st.stores):
-        return _refuse(st, proc, Refusal.CONTENT_ONLY_ROUTE)
     if proc.fault is InputFault.WRONG_KEY:
         return _refuse(st, proc, Refusal.MASTER_KEY_WRONG)
     return _go(st, proc, Pc.RETAIN_PARENT, "prepared", intent=Intent(proc.pid, _images(st)))

@@ -458,10 +458,86 @@ BEYOND_THE_SCHEMA: dict[str, str] = {
 }
 
 
+def _migration_adapter() -> dict[str, JSON]:
+    """The migration adapter protocol's messages (docs/protocol.md, section 11)."""
+    from envreplica.spec.migration import Refusal
+
+    store = {"enum": ["run", "resource"]}
+    step = {"type": "string", "description": "A step of the model (model.migration.Pc's value, e.g. 'backup run')."}
+    n = {"type": "integer", "minimum": 0}
+    head: JSON = {"id": {"type": "integer"}}
+    ops: dict[str, tuple[JSON, tuple[str, ...], str]] = {
+        "hello": ({"protocol": {"const": "envreplica-migration/1"}}, (), "what the adapter declares"),
+        "reset": ({"stores": _nullable({"type": "array", "minItems": 2, "maxItems": 2, "items": _obj(
+            {"version": {"enum": [1, 2]}, "data": {"enum": ["original", "migrated"]}})})}, ("stores",),
+                  "fresh stores (default: the model's first state, two version-1 originals), open, nothing "
+                  "published, no invocation, no writer"),
+        "invoke": ({"role": {"enum": ["migrate", "recover"]},
+                    "fault": {"enum": ["none", "no-key", "wrong-key", "same-path", "symlink", "hardlink"]},
+                    "mode": {"type": "string"}}, ("fault", "mode"), "start an invocation, paused before its first step"),
+        "step": ({"invocation": n}, (), "let the invocation take its next step"),
+        "crash": ({"invocation": n}, (), "kill the invocation where it waits"),
+        "connect": ({"store": store}, (), "the foreign writer connects to a store"),
+        "write": ({"version": {"enum": [1, 2]}}, (), "the foreign writer writes a row through its connection"),
+        "disconnect": ({}, (), "the foreign writer disconnects"),
+        "lock": ({}, (), "the connected writer holds a write transaction (fault lock)"),
+        "unlock": ({}, (), "it ends it"),
+        "readOnly": ({"store": store, "on": {"type": "boolean"}}, (), "a store's file cannot (can) be written"),
+        "edit": ({"doc": {"enum": ["request", "result", "recovery", "backup"]}, "store": store}, ("store",),
+                 "a publication or a backup changed by hand"),
+        "repair": ({"doc": {"enum": ["request", "result", "recovery", "backup"]}, "store": store}, ("store",),
+                   "it put back as published"),
+        "observe": ({}, (), "the stores and publications in the model's words"),
+    }
+    d: dict[str, JSON] = {}
+    for op, (fields, optional, what) in ops.items():
+        name = "Migration" + op[0].upper() + op[1:] + "Request"
+        d[name] = _obj({**head, "op": {"const": op}, **fields}, optional=optional, description=f"`{op}`: {what}.")
+    d["MigrationRequest"] = {"description": "One request of the migration adapter protocol (docs/protocol.md, "
+                             "section 11).", "oneOf": [_ref("Migration" + op[0].upper() + op[1:] + "Request")
+                                                      for op in ops]}
+    d["MigrationHello"] = _obj({
+        "protocol": {"const": "envreplica-migration/1"}, "implementation": {"type": "string"},
+        "steps": {"type": "array", "items": step, "minItems": 1},
+        "readings": _obj({"backup": {"enum": ["keep", "overwrite", "refuse"]}, "apply": {"enum": ["skip", "again"]},
+                          "reconcile": {"enum": ["receipt", "exact"]}, "lock": {"enum": ["wait", "refuse"]}}),
+        "evidence": {"enum": ["after-maintenance", "before-maintenance"]},
+        "faults": {"type": "array", "items": {"enum": ["input", "lock", "read-only", "edit"]}},
+        "inputFaults": {"type": "array", "items": {"enum": ["no-key", "wrong-key", "same-path", "symlink",
+                                                            "hardlink"]}},
+        "exitStatus": {"type": "boolean"}, "modes": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+    }, description="hello's result: what the adapter declares (section 11.3).", additionalProperties=True)
+    refusal = {"anyOf": [{"enum": [r.value for r in Refusal]}, {"const": "internal error"}, {"type": "null"}]}
+    d["MigrationEvent"] = {"description": "step's result (section 11.4).", "oneOf": [
+        _obj({"event": {"const": "step"}, "step": step}),
+        _obj({"event": {"const": "exit"}, "status": _nullable({"type": "integer"}), "refusal": refusal,
+              "after": _nullable(step), "message": {"type": "string"}}, optional=("message",))]}
+    image = _nullable({"type": "string", "pattern": "^v[12]:(original|migrated|other)(\\+[0-9]+w)?$"})
+    published = {"enum": ["published", "edited", None]}
+    d["MigrationObservation"] = _obj({
+        "stores": {"type": "array", "minItems": 2, "maxItems": 2, "items": _obj({
+            "version": {"enum": [1, 2]},
+            "data": {"type": "string", "pattern": "^(original|migrated|other)(\\+[0-9]+w)?$"},
+            "admission": {"type": "string", "pattern": "^(open|maintenance|recovery)( by another)?$"},
+            "backup": image})},
+        "request": published, "sources": _nullable({"type": "array", "items": image}),
+        "result": published, "evidence": _nullable({"type": "array", "items": image}),
+        "recovery": published, "plan": _nullable({"type": "array", "items": {"type": "boolean"}}),
+        "recoveryResult": {"type": "boolean"}, "lock": {"type": "boolean"},
+    }, description="observe's result (section 11.5).")
+    d["MigrationResponse"] = {"description": "One response of the migration adapter protocol.", "oneOf": [
+        _obj({"id": _nullable({"type": "integer"}), "ok": {"const": True}, "result": {}}),
+        _obj({"id": _nullable({"type": "integer"}), "ok": {"const": False},
+              "error": _obj({"type": {"enum": ["invalid", "unsupported", "internal"]}, "message": {"type": "string"}})}),
+    ]}
+    return d
+
+
 def definitions() -> dict[str, JSON]:
     """Every definition of the contract by name, each with its ``$id`` (relative to ``BASE``)."""
     parts: dict[str, JSON] = {}
-    for group in (_value_types(), _frames(), _results(), _envelopes(), _adapter(), _state_document()):
+    for group in (_value_types(), _frames(), _results(), _envelopes(), _adapter(), _state_document(),
+                  _migration_adapter()):
         parts.update(group)
     return {name: {"$id": name, **schema} for name, schema in parts.items()}
 

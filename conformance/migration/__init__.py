@@ -10,10 +10,16 @@ store's version, data, fence and backup, the publications, the lock, the live in
 (``example``); a divergence is shrunk to a few moves (``run.minimize``) and reported with coverage of every
 step, refusal and fault (``coverage``).
 
+The same lockstep drives any implementation that speaks the migration adapter protocol (docs/protocol.md,
+section 11): ``protocol`` holds its words, ``adapter_side`` is the real side behind an adapter command
+(``envreplica conformance --protocol migration``), ``serve`` the project's own adapters (``envreplica adapter
+--protocol migration --impl paired|model``).
+
 Modules, each importing only those above it: ``writer`` (the foreign writer process), ``zygote`` (forks real
 invocations), ``observe`` (the compared shape), ``disk`` (the real files and faults), ``invocations`` (real
-invocations paused at each step), ``sides`` (the two sides), ``coverage``, ``traces``, ``example`` (one
-example's judgement), ``machine`` (Hypothesis), ``run``.
+invocations paused at each step), ``sides`` (the two sides), ``protocol`` (the adapter protocol's words),
+``coverage``, ``traces``, ``example`` (one example's judgement), ``adapter_side`` (the real side behind an
+adapter), ``serve`` (the project's adapters), ``machine`` (Hypothesis), ``run``.
 """
 
 from typing import Any

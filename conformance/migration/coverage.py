@@ -113,3 +113,45 @@ class MigrationCoverage:
 
     def rows(self) -> list[tuple[str, str, int]]:
         return [(g, item, n) for g, counter in sorted(self.counts.items()) for item, n in sorted(counter.items())]
+
+
+#: The refusals each class of the environment's faults causes (none of them without it).
+FAULT_REFUSALS: dict[mm.Fault, frozenset[Refusal]] = {
+    mm.Fault.INPUT: frozenset({Refusal.SAME_STORE, Refusal.MASTER_KEY_MISSING, Refusal.MASTER_KEY_WRONG}),
+    mm.Fault.LOCK: frozenset({Refusal.STORE_BUSY}),
+    mm.Fault.READ_ONLY: frozenset({Refusal.STORE_READ_ONLY}),
+    mm.Fault.EDIT: frozenset({Refusal.REQUEST_CHANGED, Refusal.EVIDENCE_CUSTODY_CHANGED, Refusal.INVALID_RECOVERY_INTENT,
+                              Refusal.BACKUP_EVIDENCE_CHANGED, Refusal.BACKUP_CONFLICT, Refusal.BACKUP_CHANGED}),
+}
+#: The fault coverage items of each class.
+_FAULT_ITEMS = {
+    mm.Fault.LOCK: frozenset({"lock", "unlock"}),
+    mm.Fault.READ_ONLY: frozenset({"read-only", "writable"}),
+    mm.Fault.EDIT: frozenset(f"{verb} {doc.value}" for verb in ("edit", "repair") for doc in mm.Doc),
+}
+
+
+def required_for(cfg: mm.MigrationBounds, steps: Iterable[mm.Pc], modes: Iterable[str],
+                 input_faults: Iterable[mm.InputFault]) -> dict[str, frozenset[str]]:
+    """What a ``ci`` run must reach of an implementation held under ``cfg`` that pauses at ``steps``, runs
+    invocations in ``modes`` and takes ``input_faults`` (an adapter's declaration): ``REQUIRED`` without what
+    its faults, its readings and its variant leave out (``migration_completed`` is the fix of F4's;
+    ``installation_lock_held`` the lock's reading ``refuse``)."""
+    refusals = set(REQUIRED["refusal"])
+    for fault, codes in FAULT_REFUSALS.items():
+        if fault not in cfg.faults:
+            refusals -= {c.value for c in codes}
+    if mm.Fix.RESULT_ENDS_RECOVERY not in cfg.fixes:
+        refusals.discard(Refusal.MIGRATION_COMPLETED.value)
+    if cfg.reading.lock is not mm.LockReading.REFUSE:
+        refusals.discard(Refusal.LOCK_HELD.value)
+    return {
+        "step": frozenset(pc.value for pc in steps),
+        "refusal": frozenset(refusals),
+        "write": REQUIRED["write"],
+        "fault": frozenset().union(*(_FAULT_ITEMS.get(f, frozenset()) for f in cfg.faults)),
+        "invocation": frozenset({"migrate", "recover"}) | {f"migrate {f.value}" for f in input_faults},
+        "mode": frozenset(modes),
+        "crash": REQUIRED["crash"],
+        "end": REQUIRED["end"],
+    }

@@ -34,6 +34,7 @@ from envreplica.impl import paired as P
 from envreplica.impl import schema
 from envreplica.impl import writer as W
 from envreplica.impl.sealing import Sealer
+from envreplica.spec.migration import Image
 
 #: The public test key the lockstep's stores are sealed with (never a real key), and a wrong one.
 KEY = bytes(range(32))
@@ -83,6 +84,18 @@ class Template:
         self.other = build_v1(root / "other.db", other=True)
         self.key_check = Sealer(KEY).rows.key_check
         self.original = self._projection(self.store)[0]
+        self._migrated: Optional[Path] = None
+
+    @property
+    def migrated(self) -> Path:
+        """The template migrated to version 2 under ``KEY`` by the single-store migrate (built when first asked)."""
+        if self._migrated is None:
+            path = self.store.with_name("migrated.db")
+            shutil.copyfile(self.store, path)
+            W.migrate(path, backup_dir=path.parent, evidence_path=path.with_suffix(".evidence.json"),
+                      master_key=KEY)
+            self._migrated = path
+        return self._migrated
 
     @staticmethod
     def _projection(path: Path) -> tuple[str, int, Optional[int], dict[str, str]]:
@@ -189,6 +202,21 @@ class Disk:
         self.rid: Optional[str] = None  # the published request's id, once seen
         self.cache: dict[Path, tuple[tuple[object, ...], tuple[int, str, Optional[str], Optional[str]]]] = {}
         self.read_only: set[Path] = set()
+
+    def set_store(self, i: int, image: Image) -> None:
+        """Store ``i`` holds ``image`` instead (``original`` at version 1, ``migrated`` at version 2; anything else
+        is ``ValueError``): for the adapter protocol's ``reset``. Only before anything ran."""
+        words = (image.version, str(image.data))
+        if words == (1, "original"):
+            source = self.template.store
+        elif words == (2, "migrated"):
+            source = self.template.migrated
+        else:
+            raise ValueError(f"reset: this adapter builds stores at version 1 original or version 2 migrated, "
+                             f"not {image}")
+        shutil.copyfile(source, self.stores[i])
+        os.chmod(self.stores[i], 0o600)
+        self.cache.pop(self.stores[i], None)
 
     # -- what the files hold -------------------------------------------------
 

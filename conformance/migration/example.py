@@ -22,16 +22,16 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Protocol
 
 from envreplica.conformance.migration.coverage import MigrationCoverage
 from envreplica.conformance.migration.disk import Disk, Template, read_only_works
 from envreplica.conformance.migration.invocations import Mode, Runners
 from envreplica.conformance.migration.observe import Outcome
-from envreplica.conformance.migration.sides import (LOCKSTEP_BOUNDS, ModelSide, Move, RealSide, WriterProcess, allowed,
-                                                    stderr_of)
+from envreplica.conformance.migration.sides import (LOCKSTEP_BOUNDS, SILENT, ModelSide, Move, RealSide, WriterProcess,
+                                                    allowed)
 from envreplica.model import migration as mm
 from envreplica.spec import migration as spec
 
@@ -50,8 +50,43 @@ def _tmpfs() -> Optional[Path]:
     return shm if shm.is_dir() and os.access(shm, os.W_OK) else None
 
 
+class RealSideLike(Protocol):
+    """One example's real side, as ``Example`` takes it: ``RealSide``, or ``adapter_side.AdapterSide``."""
+
+    def apply(self, move: Move) -> Outcome: ...
+
+    def observe(self) -> Any: ...
+
+    def message(self, pid: int) -> str: ...
+
+    def close(self) -> None: ...
+
+
+class World(Protocol):
+    """What every example of one run shares, as ``Example`` and ``run`` ask it: ``Shared`` (impl.paired here), or
+    ``adapter_side.AdapterShared`` (an implementation behind an adapter)."""
+
+    cfg: mm.MigrationBounds  # the model's bounds the implementation is held to
+    silent: frozenset[mm.Pc]  # the model's steps the implementation does not pause at
+    compare_status: bool  # exit statuses are the contract's, and compared
+    check_properties: bool  # the model's own properties are checked on its every move
+    unavailable: list[str]  # coverage items this run cannot do, and why
+    simplest_mode: Optional[Mode]  # the way of running minimization prefers (None: leave it)
+    read_only_problem: Optional[str]  # why stores cannot be made read-only here (None: they can)
+
+    def swarm_available(self, kind: str) -> bool: ...
+
+    def allows(self, action: mm.Action) -> bool: ...
+
+    def mode_name(self, mode: Mode) -> str: ...
+
+    def real_side(self, read_only: bool) -> RealSideLike: ...
+
+    def close(self) -> None: ...
+
+
 class Shared:
-    """What every example of one run shares (see the module)."""
+    """What every example of one run shares (see the module): a ``World`` of real stores and invocations."""
 
     def __init__(self, scratch: Optional[Path] = None) -> None:
         self.own_scratch = scratch is None
@@ -68,6 +103,26 @@ class Shared:
         self.read_only_problem = read_only_works(self.disk_root)
         self.examples = 0
         self.memo: dict[str, str] = {}
+        # what run and Example ask of any real side's shared part (AdapterShared answers the same)
+        self.cfg = LOCKSTEP_BOUNDS
+        self.silent = SILENT
+        self.compare_status = True
+        self.check_properties = True  # the model's own properties checked on its every move
+        self.unavailable: list[str] = []
+        self.simplest_mode: Optional[Mode] = Mode.THREAD
+
+    def swarm_available(self, kind: str) -> bool:
+        return kind != "read-only" or self.read_only_problem is None
+
+    def allows(self, action: mm.Action) -> bool:
+        return True
+
+    def mode_name(self, mode: Mode) -> str:
+        """How an invocation of ``mode`` really runs (coverage's word)."""
+        return mode.value
+
+    def real_side(self, read_only: bool) -> RealSide:
+        return RealSide(self.disk(read_only), self.runners, self.writer)
 
     def disk(self, read_only: bool) -> Disk:
         """A fresh example directory: on tmpfs, or (``read_only``: it may make a store read-only, and this is
@@ -90,18 +145,22 @@ class Shared:
 class Example:
     """Both sides of one example, and what happened so far."""
 
-    shared: Shared
+    shared: World
     read_only: bool = True  # this example may make a store read-only
-    cfg: mm.MigrationBounds = LOCKSTEP_BOUNDS
-    check_properties: bool = True
+    cfg: Optional[mm.MigrationBounds] = None  # None: the shared part's (``Shared.cfg``)
+    check_properties: Optional[bool] = None  # None: the shared part's (``Shared.check_properties``)
     moves: list[Move] = field(default_factory=list)
     lines: list[str] = field(default_factory=list)  # per move: what both answered
     records: list[dict[str, Any]] = field(default_factory=list)
     coverage: MigrationCoverage = field(default_factory=MigrationCoverage)
 
     def __post_init__(self) -> None:
-        self.model = ModelSide(self.cfg)
-        self.real = RealSide(self.shared.disk(self.read_only), self.shared.runners, self.shared.writer)
+        if self.cfg is None:
+            self.cfg = self.shared.cfg
+        if self.check_properties is None:
+            self.check_properties = self.shared.check_properties
+        self.model = ModelSide(self.cfg, silent=self.shared.silent, allows=self.shared.allows)
+        self.real = self.shared.real_side(self.read_only)
 
     def enabled(self) -> list[mm.Action]:
         return self.model.enabled()
@@ -114,17 +173,19 @@ class Example:
         described = describe(move, pre)
         expected = self.model.apply(move.action)
         got = self.real.apply(move)
+        self.coverage.record(pre, move.action, self.shared.mode_name(move.mode), expected)
+        if not self.shared.compare_status:  # an implementation whose exit statuses are not the contract's
+            expected, got = replace(expected, status=None), replace(got, status=None)
         self.moves.append(move)
-        self.coverage.record(pre, move.action, move.mode.value, expected)
         self.lines.append(f"{described}: {expected}" if expected == got
                           else f"{described}: model {expected} | implementation {got}")
         self.records.append({"model": str(expected), "implementation": str(got)})
         if expected != got:
             key = f"outcome:{expected.kind}"
             detail = ""
-            if got.kind == "exit" and got.status not in (0, None):
+            if got.kind == "exit" and (got.status not in (0, None) or got.code):
                 pid = move.action.pid if isinstance(move.action, mm.Step) else -1
-                detail = f" ({_first_line(stderr_of(self.real, pid))})"
+                detail = f" ({_first_line(self.real.message(pid))})"
             raise Divergence(key, f"{described}: the model {expected}, the implementation {got}{detail}")
         if self.check_properties:
             self._check_model(pre, move.action)

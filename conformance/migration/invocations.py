@@ -46,6 +46,7 @@ class Mode(enum.Enum):
     THREAD = "thread"  # a thread of this process
     FORK = "fork"  # a process forked from the zygote
     EXEC = "exec"  # a fresh interpreter
+    PROCESS = "process"  # a process an adapter starts (docs/protocol.md, 11.3): how is the adapter's
 
 
 class HarnessError(Exception):

@@ -92,7 +92,8 @@ class Outcome:
             return f"step {self.step}"
         if self.kind == "exit":
             after = f"after {self.step}: " if self.step else ""
-            return f"{after}exit {self.status}" + (f" ({self.code})" if self.code else "")
+            status = "" if self.status is None else f" {self.status}"  # None: not compared (the adapter's)
+            return f"{after}exit{status}" + (f" ({self.code})" if self.code else "")
         if self.kind == "write":
             return f"write {self.code}"
         return self.kind

@@ -27,9 +27,10 @@ from hypothesis.stateful import run_state_machine_as_test
 from envreplica.conformance.lockstep import literals
 from envreplica.conformance.lockstep.run import _shrink_budget
 from envreplica.conformance.migration.coverage import MigrationCoverage
-from envreplica.conformance.migration.example import Divergence, Example, Shared
+from envreplica.conformance.migration.example import Divergence, Example, Shared, World
 from envreplica.conformance.migration.invocations import HarnessError, Mode
 from envreplica.conformance.migration.machine import MigrationMachine
+from envreplica.conformance.migration.protocol import FINDING_TITLES, FINDINGS
 from envreplica.conformance.migration.sides import Move
 from envreplica.conformance.migration.traces import format_moves, write_trace
 from envreplica.model import migration as mm
@@ -86,6 +87,13 @@ class MigrationLockstepReport:
     hypothesis_moves: Optional[int] = None  # moves after Hypothesis's shrinking
     trace_path: Optional[Path] = None
     profile: str = "ci"
+    #: the finding the divergence is (``protocol.FINDINGS``): the trace replays clean on the model with that
+    #: one fix left out, so the implementation lacks it ("F4: ...")
+    finding: Optional[str] = None
+    #: the minimized trace, move by move: what both answered (``lines``) and, at a state divergence, both
+    #: observations (``records``)
+    lines: list[str] = field(default_factory=list)
+    records: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def moves_per_second(self) -> float:
@@ -95,7 +103,7 @@ class MigrationLockstepReport:
 class _Run:
     """What one run shares across its examples: the sides' shared parts, counts, coverage, the failure."""
 
-    def __init__(self, profile: str, modes: Sequence[tuple[Mode, int]], shared: Shared) -> None:
+    def __init__(self, profile: str, modes: Sequence[tuple[Mode, int]], shared: World) -> None:
         self.profile = profile
         self.modes = list(modes)
         self.shared = shared
@@ -107,7 +115,7 @@ class _Run:
         self.first_example: Optional[int] = None  # examples run when the first failure appeared
 
     def swarm_available(self, kind: str) -> bool:
-        return kind != "read-only" or self.shared.read_only_problem is None
+        return self.shared.swarm_available(kind)
 
     def mode(self, pick: int) -> Mode:
         for mode, share in self.modes:
@@ -133,18 +141,23 @@ class _Run:
 
 def run_migration_lockstep(profile: str = "ci", *, max_examples: Optional[int] = None,
                            step_count: Optional[int] = None, modes: Optional[Sequence[tuple[Mode, int]]] = None,
-                           out_dir: Optional[Path] = None, shared: Optional[Shared] = None) -> MigrationLockstepReport:
-    """Hold ``impl.paired`` to ``model.migration`` for ``profile``'s budget; the report of the run."""
+                           out_dir: Optional[Path] = None, shared: Optional[World] = None,
+                           shrink_calls: Optional[int] = None,
+                           minimize_replays: Optional[int] = None) -> MigrationLockstepReport:
+    """Hold ``impl.paired`` (or ``shared``'s implementation: an ``AdapterShared``) to ``model.migration`` for
+    ``profile``'s budget, a failure shrunk within ``shrink_calls`` and ``minimize_replays`` (default
+    ``SHRINK_CALLS`` and ``MINIMIZE_REPLAYS``, read when it runs); the report."""
     settings = migration_settings(profile, max_examples=max_examples, step_count=step_count)
     own = shared is None
-    shared = shared or Shared()
-    run = _Run(profile, modes or PROFILE_MODES.get(profile, PROFILE_MODES["ci"]), shared)
+    shared = Shared() if shared is None else shared
+    run = _Run(profile, modes or getattr(shared, "modes", None) or PROFILE_MODES.get(profile, PROFILE_MODES["ci"]),
+               shared)
     machine = MigrationMachine.bind(run)
     started = time.perf_counter()
     error: Optional[BaseException] = None
     try:
         try:
-            with _shrink_budget(SHRINK_CALLS, 600.0), literals.pinned():
+            with _shrink_budget(SHRINK_CALLS if shrink_calls is None else shrink_calls, 600.0), literals.pinned():
                 run_state_machine_as_test(machine, settings=settings)
         except Exception as exc:  # a divergence, or the harness failed
             error = exc
@@ -152,8 +165,9 @@ def run_migration_lockstep(profile: str = "ci", *, max_examples: Optional[int] =
                                          coverage=run.coverage, profile=profile)
         if shared.read_only_problem is not None:
             report.unavailable.append(f"fault: read-only, fault: writable ({shared.read_only_problem})")
+        report.unavailable += shared.unavailable
         if error is not None:
-            _explain(report, run, error, out_dir)
+            _explain(report, run, error, out_dir, minimize_replays)
         report.seconds = time.perf_counter() - started
         return report
     finally:
@@ -161,7 +175,8 @@ def run_migration_lockstep(profile: str = "ci", *, max_examples: Optional[int] =
             shared.close()
 
 
-def _explain(report: MigrationLockstepReport, run: _Run, error: BaseException, out_dir: Optional[Path]) -> None:
+def _explain(report: MigrationLockstepReport, run: _Run, error: BaseException, out_dir: Optional[Path],
+             replays: Optional[int] = None) -> None:
     if run.failure is None or not isinstance(error, Divergence):
         report.divergence = f"{type(error).__name__}: {error}"
         report.key = "harness" if isinstance(error, HarnessError) else type(error).__name__
@@ -170,34 +185,53 @@ def _explain(report: MigrationLockstepReport, run: _Run, error: BaseException, o
     moves, key, reason = run.failure
     report.found_moves, report.hypothesis_moves = run.first, len(moves)
     report.found_after_examples = run.first_example
-    moves, reason, lines, records = minimize(run.shared, moves, key, reason)
+    moves, reason, lines, records = minimize(run.shared, moves, key, reason, replays)
     report.key, report.divergence, report.shrunk_moves = key, reason, len(moves)
-    report.failure = format_moves(moves, lines, reason, header=f"migration lockstep divergence ({key}), "
-                                                               f"shrunk to {len(moves)} moves:")
+    report.lines, report.records = list(lines), list(records)
+    report.finding = finding_of(run.shared, moves)
+    header = f"migration lockstep divergence ({key}), shrunk to {len(moves)} moves:"
+    if report.finding:
+        header = f"{report.finding}\n{header}"
+    report.failure = format_moves(moves, lines, reason, header=header)
     if out_dir is not None:
         report.trace_path = write_trace(out_dir, "migration-lockstep", moves, records, reason,
-                                        {"key": key, "moves": len(moves)})
+                                        {"key": key, "moves": len(moves), "finding": report.finding})
 
 
 @contextlib.contextmanager
-def _example(shared: Shared, moves: Sequence[Move]) -> Iterator[Example]:
-    example = Example(shared, read_only=any(isinstance(m.action, mm.ReadOnly) for m in moves))
+def _example(shared: World, moves: Sequence[Move], cfg: Optional[mm.MigrationBounds] = None) -> Iterator[Example]:
+    example = Example(shared, read_only=any(isinstance(m.action, mm.ReadOnly) for m in moves), cfg=cfg)
     try:
         yield example
     finally:
         example.close()
 
 
-def replay_moves(shared: Shared, moves: Sequence[Move]) -> tuple[Optional[Divergence], Example]:
-    """Replay ``moves`` on fresh sides (skipping those the model does not enable); the divergence, if any, and
-    the example (closed)."""
-    with _example(shared, moves) as example:
+def replay_moves(shared: World, moves: Sequence[Move],
+                 cfg: Optional[mm.MigrationBounds] = None) -> tuple[Optional[Divergence], Example]:
+    """Replay ``moves`` on fresh sides (skipping those the model does not enable; ``cfg``: the model's bounds,
+    default the run's); the divergence, if any, and the example (closed)."""
+    with _example(shared, moves, cfg) as example:
         try:
             for move in moves:
                 example.play(move)
         except Divergence as e:
             return e, example
     return None, example
+
+
+def finding_of(shared: World, moves: Sequence[Move]) -> Optional[str]:
+    """The finding a divergence is: the fix of F4, F5 or F6 whose absence from the model makes ``moves`` replay
+    with no divergence (one replay per fix the run's bounds hold); None when no one fix explains it."""
+    cfg = shared.cfg
+    for fix, finding in FINDINGS.items():
+        if fix not in cfg.fixes:
+            continue
+        found, example = replay_moves(shared, moves, replace(cfg, fixes=cfg.fixes - {fix}))
+        if found is None and len(example.moves) == len(moves):
+            return f"{finding}: {FINDING_TITLES[finding]} (the implementation answers as the model without " \
+                   f"Fix.{fix.name}: docs/migration.md#{finding.lower()})"
+    return None
 
 
 def without(moves: Sequence[Move], drop: Iterable[int]) -> list[Move]:
@@ -225,7 +259,7 @@ def without(moves: Sequence[Move], drop: Iterable[int]) -> list[Move]:
     return out
 
 
-def minimize(shared: Shared, moves: list[Move], key: str, reason: str,
+def minimize(shared: World, moves: list[Move], key: str, reason: str,
              replays: Optional[int] = None) -> tuple[list[Move], str, list[str], list[dict[str, Any]]]:
     """Delete the moves a divergence of kind ``key`` does not need, then run its invocations in this process
     where that keeps it; within ``replays`` replays (default ``MINIMIZE_REPLAYS``). The moves, the reason, and
@@ -263,9 +297,11 @@ def minimize(shared: Shared, moves: list[Move], key: str, reason: str,
                 else:
                     i -= 1
             size //= 2
+    simplest = shared.simplest_mode
     for i, move in enumerate(best[0]):  # an invocation run in this process is simpler to read and debug
-        if isinstance(move.action, mm.Invoke) and move.mode is not Mode.THREAD and budget[0] > 0:
+        if simplest is not None and isinstance(move.action, mm.Invoke) and move.mode is not simplest \
+                and budget[0] > 0:
             candidate = list(best[0])
-            candidate[i] = replace(move, mode=Mode.THREAD)
+            candidate[i] = replace(move, mode=simplest)
             attempt(candidate)
     return best

@@ -24,7 +24,7 @@ import re
 import subprocess
 import sys
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 from envreplica.conformance.migration.disk import KEY, WRONG_KEY, Disk
 from envreplica.conformance.migration.invocations import Event, Invocation, Mode, Runners
@@ -68,14 +68,18 @@ def allowed(st: mm.MigrationState, action: mm.Action) -> bool:
 class ModelSide:
     """The model under ``cfg``, with each live invocation's last visible step."""
 
-    def __init__(self, cfg: mm.MigrationBounds = LOCKSTEP_BOUNDS) -> None:
+    def __init__(self, cfg: mm.MigrationBounds = LOCKSTEP_BOUNDS, silent: frozenset[Pc] = SILENT,
+                 allows: Optional[Callable[[mm.Action], bool]] = None) -> None:
         self.cfg = cfg
+        self.silent = silent  # the steps the real side does not pause at: taken with the step before them
+        self.allows = allows  # what else the real side cannot take (an adapter's undeclared input faults)
         self.st = mm.init(cfg)
         self.last: dict[int, str] = {}
         self.history: list[tuple[mm.MigrationState, mm.Action, mm.Result, mm.MigrationState]] = []
 
     def enabled(self) -> list[mm.Action]:
-        return [a for a in mm.enabled(self.cfg, self.st) if allowed(self.st, a)]
+        return [a for a in mm.enabled(self.cfg, self.st)
+                if allowed(self.st, a) and (self.allows is None or self.allows(a))]
 
     def is_enabled(self, action: mm.Action) -> bool:
         return action in self.enabled()
@@ -90,7 +94,7 @@ class ModelSide:
         self.history.append((st, action, result, nxt))
         if isinstance(action, mm.Step):
             while (going := next((p for p in nxt.procs if p.pid == action.pid), None)) is not None \
-                    and going.pc in SILENT:
+                    and going.pc in self.silent:
                 before = nxt
                 nxt, silent = mm.next_state(self.cfg, nxt, mm.Step(action.pid))
                 self.history.append((before, mm.Step(action.pid), silent, nxt))
@@ -238,6 +242,10 @@ class RealSide:
 
     def observe(self) -> Observation:
         return self.disk.observe(tuple(sorted(self.last.items())))
+
+    def message(self, pid: int) -> str:
+        """The standard error of invocation ``pid``'s end (empty if it has not ended)."""
+        return stderr_of(self, pid)
 
     def close(self) -> None:
         for inv in self.invocations.values():

@@ -335,6 +335,102 @@ export type Response =
        */
       nested?: Response[];
     };
+/**
+ * One request of the migration adapter protocol (docs/protocol.md, section 11).
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "MigrationRequest".
+ */
+export type MigrationRequest =
+  | MigrationHelloRequest
+  | MigrationResetRequest
+  | MigrationInvokeRequest
+  | MigrationStepRequest
+  | MigrationCrashRequest
+  | MigrationConnectRequest
+  | MigrationWriteRequest
+  | MigrationDisconnectRequest
+  | MigrationLockRequest
+  | MigrationUnlockRequest
+  | MigrationReadOnlyRequest
+  | MigrationEditRequest
+  | MigrationRepairRequest
+  | MigrationObserveRequest;
+/**
+ * step's result (section 11.4).
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "MigrationEvent".
+ */
+export type MigrationEvent =
+  | {
+      event: "step";
+      /**
+       * A step of the model (model.migration.Pc's value, e.g. 'backup run').
+       */
+      step: string;
+    }
+  | {
+      event: "exit";
+      status: number | null;
+      refusal:
+        | (
+            | "physical_owner_alive"
+            | "content_only_route_required"
+            | "paired_migration_request_conflict"
+            | "recovery_selected"
+            | "unknown_child_outcome"
+            | "completed_migration_changed"
+            | "verification_incomplete"
+            | "backup_evidence_changed"
+            | "paired_migration_result_conflict"
+            | "backup_exists"
+            | "store_under_recovery"
+            | "no_migration_request"
+            | "restore_original_recovery"
+            | "migration_completed"
+            | "changed_store_has_no_backup"
+            | "store_not_original"
+            | "paired_recovery_request_conflict"
+            | "admission_closed"
+            | "store_writer_incompatible"
+            | "same_store_twice"
+            | "master_key_missing"
+            | "master_key_wrong"
+            | "store_read_only"
+            | "store_busy"
+            | "installation_lock_held"
+            | "paired_migration_request_changed"
+            | "migration_evidence_custody_changed"
+            | "invalid_recovery_intent"
+            | "backup_conflict"
+            | "recovery_backup_changed"
+          )
+        | "internal error"
+        | null;
+      after: string | null;
+      message?: string;
+    };
+/**
+ * One response of the migration adapter protocol.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "MigrationResponse".
+ */
+export type MigrationResponse =
+  | {
+      id: number | null;
+      ok: true;
+      result: unknown;
+    }
+  | {
+      id: number | null;
+      ok: false;
+      error: {
+        type: "invalid" | "unsupported" | "internal";
+        message: string;
+      };
+    };
 
 /**
  * The op table: each op's request and the result of its successful response. Not a message: a map for code generators.
@@ -895,4 +991,233 @@ export interface LegacyEnvelope {
 export interface Error {
   type: "invalid" | "corrupt" | "unsupported";
   message: string;
+}
+/**
+ * `hello`: what the adapter declares.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "MigrationHelloRequest".
+ */
+export interface MigrationHelloRequest {
+  id: number;
+  op: "hello";
+  protocol: "envreplica-migration/1";
+}
+/**
+ * `reset`: fresh stores (default: the model's first state, two version-1 originals), open, nothing published, no invocation, no writer.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "MigrationResetRequest".
+ */
+export interface MigrationResetRequest {
+  id: number;
+  op: "reset";
+  stores?:
+    | [
+        {
+          version: 1 | 2;
+          data: "original" | "migrated";
+        },
+        {
+          version: 1 | 2;
+          data: "original" | "migrated";
+        }
+      ]
+    | null;
+}
+/**
+ * `invoke`: start an invocation, paused before its first step.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "MigrationInvokeRequest".
+ */
+export interface MigrationInvokeRequest {
+  id: number;
+  op: "invoke";
+  role: "migrate" | "recover";
+  fault?: "none" | "no-key" | "wrong-key" | "same-path" | "symlink" | "hardlink";
+  mode?: string;
+}
+/**
+ * `step`: let the invocation take its next step.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "MigrationStepRequest".
+ */
+export interface MigrationStepRequest {
+  id: number;
+  op: "step";
+  invocation: number;
+}
+/**
+ * `crash`: kill the invocation where it waits.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "MigrationCrashRequest".
+ */
+export interface MigrationCrashRequest {
+  id: number;
+  op: "crash";
+  invocation: number;
+}
+/**
+ * `connect`: the foreign writer connects to a store.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "MigrationConnectRequest".
+ */
+export interface MigrationConnectRequest {
+  id: number;
+  op: "connect";
+  store: "run" | "resource";
+}
+/**
+ * `write`: the foreign writer writes a row through its connection.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "MigrationWriteRequest".
+ */
+export interface MigrationWriteRequest {
+  id: number;
+  op: "write";
+  version: 1 | 2;
+}
+/**
+ * `disconnect`: the foreign writer disconnects.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "MigrationDisconnectRequest".
+ */
+export interface MigrationDisconnectRequest {
+  id: number;
+  op: "disconnect";
+}
+/**
+ * `lock`: the connected writer holds a write transaction (fault lock).
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "MigrationLockRequest".
+ */
+export interface MigrationLockRequest {
+  id: number;
+  op: "lock";
+}
+/**
+ * `unlock`: it ends it.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "MigrationUnlockRequest".
+ */
+export interface MigrationUnlockRequest {
+  id: number;
+  op: "unlock";
+}
+/**
+ * `readOnly`: a store's file cannot (can) be written.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "MigrationReadOnlyRequest".
+ */
+export interface MigrationReadOnlyRequest {
+  id: number;
+  op: "readOnly";
+  store: "run" | "resource";
+  on: boolean;
+}
+/**
+ * `edit`: a publication or a backup changed by hand.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "MigrationEditRequest".
+ */
+export interface MigrationEditRequest {
+  id: number;
+  op: "edit";
+  doc: "request" | "result" | "recovery" | "backup";
+  store?: "run" | "resource";
+}
+/**
+ * `repair`: it put back as published.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "MigrationRepairRequest".
+ */
+export interface MigrationRepairRequest {
+  id: number;
+  op: "repair";
+  doc: "request" | "result" | "recovery" | "backup";
+  store?: "run" | "resource";
+}
+/**
+ * `observe`: the stores and publications in the model's words.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "MigrationObserveRequest".
+ */
+export interface MigrationObserveRequest {
+  id: number;
+  op: "observe";
+}
+/**
+ * hello's result: what the adapter declares (section 11.3).
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "MigrationHello".
+ */
+export interface MigrationHello {
+  protocol: "envreplica-migration/1";
+  implementation: string;
+  /**
+   * @minItems 1
+   */
+  steps: [string, ...string[]];
+  readings: {
+    backup: "keep" | "overwrite" | "refuse";
+    apply: "skip" | "again";
+    reconcile: "receipt" | "exact";
+    lock: "wait" | "refuse";
+  };
+  evidence: "after-maintenance" | "before-maintenance";
+  faults: ("input" | "lock" | "read-only" | "edit")[];
+  inputFaults: ("no-key" | "wrong-key" | "same-path" | "symlink" | "hardlink")[];
+  exitStatus: boolean;
+  /**
+   * @minItems 1
+   */
+  modes: [string, ...string[]];
+  [k: string]: unknown | undefined;
+}
+/**
+ * observe's result (section 11.5).
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "MigrationObservation".
+ */
+export interface MigrationObservation {
+  /**
+   * @minItems 2
+   * @maxItems 2
+   */
+  stores: [
+    {
+      version: 1 | 2;
+      data: string;
+      admission: string;
+      backup: string | null;
+    },
+    {
+      version: 1 | 2;
+      data: string;
+      admission: string;
+      backup: string | null;
+    }
+  ];
+  request: "published" | "edited" | null;
+  sources: (string | null)[] | null;
+  result: "published" | "edited" | null;
+  evidence: (string | null)[] | null;
+  recovery: "published" | "edited" | null;
+  plan: boolean[] | null;
+  recoveryResult: boolean;
+  lock: boolean;
 }
