@@ -115,7 +115,7 @@ class Invocation {
         this.stderr = "";
         this.proc = spawn(process.execPath, ["--import", REGISTER, path.join(KIT, "src", "invocation.mjs")], {
             stdio: ["ignore", "ignore", "pipe", "pipe"],
-            env: { ...process.env, ENVREPLICA_SEED_SOURCE: source, ENVREPLICA_ADAPTER_PID: String(process.pid) },
+            env: { ...process.env, ENVREPLICA_MIGRATION_KIT_SOURCE: source, ENVREPLICA_ADAPTER_PID: String(process.pid) },
         });
         this.proc.stderr.setEncoding("utf8");
         this.proc.stderr.on("data", chunk => { this.stderr += chunk; });
@@ -167,7 +167,7 @@ class Writer {
         if (!this.proc) {
             this.proc = spawn(process.execPath, ["--import", REGISTER, path.join(KIT, "src", "writer.mjs")], {
                 stdio: ["pipe", "pipe", "inherit"],
-                env: { ...process.env, ENVREPLICA_SEED_SOURCE: this.source },
+                env: { ...process.env, ENVREPLICA_MIGRATION_KIT_SOURCE: this.source },
             });
             this.lines = new Lines(this.proc.stdout);
             this.proc.stdin.on("error", () => { });
@@ -225,7 +225,7 @@ class Adapter {
             throw new AdapterError("invalid", `protocol ${JSON.stringify(request.protocol)}: this adapter speaks ${PROTOCOL}`);
         return {
             protocol: PROTOCOL,
-            implementation: `seed ${path.basename(this.source)} (node ${process.version})`,
+            implementation: `${path.basename(this.source)} from ${path.dirname(this.source)} (javascript kit, node ${process.version})`,
             steps: STEPS,
             readings: { backup: "keep", apply: "skip", reconcile: "receipt", lock: "refuse" },
             evidence: "after-maintenance",

@@ -1,6 +1,6 @@
 // One invocation of the migration or its recovery: the kit's glue, the command line the seed does not show.
 //
-//   node --import src/register.mjs src/invocation.mjs  (environment: ENVREPLICA_SEED_SOURCE, ENVREPLICA_INVOCATION
+//   node --import src/register.mjs src/invocation.mjs  (environment: ENVREPLICA_MIGRATION_KIT_SOURCE, ENVREPLICA_INVOCATION
 //   = JSON { role, requestFile, runHome, resourceHome, projectRoot, workspaceRoot, requestId, selectionSha256,
 //   recoveryId }; fd 3: the step channel to the adapter, absent to run without pausing. Without
 //   ENVREPLICA_INVOCATION the process is the adapter's spare: its modules loaded, it says `{ t: "spare" }` on the
@@ -51,7 +51,7 @@ export function refusalOf(error, AppError) {
 const sha256 = (bytes) => crypto.createHash("sha256").update(bytes).digest("hex");
 
 async function main() {
-    const source = path.resolve(process.env.ENVREPLICA_SEED_SOURCE);
+    const source = path.resolve(process.env.ENVREPLICA_MIGRATION_KIT_SOURCE);
     const seedRoot = seedRootOf(source);
     const { AppError } = await import(moduleUrl(seedRoot, "shared/errors.js"));
     const seed = await import(pathToFileURL(source).href);

@@ -1,4 +1,4 @@
-// Registers the kit's loader (hooks.mjs) for the seed whose migration is at $ENVREPLICA_SEED_SOURCE
+// Registers the kit's loader (hooks.mjs) for the seed whose migration is at $ENVREPLICA_MIGRATION_KIT_SOURCE
 // (DIR/storage/paired-writer-migration.js: the seed's root is DIR). Used as `node --import .../register.mjs`,
 // or called as `registerSeed(source)` before the seed is imported.
 import path from "node:path";
@@ -27,5 +27,5 @@ export function registerSeed(source) {
     return seedRoot;
 }
 
-if (process.env.ENVREPLICA_SEED_SOURCE)
-    registerSeed(process.env.ENVREPLICA_SEED_SOURCE);
+if (process.env.ENVREPLICA_MIGRATION_KIT_SOURCE)
+    registerSeed(process.env.ENVREPLICA_MIGRATION_KIT_SOURCE);

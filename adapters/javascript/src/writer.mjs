@@ -28,7 +28,7 @@ function moduleUrl(seedRoot, rel) {
     return pathToFileURL(fs.existsSync(seedFile) ? seedFile : path.join(KIT, "standins", rel)).href;
 }
 
-const seedRoot = seedRootOf(process.env.ENVREPLICA_SEED_SOURCE);
+const seedRoot = seedRootOf(process.env.ENVREPLICA_MIGRATION_KIT_SOURCE);
 const { DatabaseSync } = await import("node:sqlite");
 const contract = await import(moduleUrl(seedRoot, "storage/writer-contract.js"));
 const guard = await import(moduleUrl(seedRoot, "storage/import-guard.js"));
