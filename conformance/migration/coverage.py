@@ -17,7 +17,8 @@ Leaves out on purpose (not in ``REQUIRED``), each with why:
   model with the lockstep's readings never produced them (``tests/test_migration_lockstep.py``, nightly:
   7.3 million states at three bounds); and ``content_only_route_required``, a fresh request over two stores
   at the new version: the stores start at version 1, and a published request is never taken away (it is
-  ``tests/test_paired_errors.py``'s);
+  ``tests/test_paired_errors.py``'s, and ``tests/test_migration_adapter.py``'s through the adapter protocol's
+  ``reset`` with two migrated stores);
 - ``paired_recovery_request_conflict`` (two recoveries that planned differently, one publishing before the
   other), ``store_not_original`` (a rerun of the migration applies a store between a recovery's plan and
   its revalidation) and ``paired_migration_result_conflict`` (the result edited between a rerun's check of
