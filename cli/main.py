@@ -403,9 +403,10 @@ def _migration_conformance(args) -> int:
     except AdapterBroken as error:
         raise UsageError(f"the adapter could not be run, so nothing was checked: {error}") from None
     decl = shared.decl
+    fixes = ", ".join(sorted(f.value for f in shared.cfg.fixes)) or "none"
+    faults = ", ".join(sorted(f.value for f in decl.faults)) or "none"
     console.print(f"[bold]migration lockstep[/]: {decl.implementation} ({args.adapter!r}) against the migration "
-                  f"model, variant {variant.value} (fixes: {', '.join(sorted(f.value for f in shared.cfg.fixes)) or 'none'}"
-                  f"; reading {decl.reading}; faults: {', '.join(sorted(f.value for f in decl.faults)) or 'none'}; "
+                  f"model, variant {variant.value} (fixes: {fixes}; reading {decl.reading}; faults: {faults}; "
                   f"steps: {len(decl.steps)}; modes: {', '.join(decl.modes)}; exit statuses "
                   f"{'compared' if decl.exit_status else 'not compared'})", highlight=False)
     try:
@@ -442,13 +443,16 @@ def _migration_conformance(args) -> int:
                          seconds=report.seconds, failure=failure, error=harness,
                          message=None if report.ok else report.divergence, output=output)
         cov_text = "\n".join(f"{g}\t{i}\t{n}" for g, i, n in report.coverage.rows())
-        console.print(f"JUnit: {write_junit(args.junit, [case], suite='envreplica conformance --protocol migration', system_out=cov_text)}")
+        written = write_junit(args.junit, [case], suite="envreplica conformance --protocol migration",
+                              system_out=cov_text)
+        console.print(f"JUnit: {written}")
     if getattr(args, "report", None):
         from envreplica.report.migration import write_migration_report
 
-        console.print(f"report: {write_migration_report(Path(args.report), report, decl, variant, args.adapter, shared.required)}")
-    if harness:
-        return 2
+        page = write_migration_report(Path(args.report), report, decl, variant, args.adapter, shared.required)
+        console.print(f"report: {page}")
+    if harness:  # one line on stderr, exit 2: a gate that could not run is not a divergence
+        raise UsageError(f"the adapter failed during the run, so nothing after it was judged: {report.divergence}")
     return 0 if report.ok else 1
 
 

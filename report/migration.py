@@ -26,7 +26,8 @@ def write_migration_report(out: Path, report: Any, decl: Any, variant: Any, adap
         record = report.records[i] if i < len(report.records) else {}
         parts = " | implementation " in line
         rows.append({"n": i + 1, "line": line, "parts": parts or i == len(report.lines) - 1 and not report.ok,
-                     "model_state": record.get("model_state"), "implementation_state": record.get("implementation_state")})
+                     "model_state": record.get("model_state"),
+                     "implementation_state": record.get("implementation_state")})
     coverage = [{"group": g, "item": item, "count": n, "required": item in required.get(g, frozenset())}
                 for g, item, n in report.coverage.rows()]
     missing = report.coverage.unreached(required)

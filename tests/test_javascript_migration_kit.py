@@ -19,6 +19,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -33,7 +34,8 @@ ENVREPLICA = [sys.executable, "-m", "envreplica.cli.main"]
 #: Examples of the seed's clean run, and the most a run may take to find a mutant's divergence.
 CLEAN_EXAMPLES = 20
 FIND_EXAMPLES = 150
-#: Replays minimization may take in these tests (the command line's default is ``run.MINIMIZE_REPLAYS``).
+#: Replays minimization may take in the tests of every run (the nightly ones, and the command line, take
+#: ``run.MINIMIZE_REPLAYS``).
 REPLAYS = 40
 #: The broken copies caught in at most 12 moves each (the bar), each found within a few examples; and the bound.
 CAUGHT_WITHIN = ("apply_before_backup", "recovery_unfenced_second", "children_before_parent",
@@ -111,12 +113,12 @@ def test_every_listed_mutant_is_a_real_edit_of_the_seed(tmp_path):
         assert mutated.read_text() != source.read_text(), name
 
 
-def _caught(name: str, tmp_path: Path, most: int) -> None:
+def _caught(name: str, tmp_path: Path, most: int, replays: Optional[int] = REPLAYS) -> None:
     source = write_mutant(name, tmp_path / "mutant")
     shared = AdapterShared(kit_command(source), MigrationVariant.SEED)
     try:
         report = R.run_migration_lockstep("ci", max_examples=FIND_EXAMPLES, shared=shared, out_dir=tmp_path / "out",
-                                          minimize_replays=REPLAYS)
+                                          minimize_replays=replays)
     finally:
         shared.close()
     assert not report.ok and report.key != "harness", report.divergence
@@ -133,7 +135,7 @@ def test_a_broken_copy_of_the_seed_is_caught_in_a_few_moves(name, tmp_path):
 @pytest.mark.nightly
 @pytest.mark.parametrize("name, most", NIGHTLY)
 def test_every_other_broken_copy_is_caught(name, most, tmp_path):
-    _caught(name, tmp_path, most)
+    _caught(name, tmp_path, most, replays=None)  # the command line's minimization budget (run.MINIMIZE_REPLAYS)
 
 
 def test_every_listed_mutant_is_tested():

@@ -197,3 +197,22 @@ def test_reset_sets_up_stores_and_both_adapters_answer_alike():
         a.pop("message", None), b.pop("message", None)
         assert a == b, i
     assert model[9]["ok"] and paired[9]["error"]["type"] == "unsupported"  # the model holds any image
+
+
+def test_an_adapter_that_dies_during_the_run_is_exit_2_with_one_line(tmp_path):
+    """An adapter that answers ``hello`` and dies at its first ``reset``: not a verdict (exit 2, one line on stderr,
+    no traceback), and the JUnit case is an error, not a failure."""
+    script = tmp_path / "dies.py"
+    script.write_text(
+        "import json, sys\n"
+        f"hello = {P.hello_of(ModelServer(mm.MigrationVariant.FIXED).decl)!r}\n"
+        "line = sys.stdin.readline()\n"
+        "print(json.dumps({'id': json.loads(line)['id'], 'ok': True, 'result': hello}), flush=True)\n"
+        "sys.stdin.readline()\n"
+        "sys.exit(7)\n")
+    junit = tmp_path / "j.xml"
+    done = _conformance(f"{sys.executable} {script}", "fixed", 2, tmp_path, "--junit", str(junit))
+    assert done.returncode == 2, done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "nothing after it was judged" in lines[0] and "status 7" in lines[0], done.stderr
+    assert "Traceback" not in done.stderr and 'errors="1"' in junit.read_text()

@@ -30,7 +30,7 @@ from envreplica.conformance.migration.protocol import (
     request_of,
 )
 from envreplica.conformance.migration.invocations import Mode
-from envreplica.conformance.migration.sides import LOCKSTEP_BOUNDS, Move, allowed
+from envreplica.conformance.migration.sides import LOCKSTEP_BOUNDS, Move
 from envreplica.model import migration as mm
 
 #: The swarm's kinds of environment (``machine.SWARM``) and the declared fault each needs.
@@ -52,6 +52,7 @@ class AdapterShared:
         self.timeout = timeout
         self.ids = 0
         self.driver: Optional[SubprocessDriver] = None
+        self.broken: Optional[AdapterBroken] = None  # once broken, the run's every request fails so
         self.examples = 0
         self.decl = self._hello()
         self.cfg = bounds_for(self.decl, variant, base)
@@ -76,33 +77,43 @@ class AdapterShared:
         try:
             self.driver = SubprocessDriver(self.command, timeout=self.timeout)
         except AdapterError as error:
-            raise AdapterBroken(str(error)) from None
+            raise self._broke(str(error)) from None
         return self.driver
+
+    def _broke(self, why: str) -> "AdapterBroken":
+        """The adapter is broken for the rest of the run (never restarted: what it answers then would be judged
+        against a world it does not have), so every later request fails the same way (Hypothesis's shrinking then
+        sees the same failure, not a flaky one)."""
+        self.broken = AdapterBroken(why)
+        if self.driver is not None:
+            self.driver.close()
+            self.driver = None
+        return self.broken
 
     def ask(self, request: dict[str, Any]) -> Any:
         """Send ``request``; its result, or ``AdapterBroken`` (an error answer, a dead or silent adapter)."""
+        if self.broken is not None:
+            raise self.broken
         driver = self.driver or self._start()
         self.ids += 1
         try:
             response = driver.handle({"id": self.ids, **request})
         except AdapterError as error:
-            self.driver = None
-            driver.close()
-            raise AdapterBroken(str(error)) from None
+            raise self._broke(str(error)) from None
         if response.get("id") != self.ids:
-            raise AdapterBroken(f"the adapter answered id {response.get('id')!r} to request {self.ids} "
-                                f"({request.get('op')})")
+            raise self._broke(f"the adapter answered id {response.get('id')!r} to request {self.ids} "
+                              f"({request.get('op')})")
         if response.get("ok") is not True:
             said = response.get("error") or {}
-            raise AdapterBroken(f"the adapter answered {request.get('op')} with an error "
-                                f"({said.get('type', '?')}): {said.get('message', response)}")
+            raise self._broke(f"the adapter answered {request.get('op')} with an error "
+                              f"({said.get('type', '?')}): {said.get('message', response)}")
         return response.get("result")
 
     def _hello(self) -> Declaration:
         try:
             return parse_hello(self.ask({"op": "hello", "protocol": PROTOCOL}))
         except ProtocolError as error:
-            raise AdapterBroken(str(error)) from None
+            raise self._broke(str(error)) from None
 
     # -- what the examples share ------------------------------------------------------------------------------
 
@@ -147,7 +158,7 @@ class AdapterSide:
         try:
             outcome, message = outcome_of(request, self.shared.ask(request))
         except ProtocolError as error:
-            raise AdapterBroken(str(error)) from None
+            raise self.shared._broke(str(error)) from None
         if isinstance(action, mm.Invoke):
             self.last[self.started] = ""
             self.started += 1
@@ -168,10 +179,10 @@ class AdapterSide:
         try:
             return observation_of(self.shared.ask({"op": "observe"}), tuple(sorted(self.last.items())))
         except ProtocolError as error:
-            raise AdapterBroken(str(error)) from None
+            raise self.shared._broke(str(error)) from None
 
     def close(self) -> None:
         pass  # the next example's reset starts afresh; the run closes the adapter
 
 
-__all__ = ["AdapterBroken", "AdapterShared", "AdapterSide", "allowed"]
+__all__ = ["AdapterBroken", "AdapterShared", "AdapterSide"]

@@ -121,7 +121,8 @@ FAULT_REFUSALS: dict[mm.Fault, frozenset[Refusal]] = {
     mm.Fault.INPUT: frozenset({Refusal.SAME_STORE, Refusal.MASTER_KEY_MISSING, Refusal.MASTER_KEY_WRONG}),
     mm.Fault.LOCK: frozenset({Refusal.STORE_BUSY}),
     mm.Fault.READ_ONLY: frozenset({Refusal.STORE_READ_ONLY}),
-    mm.Fault.EDIT: frozenset({Refusal.REQUEST_CHANGED, Refusal.EVIDENCE_CUSTODY_CHANGED, Refusal.INVALID_RECOVERY_INTENT,
+    mm.Fault.EDIT: frozenset({Refusal.REQUEST_CHANGED, Refusal.EVIDENCE_CUSTODY_CHANGED,
+                              Refusal.INVALID_RECOVERY_INTENT,
                               Refusal.BACKUP_EVIDENCE_CHANGED, Refusal.BACKUP_CONFLICT, Refusal.BACKUP_CHANGED}),
 }
 #: The fault coverage items of each class.
