@@ -14,18 +14,10 @@ import { MUTANTS, mutate } from "./mutants.mjs";
 
 const KIT = path.dirname(path.dirname(fileURLToPath(import.meta.url)));
 
+/** The reference seed's diff (the 001_*.txt that adds paired-writer-migration.js), named by
+ * ENVREPLICA_SEED_MIGRATION_DIFF (the project's tests set it); without it these tests skip. */
 function seedDiff() {
-    if (process.env.ENVREPLICA_SEED_MIGRATION_DIFF)
-        return process.env.ENVREPLICA_SEED_MIGRATION_DIFF;
-    for (const dir of [path.join(KIT, "..", "..", "..", "shared", "seeds"), "/work/shared/seeds"]) {
-        try {
-            const found = fs.readdirSync(dir).find(f => f.startsWith("001_") && f.endsWith(".txt"));
-            if (found)
-                return path.join(dir, found);
-        }
-        catch { /* not there */ }
-    }
-    return null;
+    return process.env.ENVREPLICA_SEED_MIGRATION_DIFF || null;
 }
 
 const diff = seedDiff();
