@@ -67,10 +67,9 @@ class Declaration:
 
 def _choice(value: Any, enum: type, what: str) -> Any:
     try:
-        return enum(value)
-    except ValueError:
-        choices = ", ".join(repr(e.value) for e in enum)  # type: ignore[attr-defined]
-        raise ProtocolError(f"hello: {what} {value!r} is not one of {choices}") from None
+        return _value(enum, value, f"hello: {what}")
+    except ValueError as error:
+        raise ProtocolError(str(error)) from None
 
 
 def parse_hello(result: Any) -> Declaration:
