@@ -16,7 +16,7 @@ JSKIT_STAMP := $(JSKIT)/node_modules/.installed
 # The import package's subpackages, one per top-level folder (pyproject.toml maps envreplica.X to X/).
 PACKAGES := spec model checker impl conformance cli report reliability
 
-.PHONY: check test typecheck docs docs-serve nightly diagrams clean kit
+.PHONY: check test typecheck docs docs-serve nightly diagrams clean kit kit-test
 
 check: $(STAMP)
 	$(BIN)/envreplica check
@@ -65,9 +65,19 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $@
 
+# `npm ci` builds the TypeScript kit's dist/ (its `prepare` script); `build.mjs --if-stale` builds it again after an
+# edit of its src/.
 kit:
-	@if command -v npm >/dev/null 2>&1; then $(MAKE) --no-print-directory $(KIT_STAMP) $(JSKIT_STAMP); \
+	@if command -v npm >/dev/null 2>&1; then $(MAKE) --no-print-directory $(KIT_STAMP) $(JSKIT_STAMP) && \
+	  (cd $(KIT) && node scripts/build.mjs --if-stale); \
 	else echo "note: no Node.js here, so the TypeScript and JavaScript kits' tests will skip (Node 20+ runs them)"; fi
+
+# The kits' own tests alone (node --test in each kit): the TypeScript kit's test host, its no-cast glue and its
+# type-check of --source (those need the seed's file: ENVREPLICA_SEED_SOURCE, else they skip), and the JavaScript
+# migration kit's. `make test` runs them too, through pytest.
+kit-test: kit
+	cd $(KIT) && npm test
+	cd $(JSKIT) && npm test
 
 $(KIT_STAMP): $(KIT)/package.json $(KIT)/package-lock.json
 	cd $(KIT) && npm ci --no-audit --no-fund --loglevel=error
@@ -78,5 +88,5 @@ $(JSKIT_STAMP): $(JSKIT)/package.json $(JSKIT)/package-lock.json
 	touch $@
 
 clean:
-	rm -rf $(VENV) build dist site *.egg-info .hypothesis .pytest_cache $(KIT)/node_modules $(JSKIT)/node_modules
+	rm -rf $(VENV) build dist site *.egg-info .hypothesis .pytest_cache $(KIT)/node_modules $(KIT)/dist $(JSKIT)/node_modules
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

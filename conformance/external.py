@@ -13,6 +13,18 @@ what the process said on standard error: the process could not start, died
 line that is not a JSON object. After any of these the process can no
 longer be trusted to stay in step, so the lockstep starts a fresh one.
 
+**Every answer is held to its op's response definition** (docs/protocol.md
+section 9; ``conformance.answers``): a ``page`` answer must be a
+``PageResponse``, a ``status`` answer a ``StatusResponse``, and so on, nested
+answers each to their own op's. One that is not raises ``ProtocolBreak`` (an
+``AdapterError``) naming the request, its op, the definition and where the
+answer breaks it; the break keeps the answer (``.response``), so that the
+lockstep can show a wrong answer as a divergence from the model's first
+(``lockstep.machine``). This is on unless ``check_answers=False`` (or
+``ENVREPLICA_CHECK_ANSWERS=0``, ``answers.CHECK_ANSWERS``), and off for a
+process whose first request is ``hello``: the migration protocol's
+(section 11), whose answers are held by ``conformance.migration``.
+
 Typical use::
 
     driver = SubprocessDriver("python -m envreplica.conformance.adapter --impl sqlite --test-key")
@@ -56,10 +68,11 @@ import threading
 import time
 from typing import IO, Any, Optional, Sequence, Union
 
+from envreplica.conformance import answers
 from envreplica.conformance.readback import STATE_TABLES
 
-__all__ = ["AdapterError", "SubprocessDriver", "DEFAULT_TIMEOUT", "StateProbe", "STATE_ID_BASE", "STATE_TABLES",
-           "state_doc_difference", "probe_extensions", "GENERATED_EXTENSIONS"]
+__all__ = ["AdapterError", "ProtocolBreak", "SubprocessDriver", "DEFAULT_TIMEOUT", "StateProbe", "STATE_ID_BASE",
+           "STATE_TABLES", "state_doc_difference", "probe_extensions", "GENERATED_EXTENSIONS"]
 
 #: Seconds to wait for each response (and for the process to exit on ``close``).
 DEFAULT_TIMEOUT = 30.0
@@ -69,6 +82,25 @@ _EOF = object()
 
 class AdapterError(RuntimeError):
     """The external adapter did not answer a request with one JSON line."""
+
+
+class ProtocolBreak(AdapterError):
+    """The adapter answered with a JSON object that breaks its op's response definition (section 9)."""
+
+    def __init__(self, message: str, *, op: str, definition: str, where: str, response: Any) -> None:
+        super().__init__(message)
+        self.op = op  # the request's op ("?" when it had none)
+        self.definition = definition  # the definition the answer breaks, e.g. "PageResponse"
+        self.where = where  # where and how: "response.result.code: ... is not one of ..."
+        self.response = response  # the answer as decoded
+
+    def diverging(self, model_response: Any) -> Optional[dict]:
+        """The answer, when it also differs from the model's ``model_response``: the lockstep then shows it as
+        that divergence, the model's answer beside it; None when the break is all that is wrong with it."""
+        from envreplica.conformance.lockstep.compare import compare_responses
+
+        differs = isinstance(self.response, dict) and compare_responses(model_response, self.response) is not None
+        return self.response if differs else None
 
 
 def _pipe(stream: Optional[IO[bytes]]) -> IO[bytes]:
@@ -84,12 +116,17 @@ class SubprocessDriver:
     state_by_request = True
 
     def __init__(self, command: Union[str, Sequence[str]], *, timeout: float = DEFAULT_TIMEOUT,
-                 cwd: Optional[str] = None, env: Optional[dict] = None) -> None:
+                 cwd: Optional[str] = None, env: Optional[dict] = None,
+                 check_answers: Optional[bool] = None) -> None:
         self.command = command if isinstance(command, str) else shlex.join(command)
         self.argv = shlex.split(command) if isinstance(command, str) else list(command)
         if not self.argv:
             raise AdapterError("the adapter command is empty")
         self.timeout = timeout
+        #: Whether each answer is held to its op's response definition (None: ``answers.CHECK_ANSWERS``).
+        self.check_answers = answers.CHECK_ANSWERS if check_answers is None else check_answers
+        self._answers_chosen = check_answers is not None
+        self.answers_checked = 0  # answers held to their definitions (nested ones included)
         self._stderr: collections.deque = collections.deque(maxlen=40)
         self._lines: "queue.Queue[Any]" = queue.Queue()
         self.requests = 0
@@ -182,7 +219,27 @@ class SubprocessDriver:
                 f"expected on standard output; logs belong on standard error)") from None
         if not isinstance(response, dict):
             raise AdapterError(f"the adapter answered {line[:200]!r}, not a JSON object")
+        if self.check_answers:
+            self._hold(request, response)
         return response
+
+    def _hold(self, request: Any, response: dict) -> None:
+        """Hold ``response`` to its request's response definition; ``ProtocolBreak`` when it breaks it."""
+        if self.requests == 1 and not self._answers_chosen and isinstance(request, dict) \
+                and request.get("op") == "hello":
+            self.check_answers = False  # the migration protocol (section 11): not this contract's answers
+            return
+        before = answers.answers_checked()
+        problem = answers.answer_problem(request, response)
+        self.answers_checked += answers.answers_checked() - before
+        if problem is None:
+            return
+        op, definition, where = problem
+        rid = request.get("id") if isinstance(request, dict) else None
+        raise ProtocolBreak(
+            f"the adapter's answer to request {self.requests} (op {op!r}, id {json.dumps(rid)}) breaks its "
+            f"definition {definition} (docs/protocol.md section 9; envreplica schema {definition}): {where}; "
+            f"the answer: {json.dumps(response)[:300]}", op=op, definition=definition, where=where, response=response)
 
     def close(self) -> Optional[int]:
         """End of input; wait for the process (kill it after the timeout). Returns its exit status."""
@@ -234,7 +291,8 @@ def _brief(value: Any, width: int = 160) -> str:
 
 
 def _hidden(row: Any) -> Any:
-    """A row with its plaintext ``value`` replaced by its length (messages never show a value)."""
+    """A row with its plaintext ``value`` replaced by its length (a row shown whole: missing, extra, odd).
+    A value two rows hold differently is shown where it differs (``_row_difference``)."""
     if isinstance(row, dict) and isinstance(row.get("value"), str):
         return dict(row, value=f"<value of {len(row['value'])} chars>")
     return row
@@ -258,8 +316,13 @@ def _row_difference(model: dict, impl: dict) -> str:
             return f"{field}: the implementation has a field the model does not ({_brief(_hidden(impl).get(field))})"
         if _json(model[field]) != _json(impl[field]):
             if field == "value":
+                if isinstance(model[field], str) and isinstance(impl[field], str):
+                    # Test data only (``state`` is offered with the test key alone): where it differs, escaped.
+                    from envreplica.conformance.lockstep.text import text_difference
+
+                    return f"value: {text_difference(model[field], impl[field])}"
                 other = f"{len(impl[field])} chars" if isinstance(impl[field], str) else _brief(impl[field])
-                return f"value: differs (model {len(model[field])} chars, implementation {other})"
+                return f"value: differs (model {_brief(_hidden(model).get(field))}, implementation {other})"
             return f"{field}: model {_brief(model[field])}, implementation {_brief(impl[field])}"
     return "rows differ"
 
@@ -406,7 +469,11 @@ class StateProbe:
             self._impl, self._process = impl, self._process + 1
         rid = self._next_id
         self._next_id += 1
-        response = impl.handle({"id": rid, "op": "state"})
+        try:
+            response = impl.handle({"id": rid, "op": "state"})
+        except ProtocolBreak as broke:  # the adapter is in step; its answer is not a state document
+            return (f"tables after the step: the implementation's state answer (out-of-band request id {rid}) breaks "
+                    f"{broke.definition}: {broke.where}")
         if not isinstance(response, dict) or response.get("id") != rid:
             return (f"state (out-of-band request id {rid}): the implementation answered "
                     f"{_brief(response)}; its id must be {rid}")

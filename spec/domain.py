@@ -109,6 +109,29 @@ class RefusalCode(str, enum.Enum):
         return self.value
 
 
+# Which operation answers which refusal code (docs/protocol.md sections 3 and 10.5-10.7; ``model.replica`` is
+# normative). The JSON Schema's per-op code definitions (``spec.schema``) are generated from these sets.
+
+#: The codes a page answers (``applyProjectEnvReplicaPage``: its prepare and final transactions).
+PAGE_REFUSALS = frozenset({RefusalCode.RECONCILIATION_ATTEMPT_MISMATCH, RefusalCode.ACK_PAGE_TOO_LARGE,
+                           RefusalCode.PROJECT_NOT_IN_ATTEMPT, RefusalCode.RECORD_VERSION_STALE,
+                           RefusalCode.SNAPSHOT_PAGE_MISMATCH, RefusalCode.SNAPSHOT_VERSION_CONFLICT})
+#: The codes a commit answers (``completeProjectEnvReplica``).
+COMMIT_REFUSALS = frozenset({RefusalCode.RECONCILIATION_ATTEMPT_MISMATCH, RefusalCode.DELIVERY_INCOMPLETE,
+                             RefusalCode.RECORD_VERSION_CHANGED})
+#: A delivery's transient codes: ``replayed: false, consumed: false``, nothing written, the cloud may resend it.
+TRANSIENT_REFUSALS = frozenset({RefusalCode.STREAM_MISMATCH, RefusalCode.RECEIPT_MISSING, RefusalCode.DELIVERY_GAP,
+                                RefusalCode.RECONCILIATION_ATTEMPT_MISMATCH, RefusalCode.SNAPSHOT_INCOMPLETE,
+                                RefusalCode.RECORD_VERSION_GAP, RefusalCode.REPLICA_STATE_CHANGED,
+                                RefusalCode.REPLICA_STATE_MISSING})
+#: A delivery's codes that a refused receipt stores: consumed (a receipt, the cursor moved), replayed from it later.
+RECEIPT_REFUSALS = frozenset({RefusalCode.RECORD_VERSION_CONFLICT, RefusalCode.PROJECT_NOT_IN_REPLICA})
+#: A delivery's codes answered ``consumed: true``: a receipt's, and ``delivery_conflict`` (a replay, nothing written).
+CONSUMED_REFUSALS = RECEIPT_REFUSALS | {RefusalCode.DELIVERY_CONFLICT}
+#: The codes a delivery answers (``applyProjectEnvReplicaDelivery``): transient or consumed, never both.
+DELIVERY_REFUSALS = TRANSIENT_REFUSALS | CONSUMED_REFUSALS
+
+
 class MatKind(str, enum.Enum):
     """The three materialization kinds of a record."""
 

@@ -7,8 +7,12 @@ and the ``state`` document. The schema is built here from the definitions
 the rest of ``spec`` already holds (``spec.wire``'s string patterns, Count
 bound and list limits, ``spec.domain``'s refusal codes, materialization
 kinds and diagnosis reasons) and from the adapter's op table, ``OPS``, which
-the drivers read too. ``schema_document()`` is the whole contract;
-``envreplica schema NAME`` prints one definition as a standalone schema.
+the drivers read too. Each op has a response definition of its own
+(``response_definition``: ``PageResponse`` for ``page``, its result or an
+error), and each result holds only its operation's refusal codes, generated
+from ``spec.domain``'s sets (``PAGE_REFUSALS`` and the others).
+``schema_document()`` is the whole contract; ``envreplica schema NAME``
+prints one definition as a standalone schema.
 The shipped copy (``spec/contract.schema.json``) and the TypeScript kit's
 types are generated from it, and tests hold the parser of ``spec.wire``,
 the drivers and the kit to it.
@@ -31,7 +35,17 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Optional
 
 from envreplica.spec import wire
-from envreplica.spec.domain import DiagnosisReason, MatKind, RefusalCode
+from envreplica.spec.domain import (
+    COMMIT_REFUSALS,
+    CONSUMED_REFUSALS,
+    DELIVERY_REFUSALS,
+    PAGE_REFUSALS,
+    RECEIPT_REFUSALS,
+    TRANSIENT_REFUSALS,
+    DiagnosisReason,
+    MatKind,
+    RefusalCode,
+)
 
 __all__ = [
     "BASE",
@@ -46,6 +60,8 @@ __all__ = [
     "shipped_path",
     "MAX_NESTING",
     "request_definition",
+    "response_definition",
+    "CRASHING_OPS",
     "DEFAULT_ACK_PAGE_BYTES",
     "DEFAULT_PREFIX",
     "MAX_READY_TIMEOUT_MS",
@@ -114,6 +130,13 @@ def _enum(values: Any, description: str) -> JSON:
 # ---------------------------------------------------------------------------
 
 
+def _materialization(kind: MatKind) -> JSON:
+    """One kind of ``Materialization``: installed (no reason), or withheld / unavailable with a reason."""
+    if kind is MatKind.INSTALLED:
+        return _obj({"kind": {"const": kind.value}})
+    return _obj({"kind": {"const": kind.value}, "reason": _ref("Reason")})
+
+
 def _value_types() -> dict[str, JSON]:
     d: dict[str, JSON] = {}
     d["Id"] = {**_pattern(wire.ID), "description": "streamId, attemptId, opId: 1-128 characters, an ASCII letter "
@@ -155,11 +178,8 @@ def _value_types() -> dict[str, JSON]:
          "policyEpoch": _nullable(_ref("Count")), "listingGeneration": _ref("Count")},
         description="One record as the cloud describes it.")
     d["Materialization"] = {"description": "What the replica made of a record: its value installed, withheld "
-                            "(by the record itself) or unavailable (not fetched, or the fetch failed).", "oneOf": [
-        _obj({"kind": {"const": MatKind.INSTALLED.value}}),
-        _obj({"kind": {"const": MatKind.WITHHELD.value}, "reason": _ref("Reason")}),
-        _obj({"kind": {"const": MatKind.UNAVAILABLE.value}, "reason": _ref("Reason")}),
-    ]}
+                            "(by the record itself) or unavailable (not fetched, or the fetch failed).",
+                            "oneOf": [_materialization(kind) for kind in MatKind]}
     d["Result"] = _obj({"state": _ref("BindingState"), "materialization": _ref("Materialization")},
                        description="A record and what the replica made of it.")
     d["Cursor"] = _obj({"streamId": _ref("Id"), "sequence": _ref("Count")},
@@ -200,9 +220,27 @@ def _frames() -> dict[str, JSON]:
     return d
 
 
+#: The per-operation refusal code definitions: (name, codes, description), generated from ``spec.domain``'s sets.
+_REFUSAL_SETS: tuple[tuple[str, frozenset[RefusalCode], str], ...] = (
+    ("PageRefusalCode", PAGE_REFUSALS, "The codes a page answers (section 10.5)."),
+    ("DeliveryRefusalCode", DELIVERY_REFUSALS, "The codes a delivery answers (section 10.6): transient or "
+                                               "consumed."),
+    ("TransientRefusalCode", TRANSIENT_REFUSALS, "A delivery's transient codes: `replayed: false, consumed: "
+                                                 "false`, nothing written; the cloud may send it again."),
+    ("ConsumedRefusalCode", CONSUMED_REFUSALS, "A delivery's codes answered `consumed: true`: a refused "
+                                               "receipt's, and `delivery_conflict` (a replay, nothing written)."),
+    ("ReceiptRefusalCode", RECEIPT_REFUSALS, "The codes a refused receipt stores: consumed, the cursor moved; "
+                                             "a replay answers them again."),
+    ("CommitRefusalCode", COMMIT_REFUSALS, "The codes a commit answers (section 10.7)."),
+)
+
+
 def _results() -> dict[str, JSON]:
     d: dict[str, JSON] = {}
-    d["RefusalCode"] = _enum(RefusalCode, "Why an operation was refused: a result, not an error.")
+    d["RefusalCode"] = _enum(RefusalCode, "Why an operation was refused: a result, not an error. Each operation "
+                             "answers only some of them (PageRefusalCode, DeliveryRefusalCode, CommitRefusalCode).")
+    for name, codes, what in _REFUSAL_SETS:
+        d[name] = _enum([c for c in RefusalCode if c in codes], what)
     epochs_cursor = {"policyEpochs": _ref("PolicyEpochs"), "appliedThrough": _ref("Cursor")}
     d["BeginResult"] = _obj({"appliedThrough": _ref("Cursor"), "policyEpochs": _ref("PolicyEpochs")},
                             description="The result of `begin`.")
@@ -211,28 +249,43 @@ def _results() -> dict[str, JSON]:
               "after": _nullable(_ref("Key")), "recordVersion": _ref("Count"),
               "results": {"type": "array", "items": _ref("Result")}, "complete": {"type": "boolean"},
               **epochs_cursor}),
-        _obj({"ok": {"const": False}, "attemptId": _ref("Id"), "code": _ref("RefusalCode"), **epochs_cursor}),
+        _obj({"ok": {"const": False}, "attemptId": _ref("Id"), "code": _ref("PageRefusalCode"), **epochs_cursor}),
     ]}
+    refused = {"ok": {"const": False}}
     d["ApplyResult"] = {"description": "The result of `delivery`: applied (or replayed), or refused; a refusal "
-                        "that is `consumed` advanced the cursor and has a receipt.", "oneOf": [
+                        "that is `consumed` advanced the cursor and has a receipt, except a `delivery_conflict`.",
+                        "oneOf": [
         _obj({"ok": {"const": True}, "replayed": {"type": "boolean"}, "attemptId": _nullable(_ref("Id")),
               "projectId": _ref("Segment"), "recordVersion": _ref("Count"), "result": _ref("Result"),
-              **epochs_cursor}),
-        _obj({"ok": {"const": False}, "replayed": {"type": "boolean"}, "consumed": {"type": "boolean"},
-              "attemptId": _nullable(_ref("Id")), "code": _ref("RefusalCode"), **epochs_cursor}),
+              **epochs_cursor}, description="Applied, or replayed from an applied receipt."),
+        _obj({**refused, "replayed": {"const": False}, "consumed": {"const": False},
+              "attemptId": _nullable(_ref("Id")), "code": _ref("TransientRefusalCode"), **epochs_cursor},
+             description="A transient refusal: nothing written, no receipt, the cursor unchanged."),
+        _obj({**refused, "replayed": {"type": "boolean"}, "consumed": {"const": True},
+              "attemptId": _nullable(_ref("Id")), "code": _ref("ReceiptRefusalCode"), **epochs_cursor},
+             description="Consumed: a refused receipt written and the cursor moved (replayed: answered from it)."),
+        _obj({**refused, "replayed": {"const": True}, "consumed": {"const": True},
+              "attemptId": _nullable(_ref("Id")), "code": {"const": RefusalCode.DELIVERY_CONFLICT.value},
+              **epochs_cursor},
+             description="A replay whose MAC differs from its receipt's: nothing written."),
     ]}
     d["CommitResult"] = {"description": "The result of `commit`: promoted and open, or refused.", "oneOf": [
         _obj({"ok": {"const": True}, "attemptId": _ref("Id"), **epochs_cursor}),
-        _obj({"ok": {"const": False}, "attemptId": _ref("Id"), "code": _ref("RefusalCode"), **epochs_cursor}),
+        _obj({"ok": {"const": False}, "attemptId": _ref("Id"), "code": _ref("CommitRefusalCode"), **epochs_cursor}),
     ]}
     d["Status"] = _obj(
         {"activated": {"type": "boolean"}, "gateOpen": {"type": "boolean"}, "attemptId": _nullable(_ref("Id")),
          "orgId": _nullable(_ref("Segment")), "appliedThrough": _nullable(_ref("Cursor")),
          "policyEpochs": _ref("PolicyEpochs"), "projectIds": {"type": "array", "items": _ref("Segment")}},
         description="The result of `status`: the authority row and the live project ids (sorted), no value.")
-    d["SnapshotEntry"] = _obj({"state": _ref("BindingState"), "materialization": _ref("Materialization"),
-                               "value": _nullable({"type": "string"})},
-                              description="One served record; `value` is its plaintext when installed, else null.")
+    d["SnapshotEntry"] = {"description": "One served record; `value` is its plaintext when installed, else null.",
+                          "oneOf": [
+        _obj({"state": _ref("BindingState"), "materialization": _materialization(MatKind.INSTALLED),
+              "value": {"type": "string"}}, description="Installed: its plaintext value."),
+        _obj({"state": _ref("BindingState"),
+              "materialization": {"oneOf": [_materialization(k) for k in MatKind if k is not MatKind.INSTALLED]},
+              "value": {"type": "null"}}, description="Withheld or unavailable: no value."),
+    ]}
     d["Snapshot"] = {"description": "The result of `snapshot`: the served view in the order the ids were asked "
                      "for, or null (the read fails closed).", "anyOf": [
         _obj({"projects": {"type": "array", "items": _obj(
@@ -242,9 +295,10 @@ def _results() -> dict[str, JSON]:
     ]}
     d["Receipt"] = _obj(
         {"streamId": _ref("Id"), "sequence": _ref("Count"), "ok": {"type": "boolean"},
-         "code": _nullable(_ref("RefusalCode")), "result": _nullable(_ref("Result")),
+         "code": _nullable(_ref("ReceiptRefusalCode")), "result": _nullable(_ref("Result")),
          "recordVersion": _nullable(_ref("Count"))},
-        description="One receipt of a consumed delivery, as `receipts` lists it (no MAC).")
+        description="One receipt of a consumed delivery, as `receipts` lists it (no MAC). Whether `ok` goes with a "
+                    "code or with a result and a version is beyond the schema (state-receipt-shape).")
     d["Receipts"] = {"type": "array", "items": _ref("Receipt"),
                      "description": "The result of `receipts`: sorted by streamId, then sequence."}
     d["Readiness"] = _obj({"ready": {"type": "boolean"}}, description="The result of `ready`.")
@@ -353,6 +407,44 @@ def request_definition(op: str) -> str:
     return "".join(part.capitalize() for part in op.replace(".", "_").split("_")) + "Request"
 
 
+def response_definition(op: str) -> str:
+    """The name of the definition of ``op``'s responses (``store.put`` -> ``StorePutResponse``)."""
+    return request_definition(op).removesuffix("Request") + "Response"
+
+
+#: The ops whose request may carry ``crashAfterCommit``: a successful answer is their result or ``Crashed``.
+CRASHING_OPS = tuple(op for op, spec in OPS.items() if "crashAfterCommit" in spec.fields)
+
+
+def _responses() -> dict[str, JSON]:
+    """``Response`` (any op's) and one response definition per op: a success or a failure (section 5.1)."""
+    nested = {"type": "array", "items": _ref("Response"),
+              "description": "The responses of a request's duringFetch, present exactly when it carried one; each "
+                             "follows its own op's response definition."}
+    failure = _obj({"id": _nullable({"type": "integer"}), "ok": {"const": False}, "error": _ref("Error"),
+                    "nested": nested}, optional=("nested",),
+                   description="A failure: `id` is null only for a request without an integer id.")
+
+    def success(result: JSON) -> JSON:
+        return _obj({"id": {"type": "integer"}, "ok": {"const": True}, "result": result, "nested": nested},
+                    optional=("nested",), description="A success: the request's integer id and the op's result.")
+
+    d: dict[str, JSON] = {}
+    results = list(dict.fromkeys([*RESULT_OF_OP.values(), "Crashed"]))
+    d["Response"] = {"description": "One adapter response, of any op: one JSON line per request, in order. A "
+                     "successful `result` is one of the ops' results; the op's own response definition (Ops) says "
+                     "which.", "oneOf": [success({"anyOf": [_ref(name) for name in results]}), failure]}
+    for op, spec in OPS.items():
+        result = _ref(spec.result)
+        if op in CRASHING_OPS:
+            result = {"oneOf": [result, _ref("Crashed")],
+                      "description": f"{spec.result}, or Crashed when the request's crashAfterCommit crashed."}
+        d[response_definition(op)] = {"description": f"The response to `{op}`: its result ({spec.result}"
+                                      + (" or Crashed" if op in CRASHING_OPS else "") + "), or an error.",
+                                      "oneOf": [success(result), failure]}
+    return d
+
+
 def _adapter() -> dict[str, JSON]:
     d: dict[str, JSON] = {}
     for op, spec in OPS.items():
@@ -380,19 +472,12 @@ def _adapter() -> dict[str, JSON]:
                       description="invalid: the request or frame breaks a rule, nothing changed. corrupt: the "
                                   "stored replica breaks its own rules. unsupported: an op the adapter does not "
                                   "know or offer, an operation lost in a crash, or an environment failure.")
-    nested = {"type": "array", "items": _ref("Response"),
-              "description": "The responses of a request's duringFetch, present exactly when it carried one."}
-    d["Response"] = {"description": "One adapter response: one JSON line per request, in order. `result` "
-                     "follows the op's result definition (Ops).", "oneOf": [
-        _obj({"id": _nullable({"type": "integer"}), "ok": {"const": True}, "result": {}, "nested": nested},
-             optional=("nested",)),
-        _obj({"id": _nullable({"type": "integer"}), "ok": {"const": False}, "error": _ref("Error"),
-              "nested": nested}, optional=("nested",)),
-    ]}
+    d.update(_responses())
     d["Ops"] = _obj(
-        {op: _obj({"request": _ref(request_definition(op)), "result": _ref(spec.result)}) for op, spec in OPS.items()},
-        description="The op table: each op's request and the result of its successful response. Not a message: "
-                    "a map for code generators.")
+        {op: _obj({"request": _ref(request_definition(op)), "result": _ref(spec.result),
+                   "response": _ref(response_definition(op))}) for op, spec in OPS.items()},
+        description="The op table: each op's request, the result of its successful response, and its response. "
+                    "Not a message: a map for code generators.")
     return d
 
 
@@ -427,7 +512,7 @@ def _state_document() -> dict[str, JSON]:
                                     **stored_value}), "attemptId, projectId, key"),
          "receipts": table(_obj({"streamId": _ref("Id"), "sequence": _ref("Count"),
                                  "requestMac": {"type": "string", "minLength": 1}, "ok": {"type": "boolean"},
-                                 "code": _nullable(_ref("RefusalCode")), "result": _nullable(_ref("Result")),
+                                 "code": _nullable(_ref("ReceiptRefusalCode")), "result": _nullable(_ref("Result")),
                                  "recordVersion": _nullable(_ref("Count"))}), "streamId, sequence")},
         description="The result of `state`: every table of the replica, each row verified, values opened "
                     "(plaintext: a test op).")}

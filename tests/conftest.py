@@ -34,6 +34,15 @@ settings.register_profile("nightly", parent=default, max_examples=5000, **UNTIME
 
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
+# Every answer an external adapter gives the test suite (the reference adapter, the model adapter, the TypeScript
+# kit, each fake one) is held to its op's response definition (conformance.answers, docs/protocol.md section 9),
+# whatever the environment says: here in process, and in each `envreplica` the tests start (the environment).
+# tests/test_schema.py counts the answers a lockstep checked, so the check cannot be off unnoticed.
+os.environ["ENVREPLICA_CHECK_ANSWERS"] = "1"
+from envreplica.conformance import answers  # noqa: E402  (after the environment is set)
+
+answers.CHECK_ANSWERS = True
+
 
 @pytest.fixture
 def scratch():

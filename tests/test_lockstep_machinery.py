@@ -1471,7 +1471,8 @@ edited("_minimize: cuts a fast-forward to its shortest failing head, never delet
         '        while i >= 1 and budget.left():  # never the first step (the reset)\n'
         '            if False:'))
 edited("_minimize: cuts a fast-forward to its shortest failing head, never deleting one of its deliveries alone",
-       "checks not deferred", lockstep_run, "_minimize", ("defer=quiet)", "defer=())"))
+       "checks not deferred", lockstep_run, "_minimize",
+       ("_replay_candidate(run, requests, quiet)", "_replay_candidate(run, requests, ())"))
 
 
 @job("_minimize: a replay that raises or kills the driver drops it; the next replay gets a live one")
@@ -1491,12 +1492,12 @@ def check_minimize_dead_driver() -> None:
 
 
 edited("_minimize: a replay that raises or kills the driver drops it; the next replay gets a live one",
-       "kept after raising", lockstep_run, "_minimize",
-       ("        except Exception:\n            run.discard()\n            return None\n",
-        "        except Exception:\n            return None\n"))
+       "kept after raising", lockstep_run, "_replay_candidate",
+       ("    except Exception:\n        run.discard()\n        return None\n",
+        "    except Exception:\n        return None\n"))
 edited("_minimize: a replay that raises or kills the driver drops it; the next replay gets a live one",
-       "kept when dead", lockstep_run, "_minimize",
-       ('        if getattr(impl, "alive", True) is False:\n            run.discard()\n', ""))
+       "kept when dead", lockstep_run, "_replay_candidate",
+       ('    if getattr(impl, "alive", True) is False:\n        run.discard()\n', ""))
 
 # ---------------------------------------------------------------------------
 # The tests

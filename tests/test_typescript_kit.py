@@ -8,9 +8,12 @@
   or F2's, and the same trace with the value in the store installs it under an epoch the replica no longer keeps,
   where ``fixed`` withholds it; the run's HTML report shows the divergence. With the seed's host sealing
   (``utf8``, the default) it is F3's: a value's text changed.
-* The kit itself: the reliability suite's hostile lines are each answered as the contract says; strict TypeScript, types generated from the schema and up to date, the seed's file type-checks
-  against the kit's host, bad options and sources are one line and exit 2, and an adapter that dies mid-run is
-  reported with its last lines of standard error.
+* The kit itself: the reliability suite's hostile lines are each answered as the contract says; strict TypeScript,
+  types generated from the schema and up to date; the kit's own tests (``npm test``: its test host, the seed's glue
+  type-checked with no cast, a type error refused before it runs); bad options and sources are one line and exit 2,
+  and an adapter that dies mid-run is reported with its last lines of standard error.
+* The kit as a package: ``npm pack`` makes a tarball that installs into an empty project, whose command runs the
+  seed's file and a module importing ``@envreplica/adapter-kit/host``.
 
 Without Node or the seed's file these tests skip with one line saying what to do (``typescript_kit``), except under
 ``CI``, where they fail.
@@ -32,7 +35,8 @@ from envreplica.conformance.external import SubprocessDriver
 from envreplica.conformance.lockstep import compare_responses, read_requests
 from envreplica.model.store import legacy_envelope, staged_envelope
 
-from typescript_kit import KIT, ROOT, kit_command, require_kit, seed_adapter, seed_source
+from typescript_kit import (KIT, ROOT, install_packed_kit, kit_command, pack_kit, require_kit, seed_adapter,
+                           seed_source)
 
 pytestmark = pytest.mark.slow
 
@@ -179,23 +183,86 @@ def test_generated_types_are_up_to_date_and_the_kit_is_strict_typescript():
     assert typecheck.returncode == 0, typecheck.stdout + typecheck.stderr
 
 
-def test_the_seeds_file_typechecks_against_the_kits_host(tmp_path):
-    """The host the kit supplies has the types the seed's file expects (tsc --strict over both)."""
+def test_the_kits_own_tests():
+    """``npm test`` in the kit (node --test): the test host (counted write commits, rollback, empty, reopen, sealing
+    a lone surrogate, a wrong key, the MAC, the frame checks), the seed's glue type-checked under ``tsc --strict``
+    with no cast (against the seed's own file, its host imports mapped as ``--source`` maps them), a type error in
+    the seed's file refused (exit 2) and run with ``--no-typecheck``, the seed extractor. None skipped."""
     require_kit()
-    source = seed_source()
-    shutil.copytree(KIT / "src", tmp_path / "src")
-    shutil.copy(source, tmp_path / "src" / "seed" / "host" / "lib" / "project-env-replica.ts")
-    (tmp_path / "package.json").write_text('{"type": "module"}')
-    (tmp_path / "node_modules").symlink_to(KIT / "node_modules")
-    (tmp_path / "tsconfig.json").write_text(json.dumps({
-        # The seed imports without file extensions: a bundler's resolution, as its package builds it.
-        "compilerOptions": {"strict": True, "noEmit": True, "target": "ES2022", "module": "ESNext",
-                            "moduleResolution": "Bundler", "lib": ["ES2023"], "types": ["node"],
-                            "resolveJsonModule": True, "skipLibCheck": True},
-        "include": ["src/**/*.ts"]}))
-    run = subprocess.run([str(KIT / "node_modules" / ".bin" / "tsc"), "-p", str(tmp_path)], capture_output=True,
-                         text=True, timeout=300)
-    assert run.returncode == 0, run.stdout[-4000:]
+    env = {**os.environ, "ENVREPLICA_SEED_SOURCE": str(seed_source())}
+    run = subprocess.run(["npm", "test", "--silent"], capture_output=True, text=True, cwd=KIT, env=env, timeout=600)
+    assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
+    assert "# fail 0" in run.stdout and "# skipped 0" in run.stdout, run.stdout[-2000:]
+
+
+#: A replica of one's own in an empty project that installed the packed kit: it imports both of the package's entry
+#: points (type-checked by the kit under strict defaults, then run), refuses every frame through the host's checks
+#: (answered invalid by the kit's default errorKind), and keeps its status in a TestDatabase.
+PACKED_IMPL = """
+import { CONSTANTS, type Host, type Replica, type Status } from "@envreplica/adapter-kit";
+import { checkBegin, checkCommit, checkDelivery, checkPage, InvalidInputError, open, openDatabase, seal }
+  from "@envreplica/adapter-kit/host";
+
+export function createReplica(host: Host): Replica {
+  const db = openDatabase(host, {
+    schema: "CREATE TABLE IF NOT EXISTS authority (id TEXT PRIMARY KEY, activated INTEGER NOT NULL)",
+    seed: (c) => { c.prepare("INSERT OR IGNORE INTO authority VALUES ('replica', 0)").run(); },
+  });
+  const readStatus = (): Status => db.read((c) => {
+    const row = c.prepare("SELECT activated FROM authority").get() as { activated: number };
+    return { activated: row.activated === 1, gateOpen: false, attemptId: null, orgId: null, appliedThrough: null,
+      policyEpochs: [], projectIds: [] };
+  });
+  if (open(host, seal(host, "\\ud800")) !== "\\ud800" || host.config().prefix !== CONSTANTS.defaultPrefix) {
+    throw new Error("the host does not round-trip");
+  }
+  const toy = (): never => { throw new InvalidInputError("invalid: this toy takes no frame"); };
+  return {
+    begin: (f, e, o) => { checkBegin(f, e, o); return toy(); },
+    applyPage: async (f) => { checkPage(f); return toy(); },
+    applyDelivery: async (f) => { checkDelivery(f); return toy(); },
+    complete: (f) => { checkCommit(f); return toy(); },
+    closeGate: () => {}, readStatus, readSnapshot: () => null, listReceipts: () => [],
+    empty: () => db.empty(), reopen: () => db.reopen(), close: () => db.close(),
+  };
+}
+"""
+
+
+def test_the_packed_kit_installs_into_an_empty_project_and_runs(tmp_path):
+    tarball, files = pack_kit(tmp_path)
+    assert {"package.json", "README.md", "bin/envreplica-ts-adapter.js", "scripts/extract-seed.mjs", "dist/cli.js",
+            "dist/kit/index.js", "dist/kit/index.d.ts", "dist/host/index.js", "dist/host/index.d.ts"} <= files
+    assert not [f for f in files if f.startswith(("test/", "node_modules/", "examples/")) or ".cache" in f]
+
+    project = tmp_path / "a-replica"
+    project.mkdir()
+    (project / "package.json").write_text(json.dumps({"name": "a-replica", "private": True, "type": "module"}))
+    install_packed_kit(project, tarball)
+
+    def npx(*args: str, stdin: str = "") -> subprocess.CompletedProcess:
+        return subprocess.run(["npx", "--no-install", *args], input=stdin, capture_output=True, text=True,
+                              cwd=project, timeout=300)
+
+    usage = npx("envreplica-ts-adapter", "--help")
+    assert usage.returncode == 0 and usage.stdout.startswith("usage: envreplica-ts-adapter"), usage.stderr
+    assert npx("envreplica-extract-seed").returncode == 2  # usage: SEED_DIFF OUT_DIR
+
+    (project / "replica.ts").write_text(PACKED_IMPL)
+    lines = [{"id": 1, "op": "reset"}, {"id": 2, "op": "status"},
+             {"id": 3, "op": "begin", "frame": {}, "keptPolicyEpochs": [], "orgId": "o1"},
+             {"id": 4, "op": "restart"}, {"id": 5, "op": "status"}]
+    requests = "".join(json.dumps(line) + "\n" for line in lines)
+    run = npx("envreplica-ts-adapter", "--impl", "replica.ts", stdin=requests)
+    assert run.returncode == 0, run.stderr
+    answers = [json.loads(line) for line in run.stdout.splitlines()]
+    assert [a["ok"] for a in answers] == [True, True, False, True, True], answers
+    assert answers[1]["result"]["activated"] is False
+    assert answers[2]["error"]["type"] == "invalid" and "frame.attempt" in answers[2]["error"]["message"]
+
+    seed = npx("envreplica-ts-adapter", "--source", str(seed_source()), stdin=requests)
+    assert seed.returncode == 0, seed.stderr
+    assert [json.loads(line)["ok"] for line in seed.stdout.splitlines()] == [True, True, False, True, True]
 
 
 # ---------------------------------------------------------------------------

@@ -61,7 +61,16 @@ whatever the state; shrinking then stays aligned when steps are deleted.
 Shrinking is capped by a count of calls (``run.SHRINK_CALLS``); then the
 concrete requests of the shrunk example are minimized by deleting steps and
 nested requests while the divergence stays the same (``run.MINIMIZE_REPLAYS``
-replays). Counts, not seconds: a busy machine finds the same trace.
+replays); then its data: keys, project ids and stored values are replaced
+with shorter ones, consistently across the trace and inside the stored
+envelopes, while it diverges at the same step the same way
+(``run._shrink_data``, ``rename``; ``run.DATA_REPLAYS`` replays). Counts, not
+seconds: a busy machine finds the same trace.
+
+A divergence names where a value differs: the index, the code point of each
+side there and both values escaped, cut around it (``text``); values are the
+harness's own test data, so they are shown, except an in-process
+implementation's on a real value store (``text.values_shown``).
 
 Coverage: ``COVERAGE`` (process-wide: every run of the process) and each
 run's ``LockstepReport.coverage`` count the ops, refusal codes,
@@ -100,8 +109,12 @@ mutant tests use it: keep its signature), ``replay_requests`` /
 
 Modules, each importing only those above it:
 
+* ``text``: strings in messages, escaped, and where two differ
+  (``text_difference``);
 * ``domains``: the small domains (``KINDS``, ``STREAMS``, ``KEYS``,
   ``EPOCH_SETS``, ...) and ``KNOWN_VIOLATIONS``;
+* ``rename``: a trace's literals by kind, the trace with some replaced,
+  shorter names in the same order;
 * ``coverage``: ``LockstepCoverage``, ``COVERAGE``, ``print_coverage``;
 * ``compare``: ``compare_responses`` and the state checks after a step
   (``_check_state``, ``state_difference``);
@@ -112,10 +125,11 @@ Modules, each importing only those above it:
 * ``context``: ``_Run``, what every example of one run shares;
 * ``machine``: ``LockstepMachine``, ``RULE_WEIGHTS``, the tracing model driver;
 * ``run``: ``lockstep_settings`` and the profiles, ``run_lockstep``,
-  ``LockstepReport``, minimization, ``replay_steps`` / ``replay_requests``.
+  ``LockstepReport``, minimization and the data pass, ``replay_steps`` /
+  ``replay_requests``.
 
 This package re-exports ``__all__`` and the few other names the CLI and the
-tests use. The budgets ``SHRINK_CALLS`` and ``MINIMIZE_REPLAYS`` are left
+tests use. The budgets ``SHRINK_CALLS``, ``MINIMIZE_REPLAYS`` and ``DATA_REPLAYS`` are left
 out on purpose: ``run`` reads them at call time, so patch them there
 (a copy here would take the patch and change nothing).
 """

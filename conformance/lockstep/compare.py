@@ -16,6 +16,7 @@ import json
 from typing import Any, Optional
 
 from envreplica.conformance.lockstep.domains import KNOWN_VIOLATIONS
+from envreplica.conformance.lockstep.text import text_difference, values_shown
 from envreplica.model.state import State
 from envreplica.spec import properties as P
 from envreplica.spec.variants import Variant
@@ -37,6 +38,11 @@ def _short(value: Any, width: int = 160) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def _plain(text: str) -> bool:
+    """A short string of printable ASCII (a code, an id, a short key): shown as it is."""
+    return len(text) <= 40 and text.isascii() and text.isprintable()
+
+
 def _first_difference(a: Any, b: Any, path: str) -> str:
     """The path of the first place where two JSON values differ, and both values there."""
     if isinstance(a, dict) and isinstance(b, dict):
@@ -47,6 +53,8 @@ def _first_difference(a: Any, b: Any, path: str) -> str:
                 return f"{path}.{key}: model {_short(a[key])}, implementation has no such key"
             if _canon(a[key]) != _canon(b[key]):
                 return _first_difference(a[key], b[key], f"{path}.{key}")
+    if isinstance(a, str) and isinstance(b, str) and not (_plain(a) and _plain(b)):
+        return f"{path}: {text_difference(a, b)}"  # a value, a long key: where it differs, escaped
     if isinstance(a, list) and isinstance(b, list):
         if len(a) != len(b):
             return f"{path}: model has {len(a)} items, implementation {len(b)}: model {_short(a)}, implementation {_short(b)}"
@@ -175,8 +183,12 @@ def change_mark(impl: Any) -> Optional[tuple]:
 _STATE_FIELDS = tuple(f.name for f in dataclasses.fields(State))
 
 
-def state_difference(model: State, impl: State) -> str:
-    """Which tables differ, with the first differing rows (values shown by length only)."""
+def state_difference(model: State, impl: State, show_values: bool = True) -> str:
+    """Which tables differ, with the first differing rows.
+
+    A row's value is written by its length in the row; with ``show_values``, two values that differ are
+    then shown where they differ, escaped (``text.text_difference``); without (a real value store,
+    ``text.values_shown``), by length only."""
     parts = []
     for name in _STATE_FIELDS:
         a, b = getattr(model, name), getattr(impl, name)
@@ -187,7 +199,11 @@ def state_difference(model: State, impl: State) -> str:
             rows = []
             for k in keys:
                 if a.get(k) != b.get(k):
-                    rows.append(f"{k}: model {_short(_hide(a.get(k)), 200)} / implementation {_short(_hide(b.get(k)), 200)}")
+                    row = f"{k}: model {_short(_hide(a.get(k)), 200)} / implementation {_short(_hide(b.get(k)), 200)}"
+                    m_value, i_value = getattr(a.get(k), "value", None), getattr(b.get(k), "value", None)
+                    if show_values and isinstance(m_value, str) and isinstance(i_value, str) and m_value != i_value:
+                        row += f" — value: {text_difference(m_value, i_value)}"
+                    rows.append(row)
                 if len(rows) == 3:
                     break
             parts.append(f"{name} differs: " + "; ".join(rows))
@@ -232,7 +248,8 @@ def _check_state(model: Any, impl: Any, variant: Variant, state_check: bool) -> 
     if isinstance(st_model, State):
         expected = with_macs(st_model, mac_of(sealer))
         if expected != impl_state:
-            return f"state after the step differs from the model's: {state_difference(expected, impl_state)}"
+            difference = state_difference(expected, impl_state, show_values=values_shown(impl))
+            return f"state after the step differs from the model's: {difference}"
     prop = broken_invariant(impl_state, variant)
     if prop is not None:
         return f"invariant {prop.name} fails on the implementation's state: {prop.statement}"

@@ -20,6 +20,7 @@ import hypothesis
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 
 from envreplica.conformance.drivers import CRASH_FIELD, OPS, ModelDriver
+from envreplica.conformance.external import ProtocolBreak
 from envreplica.conformance.lockstep.compare import _check_state, _check_tables, change_mark, compare_responses
 from envreplica.conformance.lockstep.context import _Run
 from envreplica.conformance.lockstep.coverage import (
@@ -284,6 +285,10 @@ class LockstepMachine(RuleBasedStateMachine):
         model_response = self.model.handle(json.loads(wire_request))
         try:
             impl_response = self.impl.handle(json.loads(wire_request))
+        except ProtocolBreak as broke:  # an answer that breaks its definition: a divergence from the model's first
+            diverging = broke.diverging(model_response)
+            self.impl_dead = self.impl_dead or diverging is None
+            impl_response = diverging or {"driver-error": f"{type(broke).__name__}: {broke}"}
         except Exception as error:
             self.impl_dead = True  # a driver that raised is not trusted again: the next example starts a fresh one
             impl_response = {"driver-error": f"{type(error).__name__}: {error}"}

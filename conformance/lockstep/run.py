@@ -3,10 +3,12 @@
 ``lockstep_settings`` sizes a profile (``PROFILE_EXAMPLES``);
 ``run_lockstep`` runs ``LockstepMachine`` with Hypothesis's shrinking capped
 (``SHRINK_CALLS`` test-function calls), then ``_minimize`` deletes needless
-steps from the concrete requests (``MINIMIZE_REPLAYS`` replays) and
-``_report`` writes the ``LockstepReport``. Both budgets are counts, so a
-busy machine shrinks to the same trace as an idle one; the seconds of
-``SHRINK_GUARD_SECONDS`` and ``MINIMIZE_GUARD_SECONDS`` only stop a hang.
+steps from the concrete requests (``MINIMIZE_REPLAYS`` replays),
+``_shrink_data`` shortens the keys, project ids and values of the steps left
+(``DATA_REPLAYS`` replays) and ``_report`` writes the ``LockstepReport``.
+The budgets are counts, so a busy machine shrinks to the same trace as an
+idle one; the seconds of ``SHRINK_GUARD_SECONDS``, ``MINIMIZE_GUARD_SECONDS``
+and ``DATA_GUARD_SECONDS`` only stop a hang.
 All are read here when a run needs them: patch them on this module
 (``envreplica.conformance.lockstep.run``).
 ``replay_steps`` / ``replay_requests`` send saved requests to both sides.
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,8 +29,8 @@ from hypothesis import HealthCheck, Phase, Verbosity
 from hypothesis.stateful import run_state_machine_as_test
 
 from envreplica.conformance.drivers import Driver, ModelDriver
-from envreplica.conformance.external import StateProbe
-from envreplica.conformance.lockstep import literals
+from envreplica.conformance.external import ProtocolBreak, StateProbe
+from envreplica.conformance.lockstep import literals, rename
 from envreplica.conformance.lockstep.compare import _check_state, _check_tables, _roundtrip, compare_responses
 from envreplica.conformance.lockstep.context import _Run
 from envreplica.conformance.lockstep.coverage import LockstepCoverage
@@ -195,6 +198,11 @@ class LockstepReport:
     found_after_seconds: Optional[float] = None  # seconds into the run when it appeared (before shrinking)
     found_steps: Optional[int] = None  # steps of that first failing example (before shrinking)
     hypothesis_shrunk_steps: Optional[int] = None  # steps after Hypothesis's shrinking, before step deletion
+    #: Replays the data pass made once the steps were minimal (``_shrink_data``; None: it did not run).
+    data_replays: Optional[int] = None
+    #: Per kind of literal the trace holds, its longest before and after the data pass, in characters:
+    #: ``{"key": (128, 1), "project": (2, 2), "value": (4, 1)}``.
+    data_lengths: Optional[dict] = None
     #: How the implementation's tables were held: read back in process, table by table through the
     #: ``state`` op (an external adapter), or not at all (the adapter answered ``state`` unsupported).
     tables: str = ""
@@ -254,7 +262,9 @@ def _report(run: _Run, error: Optional[BaseException], started: float) -> Lockst
         if failing is not None:
             steps, reason = failing["steps"], failing["reason"]
             report.hypothesis_shrunk_steps = len(steps)
+            quiet = {s["request"].get("id") for s in steps if s.get("quiet")}
             steps, reason = _minimize(run, steps, reason)
+            steps, reason, report.data_replays, report.data_lengths = _shrink_data(run, steps, reason, quiet)
         else:
             steps, reason = run.last_steps, f"{type(error).__name__}: {error}"
         if isinstance(error, hypothesis.errors.Flaky) or type(error).__name__.startswith("Flaky"):
@@ -267,7 +277,8 @@ def _report(run: _Run, error: Optional[BaseException], started: float) -> Lockst
         if run.first_failure is not None:
             report.found_after_examples, report.found_after_seconds, report.found_steps = run.first_failure
         report.failure = format_steps(steps, reason, header=f"lockstep divergence under variant {variant.value}, "
-                                                             f"shrunk to {len(steps)} steps:")
+                                                             f"shrunk to {len(steps)} steps:"
+                                                             f"{_data_note(report.data_lengths, report.data_replays)}")
         report.trace_path, report.itf_path = run.trace_path, run.itf_path
     report.seconds = time.perf_counter() - started
     return report
@@ -447,6 +458,21 @@ def _without_project(requests: list, begin_at: int, project: str) -> Optional[li
     return out
 
 
+def _replay_candidate(run: _Run, requests: list, quiet: Collection) -> Optional[tuple[list, Optional[dict]]]:
+    """Replay a shrinking candidate on a fresh implementation beside the model: (steps, divergence or None); None
+    when the implementation could not be driven (it is discarded, as is one that died in the replay)."""
+    try:
+        impl = run.driver()
+        got, divergence = replay_steps(requests, impl, ModelDriver(run.variant), variant=run.variant,
+                                       state_check=run.state_check, probe=run.probe(impl), defer=quiet)
+    except Exception:
+        run.discard()
+        return None
+    if getattr(impl, "alive", True) is False:
+        run.discard()
+    return got, divergence
+
+
 def _minimize(run: _Run, steps: list, reason: str) -> tuple[list, str]:
     """Delete steps (and nested requests) from Hypothesis's shrunk example while it still fails the same way.
 
@@ -477,15 +503,10 @@ def _minimize(run: _Run, steps: list, reason: str) -> tuple[list, str]:
             return None
         tried.add(key)
         budget.spend()
-        try:
-            impl = run.driver()
-            got, divergence = replay_steps(requests, impl, ModelDriver(run.variant), variant=run.variant,
-                                           state_check=run.state_check, probe=run.probe(impl), defer=quiet)
-        except Exception:
-            run.discard()
+        replayed = _replay_candidate(run, requests, quiet)
+        if replayed is None:
             return None
-        if getattr(impl, "alive", True) is False:
-            run.discard()
+        got, divergence = replayed
         if divergence is None or _failure_kind(divergence["reason"]) != kind:
             return None
         return got, divergence["reason"]
@@ -588,6 +609,125 @@ def _minimize(run: _Run, steps: list, reason: str) -> tuple[list, str]:
     return best
 
 
+#: Replays the data pass may make once the steps are minimal (``_shrink_data``; a count, as above).
+DATA_REPLAYS = 80
+#: Replays one value's cutting may take of them (a long value that must stay long gives up there).
+DATA_REPLAYS_PER_VALUE = 32
+#: Steps the data pass may replay in all: a long trace (a fast-forward kept past a thousand deliveries) gets
+#: fewer replays than ``DATA_REPLAYS`` (this many steps divided by its length, one at least).
+DATA_STEPS = 2400
+#: Seconds after which the data pass stops whatever the count: a guard against a hang only.
+DATA_GUARD_SECONDS = 300.0
+#: Literals no longer than this are left as they are (``p1``, ``A``: short already, and readable).
+SHORT_LITERAL = 2
+
+_TABLE_NAMES = re.compile(r"state table (\w+):|(?:: |\| )(\w+) differs: ")
+_ROW_FIELDS = re.compile(r"row \([^)]*\): (\w+):")
+
+
+def _divergence_shape(reason: str) -> tuple:
+    """What the data pass keeps of a divergence: its kind (``_failure_kind``), and for the tables the ones
+    that differ and the fields named, without the keys, ids or values (which the pass renames)."""
+    tables = sorted({a or b for a, b in _TABLE_NAMES.findall(reason)})
+    fields = sorted(set(_ROW_FIELDS.findall(reason)) | ({"value"} if " — value: " in reason else set()))
+    return _failure_kind(reason), tuple(tables), tuple(fields)
+
+
+def _longest(requests: list) -> dict[str, int]:
+    """Per kind of literal the trace holds (``rename.KINDS``), its longest, in characters."""
+    return {kind: max(map(len, found)) for kind in rename.KINDS if (found := rename.literals(requests, kind))}
+
+
+def _data_note(lengths: Optional[dict], replays: Optional[int]) -> str:
+    """A line under the report's header, ``data shrunk in N replays: longest key 128 -> 1 chars, ...``, or ""."""
+    changed = [f"longest {kind} {before:,} -> {after:,} chars" for kind, (before, after) in (lengths or {}).items()
+               if before != after]
+    return f"\n  data shrunk in {replays} replays: {', '.join(changed)}" if changed else ""
+
+
+def _shrink_data(run: _Run, steps: list, reason: str, quiet: Collection) -> tuple[list, str, int, dict]:
+    """Replace the trace's literals with shorter ones while it still diverges the same way.
+
+    Once the steps are minimal: each kind of literal (``rename.KINDS``: record keys, project ids, stored
+    values) renamed at every place it appears (frames, value-store targets, snapshot ids, inside the stored
+    envelopes; nested requests too). First every key, then every project, to its shortest name in the same
+    order and of the same class (``rename.names``; for keys, failing that, of any class a Key has); then
+    every value to ``""``; then each key and project still long on its own (``rename.between``, likewise),
+    and each value cut to the shortest text that keeps the
+    divergence (``rename.shrink_text``: ``""``, then halves, quarters..., single characters). A candidate is
+    kept only when its replay diverges at the same step, of the same kind (``_failure_kind``) and in the same
+    tables and fields (``_divergence_shape``). Literals of ``SHORT_LITERAL`` characters or fewer stay as they
+    are. Bounded by ``DATA_REPLAYS`` (fewer for a trace longer than ``DATA_STEPS`` / ``DATA_REPLAYS``
+    steps; ``DATA_REPLAYS_PER_VALUE`` for one value); returns the steps as
+    replayed, their divergence, the replays made, and the literal lengths before and after
+    (``LockstepReport.data_lengths``).
+    """
+    best_requests = [s["request"] for s in steps]
+    allowed = min(DATA_REPLAYS, max(1, DATA_STEPS // max(1, len(best_requests))))
+    budget = _Budget(allowed, DATA_GUARD_SECONDS)
+    shape, length = _divergence_shape(reason), len(best_requests)
+    best = (steps, reason)
+    before = _longest(best_requests)
+    tried: set[str] = {json.dumps(best_requests, sort_keys=True, default=str)}
+
+    def attempt(requests: list) -> bool:
+        nonlocal best, best_requests
+        key = json.dumps(requests, sort_keys=True, default=str)
+        if key in tried or not budget.left():
+            return False
+        tried.add(key)
+        budget.spend()
+        replayed = _replay_candidate(run, requests, quiet)
+        if replayed is None:
+            return False
+        got, divergence = replayed
+        if divergence is None or divergence["index"] != length or _divergence_shape(divergence["reason"]) != shape:
+            return False
+        best, best_requests = (got, divergence["reason"]), requests
+        return True
+
+    def renamed(kind: str, mapping: Optional[dict]) -> bool:
+        return mapping is not None and attempt(rename.rewrite(best_requests, kind, mapping))
+
+    for kind in ("key", "project"):
+        found = rename.literals(best_requests, kind)
+        if any(len(f) > SHORT_LITERAL for f in found):
+            strict = rename.names(found, kind)
+            if not renamed(kind, strict) and kind == "key":  # a key need then only stay a Key
+                loose = rename.names(found, kind, strict=False)
+                renamed(kind, loose if loose != strict else None)
+    values = rename.literals(best_requests, "value")
+    if any(values):
+        renamed("value", {v: "" for v in values})
+    for kind in ("key", "project"):
+        for old in sorted(rename.literals(best_requests, kind), key=lambda f: (-len(f), f)):
+            found = rename.literals(best_requests, kind)
+            if len(old) > SHORT_LITERAL and old in found and budget.left():
+                new = rename.between(found, old, kind)
+                if not renamed(kind, {old: new} if new is not None else None) and kind == "key":
+                    other = rename.between(found, old, kind, strict=False)
+                    renamed(kind, {old: other} if other is not None and other != new else None)
+    for old in sorted(rename.literals(best_requests, "value"), key=lambda v: (-len(v), v)):
+        if not old or old not in rename.literals(best_requests, "value") or not budget.left():
+            continue
+        cap = budget.replays - DATA_REPLAYS_PER_VALUE
+        current = old
+
+        def works(text: str) -> bool:
+            nonlocal current
+            if text == current or (text and text in rename.literals(best_requests, "value")):
+                return False  # another value's text (but ""): the two would then be renamed as one
+            if renamed("value", {current: text}):
+                current = text
+                return True
+            return False
+
+        rename.shrink_text(old, works, lambda: budget.left() and budget.replays > cap)
+    after = _longest(best_requests)
+    lengths = {kind: (before[kind], after[kind]) for kind in before if kind in after}
+    return best[0], best[1], allowed - budget.replays, lengths
+
+
 # ---------------------------------------------------------------------------
 # Replay of saved requests
 # ---------------------------------------------------------------------------
@@ -615,6 +755,8 @@ def replay_steps(requests: Sequence[Any], impl: Driver, model: Driver, *, varian
         m = model.handle(_roundtrip(request))
         try:
             i = impl.handle(_roundtrip(request))
+        except ProtocolBreak as broke:  # an answer that breaks its definition: a divergence from the model's first
+            i = broke.diverging(m) or {"driver-error": f"{type(broke).__name__}: {broke}"}
         except Exception as error:
             i = {"driver-error": f"{type(error).__name__}: {error}"}
         steps.append({"request": request, "model": m, "impl": i})

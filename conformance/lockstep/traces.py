@@ -17,6 +17,7 @@ from typing import Any, Optional, Sequence
 from envreplica.conformance.drivers import OPS
 from envreplica.conformance.lockstep.compare import _short, compare_responses
 from envreplica.conformance.lockstep.coverage import _mat_item
+from envreplica.conformance.lockstep.text import brief
 from envreplica.spec import wire
 
 # ---------------------------------------------------------------------------
@@ -55,7 +56,8 @@ def _raw_text(raw: Any) -> str:
         env = json.loads(raw)
         if isinstance(env, dict) and env.get("kind") == "project-env" and "value" in env:
             org = f" org={env['orgId']}" if "orgId" in env else ""
-            return f"envelope(v{env.get('v')}{org} {env.get('projectId')}/{env.get('key')} value={env['value']!r})"
+            value = brief(env["value"], 20) if isinstance(env["value"], str) else _short(env["value"], 60)
+            return f"envelope(v{env.get('v')}{org} {env.get('projectId')}/{env.get('key')} value={value})"
     except (ValueError, TypeError):
         pass
     return f"raw={_short(raw, 60)}"

@@ -19,7 +19,9 @@
 
 import { CONSTANTS, checkRequest, InvalidRequest, requestId, UnknownOp } from "./contract.js";
 import { decodeLine, encodeLine } from "./json.js";
-import type { CreateReplica, Host, HostConfig, Replica, ValueReader } from "./replica.js";
+import { errorKind as defaultErrorKind } from "../host/errors.js";
+import type { ApplyFrame, BeginFrame, CommitFrame, PageFrame, PolicyEpochs } from "./generated/contract.js";
+import type { CreateReplica, ErrorKind, Host, HostConfig, Replica, ValueReader } from "./replica.js";
 import { EmbeddedStore, legacyText, stagedText, type Ref } from "./store.js";
 
 export const OPERATION_LOST_RESTART = "operation lost: the replica restarted inside its value-store read";
@@ -207,9 +209,14 @@ export class Adapter {
     return response;
   }
 
+  /** The replica's `errorKind`, or the kit's default (`InvalidInputError`, `CorruptReplicaError`). */
+  private errorKind(e: unknown): ErrorKind | undefined {
+    return this.replica.errorKind !== undefined ? this.replica.errorKind(e) : defaultErrorKind(e);
+  }
+
   private failure(id: Id, e: unknown): Response {
     if (e instanceof OperationLost || e instanceof Unsupported) return error(id, "unsupported", e.message);
-    const kind = this.replica.errorKind(e);
+    const kind = this.errorKind(e);
     if (kind !== undefined) return error(id, kind, e instanceof Error ? e.message : String(e));
     return error(id, "unsupported", `internal error: ${describe(e)}`);
   }
@@ -237,12 +244,14 @@ export class Adapter {
         this.storeOn = false; // for operations that start from now on (each fixes its reader when it starts)
         return {};
       case "begin":
-        return await r.begin(f["frame"], f["keptPolicyEpochs"], f["orgId"]);
+        // Frames and begin's arguments are passed unchecked, typed as the replica declares them: checking them is the
+        // replica's job, and the gate holds it to that (Replica's TSDoc).
+        return await r.begin(f["frame"] as BeginFrame, f["keptPolicyEpochs"] as PolicyEpochs, f["orgId"] as string);
       case "page":
       case "delivery":
         return await this.operation(op, f, nested, depth);
       case "commit":
-        return await r.complete(f["frame"]);
+        return await r.complete(f["frame"] as CommitFrame);
       case "close":
         await r.closeGate();
         return {};
@@ -251,7 +260,14 @@ export class Adapter {
       case "snapshot":
         return await r.readSnapshot(f["projectIds"] as string[]);
       case "receipts":
-        return await r.listReceipts();
+        return (await r.listReceipts()).map((receipt) => ({ // the wire's keys only (no MAC)
+          streamId: receipt.streamId,
+          sequence: receipt.sequence,
+          ok: receipt.ok,
+          code: receipt.code,
+          result: receipt.result,
+          recordVersion: receipt.recordVersion,
+        }));
       case "restart":
         await this.restart(OPERATION_LOST_RESTART);
         return {};
@@ -292,7 +308,9 @@ export class Adapter {
     this.starting = operation;
     let running: Promise<Json>;
     try {
-      running = op === "page" ? this.replica.applyPage(f["frame"], reader) : this.replica.applyDelivery(f["frame"], reader);
+      running = op === "page"
+        ? this.replica.applyPage(f["frame"] as PageFrame, reader)
+        : this.replica.applyDelivery(f["frame"] as ApplyFrame, reader);
     } catch (e) {
       running = Promise.reject(e);
     } finally {
@@ -342,7 +360,7 @@ export class Adapter {
     try {
       status = await r.readStatus();
     } catch (e) {
-      if (r.errorKind(e) === "corrupt") return { reason: "corrupt", message: "the replica's authority row does not hold" };
+      if (this.errorKind(e) === "corrupt") return { reason: "corrupt", message: "the replica's authority row does not hold" };
       throw e;
     }
     if (!status.activated) return { reason: "not_activated", message: "no snapshot attempt was ever begun" };

@@ -70,15 +70,45 @@ const requestCheckers = new Map<string, ValidateFunction>(
 
 const definitionCheckers = new Map<string, ValidateFunction>();
 
-/** Whether `value` is a valid instance of the contract's definition `name` (e.g. "PageFrame"). */
-export function conforms(name: string, value: unknown): boolean {
+function definition(name: string): ValidateFunction {
   let check = definitionCheckers.get(name);
   if (check === undefined) {
     check = ajv.getSchema(BASE + name);
     if (check === undefined) throw new Error(`the contract has no definition named ${name}`);
     definitionCheckers.set(name, check);
   }
-  return check(value) === true;
+  return check;
+}
+
+/** Whether `value` is a valid instance of the contract's definition `name` (e.g. "PageFrame"). */
+export function conforms(name: string, value: unknown): boolean {
+  return definition(name)(value) === true;
+}
+
+/**
+ * How `value` breaks the contract's definition `name`, or null when it conforms: where (a path such as
+ * `.records[0].key`, empty for the value itself) and the rule, in words that never show the value.
+ */
+export function violation(name: string, value: unknown): { path: string; rule: string } | null {
+  const check = definition(name);
+  if (check(value) === true) return null;
+  const errors = check.errors ?? [];
+  // Ajv reports a union's branches before the union itself: the union's own error is the one that holds.
+  const error = errors[errors.length - 1];
+  if (error === undefined) return { path: "", rule: `must be a ${name}` };
+  const parts = error.instancePath.split("/").slice(1).map((part) => part.replace(/~1/g, "/").replace(/~0/g, "~"));
+  let path = parts.map((part) => (/^[0-9]+$/.test(part) ? `[${part}]` : `.${shownKey(part)}`)).join("");
+  let rule: string;
+  if (error.keyword === "additionalProperties") {
+    path += `.${shownKey(String((error.params as { additionalProperty: string }).additionalProperty))}`;
+    rule = "is not allowed here (objects are exact)";
+  } else if (error.keyword === "required") {
+    path += `.${shownKey(String((error.params as { missingProperty: string }).missingProperty))}`;
+    rule = "is required";
+  } else {
+    rule = error.message ?? "breaks the contract";
+  }
+  return { path, rule };
 }
 
 /** A request that breaks a rule: answered `invalid` (with its id when it had an integer one). */

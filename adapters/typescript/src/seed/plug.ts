@@ -1,6 +1,8 @@
 /**
- * The seed's own code as an implementation for the kit: `createReplica` wires the operations of
- * `project-env-replica.ts` (the `--source` file, compiled with the host modules of `host/`) into the kit.
+ * The seed's own code as an implementation for the kit: `createSeedReplica` wires the operations of
+ * `project-env-replica.ts` (the `--source` file, compiled by `kit/load.ts` with its imports mapped onto the host
+ * modules of `host/`) into the kit, with no cast: the kit's `Replica` takes the contract's frames and the results
+ * as the seed writes them.
  *
  * The seed reads values through its default reader (`configuredCredentialStore()`, which `host/lib/credential-store`
  * answers with the kit's reader of the operation starting), throws `Error("invalid ...")` for an invalid frame and
@@ -8,39 +10,19 @@
  * `exportState` reads the seed's eight tables into the contract's `state` document, values opened under the key.
  */
 
-import * as seed from "envreplica:seed";
-
-import type { ErrorKind, Host, Replica } from "../kit/replica.js";
-import type { Receipt, StateDocument } from "../kit/generated/contract.js";
+import type { ErrorKind, Host, Replica, Written } from "../kit/replica.js";
+import type { StateDocument } from "../kit/generated/contract.js";
 import { closeDb, emptyDb, reopen, sqliteConnection, startOperation } from "./host/lib/db.js";
 import { openProjectEnvValueFromStorage } from "./host/lib/host-env.js";
 export { setTextEncoding, type TextEncoding } from "./host/lib/host-env.js";
 import { setAckPageBytes } from "./host/src/protocol.js";
 import { setHost } from "./host/runtime.js";
-
-/** The exports the kit calls; a `--source` without one of them is refused. */
-export const REQUIRED_EXPORTS = [
-  "beginProjectEnvReplica",
-  "applyProjectEnvReplicaPage",
-  "applyProjectEnvReplicaDelivery",
-  "completeProjectEnvReplica",
-  "closeProjectEnvReplicaGate",
-  "readProjectEnvReplicaStatus",
-  "readProjectEnvReplicaSnapshot",
-  "listProjectEnvReplicaReceipts",
-  "awaitProjectEnvReplicaReady",
-  "ProjectEnvReplicaCorruptError",
-] as const;
-
-/** The names `REQUIRED_EXPORTS` that the compiled source does not export as functions or classes. */
-export function missingExports(): string[] {
-  const module = seed as unknown as Record<string, unknown>;
-  return REQUIRED_EXPORTS.filter((name) => typeof module[name] !== "function");
-}
+import type { SeedModule } from "./seed-module.js";
+export { missingExports, REQUIRED_EXPORTS, type SeedModule } from "./seed-module.js";
 
 const READY_TIMEOUT = "task environment replica did not become ready before the admission deadline";
 
-export function createReplica(host: Host): Replica {
+export function createSeedReplica(seed: SeedModule, host: Host): Replica {
   setHost(host);
   const config = () => {
     setAckPageBytes(host.config().ackPageBytes);
@@ -49,33 +31,23 @@ export function createReplica(host: Host): Replica {
   return {
     begin: (frame, epochs, orgId) => {
       config();
-      return seed.beginProjectEnvReplica(frame as never, epochs as never, orgId as never);
+      return seed.beginProjectEnvReplica(frame, epochs, orgId);
     },
     applyPage: (frame) => {
       config();
       startOperation();
-      return seed.applyProjectEnvReplicaPage(frame as never);
+      return seed.applyProjectEnvReplicaPage(frame);
     },
     applyDelivery: (frame) => {
       config();
       startOperation();
-      return seed.applyProjectEnvReplicaDelivery(frame as never);
+      return seed.applyProjectEnvReplicaDelivery(frame);
     },
-    complete: (frame) => seed.completeProjectEnvReplica(frame as never),
+    complete: (frame) => seed.completeProjectEnvReplica(frame),
     closeGate: () => seed.closeProjectEnvReplicaGate(),
     readStatus: () => seed.readProjectEnvReplicaStatus(),
     readSnapshot: (projectIds) => seed.readProjectEnvReplicaSnapshot(projectIds),
-    listReceipts: () =>
-      seed.listProjectEnvReplicaReceipts().map(
-        (row): Receipt => ({
-          streamId: row.streamId,
-          sequence: row.sequence,
-          ok: row.ok,
-          code: row.code as Receipt["code"],
-          result: row.result,
-          recordVersion: row.recordVersion,
-        }),
-      ),
+    listReceipts: () => seed.listProjectEnvReplicaReceipts(),
     awaitReady: (timeoutMs) => seed.awaitProjectEnvReplicaReady(timeoutMs),
     isReadyTimeout: (error) => error instanceof Error && error.message === READY_TIMEOUT,
     empty: () => {
@@ -153,7 +125,7 @@ function storedValue(row: Row) {
   };
 }
 
-function exportState(): StateDocument {
+function exportState(): Written<StateDocument> {
   const [authority] = rows("host_project_env_replica_authority", "id");
   if (authority === undefined) throw new StoredRowInvalid("project environment replica authority row is missing");
   const doc = {
@@ -206,5 +178,5 @@ function exportState(): StateDocument {
       recordVersion: row["record_version"],
     })),
   };
-  return doc as StateDocument;
+  return doc as Written<StateDocument>; // read from the tables as they are: the harness checks them
 }

@@ -9,72 +9,66 @@
  */
 export type Count = number;
 /**
- * `store.put`: The value store answers that reference with `raw` (a legacy read reports `reportedVersion`).
+ * The response to `reset`: its result (Empty), or an error.
  *
  * This interface was referenced by `Ops`'s JSON-Schema
- * via the `definition` "StorePutRequest".
+ * via the `definition` "ResetResponse".
  */
-export type StorePutRequest =
+export type ResetResponse =
   | {
       id: number;
-      op: "store.put";
-      projectId: Segment;
-      key: Key;
-      ref: StagedRef;
-      raw: string;
+      ok: true;
+      result: Empty;
+      /**
+       * The responses of a request's duringFetch, present exactly when it carried one; each follows its own op's response definition.
+       */
+      nested?: Response[];
     }
   | {
-      id: number;
-      op: "store.put";
-      projectId: Segment;
-      key: Segment;
-      ref: LegacyRef;
-      raw: string;
-      reportedVersion?: number;
+      id: number | null;
+      ok: false;
+      error: Error;
+      /**
+       * The responses of a request's duringFetch, present exactly when it carried one; each follows its own op's response definition.
+       */
+      nested?: Response[];
     };
 /**
- * projectId, orgId: 1-64 characters, an ASCII letter or digit first, then letters, digits, '_', '.' or '-'. A parameter path segment.
+ * One adapter response, of any op: one JSON line per request, in order. A successful `result` is one of the ops' results; the op's own response definition (Ops) says which.
  *
  * This interface was referenced by `Ops`'s JSON-Schema
- * via the `definition` "Segment".
+ * via the `definition` "Response".
  */
-export type Segment = string;
-/**
- * An environment variable name: 1-128 characters, an ASCII letter or '_' first, then letters, digits or '_'.
- *
- * This interface was referenced by `Ops`'s JSON-Schema
- * via the `definition` "Key".
- */
-export type Key = string;
-/**
- * A lowercase canonical UUID.
- *
- * This interface was referenced by `Ops`'s JSON-Schema
- * via the `definition` "StagingId".
- */
-export type StagingId = string;
-/**
- * `store.fail`: Reads of that reference find nothing, or raise.
- *
- * This interface was referenced by `Ops`'s JSON-Schema
- * via the `definition` "StoreFailRequest".
- */
-export type StoreFailRequest =
+export type Response =
   | {
       id: number;
-      op: "store.fail";
-      projectId: Segment;
-      key: Key;
-      ref: StagedRef;
-      mode: "missing" | "error";
+      ok: true;
+      result:
+        | Empty
+        | BeginResult
+        | PageResult
+        | ApplyResult
+        | CommitResult
+        | Status
+        | Snapshot
+        | Receipts
+        | Readiness
+        | Diagnosis
+        | StateDocument
+        | Crashed;
+      /**
+       * The responses of a request's duringFetch, present exactly when it carried one; each follows its own op's response definition.
+       */
+      nested?: Response[];
     }
   | {
-      id: number;
-      op: "store.fail";
-      projectId: Segment;
-      key: Segment;
-      ref: LegacyRef;
-      mode: "missing" | "error";
+      id: number | null;
+      ok: false;
+      error: Error;
+      /**
+       * The responses of a request's duringFetch, present exactly when it carried one; each follows its own op's response definition.
+       */
+      nested?: Response[];
     };
 /**
  * streamId, attemptId, opId: 1-128 characters, an ASCII letter or digit first, then letters, digits, '_', '.', ':' or '-'.
@@ -92,6 +86,45 @@ export type Id = string;
  * via the `definition` "PolicyEpochs".
  */
 export type PolicyEpochs = Count[];
+/**
+ * The result of `page`: the page staged, or refused.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "PageResult".
+ */
+export type PageResult =
+  | {
+      ok: true;
+      attemptId: Id;
+      projectId: Segment;
+      after: Key | null;
+      recordVersion: Count;
+      results: Result[];
+      complete: boolean;
+      policyEpochs: PolicyEpochs;
+      appliedThrough: Cursor;
+    }
+  | {
+      ok: false;
+      attemptId: Id;
+      code: PageRefusalCode;
+      policyEpochs: PolicyEpochs;
+      appliedThrough: Cursor;
+    };
+/**
+ * projectId, orgId: 1-64 characters, an ASCII letter or digit first, then letters, digits, '_', '.' or '-'. A parameter path segment.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "Segment".
+ */
+export type Segment = string;
+/**
+ * An environment variable name: 1-128 characters, an ASCII letter or '_' first, then letters, digits or '_'.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "Key".
+ */
+export type Key = string;
 /**
  * A record's head: its counters, whether it is deleted, and its value's reference (null exactly when it is a tombstone).
  *
@@ -119,6 +152,13 @@ export type Head =
  */
 export type ValueRef = StagedRef | LegacyRef;
 /**
+ * A lowercase canonical UUID.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "StagingId".
+ */
+export type StagingId = string;
+/**
  * How the task binds the key: null (normally), omitted, or withheld for a reason.
  *
  * This interface was referenced by `Ops`'s JSON-Schema
@@ -141,31 +181,6 @@ export type Binding =
  */
 export type Reason = string;
 /**
- * The result of `page`: the page staged, or refused.
- *
- * This interface was referenced by `Ops`'s JSON-Schema
- * via the `definition` "PageResult".
- */
-export type PageResult =
-  | {
-      ok: true;
-      attemptId: Id;
-      projectId: Segment;
-      after: Key | null;
-      recordVersion: Count;
-      results: Result[];
-      complete: boolean;
-      policyEpochs: PolicyEpochs;
-      appliedThrough: Cursor;
-    }
-  | {
-      ok: false;
-      attemptId: Id;
-      code: RefusalCode;
-      policyEpochs: PolicyEpochs;
-      appliedThrough: Cursor;
-    };
-/**
  * What the replica made of a record: its value installed, withheld (by the record itself) or unavailable (not fetched, or the fetch failed).
  *
  * This interface was referenced by `Ops`'s JSON-Schema
@@ -184,7 +199,601 @@ export type Materialization =
       reason: Reason;
     };
 /**
- * Why an operation was refused: a result, not an error.
+ * The codes a page answers (section 10.5).
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "PageRefusalCode".
+ */
+export type PageRefusalCode =
+  | "reconciliation_attempt_mismatch"
+  | "ack_page_too_large"
+  | "project_not_in_attempt"
+  | "record_version_stale"
+  | "snapshot_page_mismatch"
+  | "snapshot_version_conflict";
+/**
+ * The result of `delivery`: applied (or replayed), or refused; a refusal that is `consumed` advanced the cursor and has a receipt, except a `delivery_conflict`.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "ApplyResult".
+ */
+export type ApplyResult =
+  | {
+      ok: true;
+      replayed: boolean;
+      attemptId: Id | null;
+      projectId: Segment;
+      recordVersion: Count;
+      result: Result;
+      policyEpochs: PolicyEpochs;
+      appliedThrough: Cursor;
+    }
+  | {
+      ok: false;
+      replayed: false;
+      consumed: false;
+      attemptId: Id | null;
+      code: TransientRefusalCode;
+      policyEpochs: PolicyEpochs;
+      appliedThrough: Cursor;
+    }
+  | {
+      ok: false;
+      replayed: boolean;
+      consumed: true;
+      attemptId: Id | null;
+      code: ReceiptRefusalCode;
+      policyEpochs: PolicyEpochs;
+      appliedThrough: Cursor;
+    }
+  | {
+      ok: false;
+      replayed: true;
+      consumed: true;
+      attemptId: Id | null;
+      code: "delivery_conflict";
+      policyEpochs: PolicyEpochs;
+      appliedThrough: Cursor;
+    };
+/**
+ * A delivery's transient codes: `replayed: false, consumed: false`, nothing written; the cloud may send it again.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "TransientRefusalCode".
+ */
+export type TransientRefusalCode =
+  | "reconciliation_attempt_mismatch"
+  | "stream_mismatch"
+  | "receipt_missing"
+  | "delivery_gap"
+  | "snapshot_incomplete"
+  | "record_version_gap"
+  | "replica_state_changed"
+  | "replica_state_missing";
+/**
+ * The codes a refused receipt stores: consumed, the cursor moved; a replay answers them again.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "ReceiptRefusalCode".
+ */
+export type ReceiptRefusalCode = "record_version_conflict" | "project_not_in_replica";
+/**
+ * The result of `commit`: promoted and open, or refused.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "CommitResult".
+ */
+export type CommitResult =
+  | {
+      ok: true;
+      attemptId: Id;
+      policyEpochs: PolicyEpochs;
+      appliedThrough: Cursor;
+    }
+  | {
+      ok: false;
+      attemptId: Id;
+      code: CommitRefusalCode;
+      policyEpochs: PolicyEpochs;
+      appliedThrough: Cursor;
+    };
+/**
+ * The codes a commit answers (section 10.7).
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "CommitRefusalCode".
+ */
+export type CommitRefusalCode = "reconciliation_attempt_mismatch" | "delivery_incomplete" | "record_version_changed";
+/**
+ * The result of `snapshot`: the served view in the order the ids were asked for, or null (the read fails closed).
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "Snapshot".
+ */
+export type Snapshot = {
+  projects: {
+    projectId: Segment;
+    recordVersion: Count;
+    entries: SnapshotEntry[];
+  }[];
+} | null;
+/**
+ * One served record; `value` is its plaintext when installed, else null.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "SnapshotEntry".
+ */
+export type SnapshotEntry =
+  | {
+      state: BindingState;
+      materialization: {
+        kind: "installed";
+      };
+      value: string;
+    }
+  | {
+      state: BindingState;
+      materialization:
+        | {
+            kind: "withheld";
+            reason: Reason;
+          }
+        | {
+            kind: "unavailable";
+            reason: Reason;
+          };
+      value: null;
+    };
+/**
+ * The result of `receipts`: sorted by streamId, then sequence.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "Receipts".
+ */
+export type Receipts = Receipt[];
+/**
+ * The result of `diagnostics`: null when `snapshot` of the same ids would serve, else why not (`message` is for people, names no value, and is not compared).
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "Diagnosis".
+ */
+export type Diagnosis = {
+  /**
+   * Checked in this order.
+   */
+  reason: "not_activated" | "gate_closed" | "projects_mismatch" | "corrupt";
+  message: string;
+} | null;
+/**
+ * `store.put`: The value store answers that reference with `raw` (a legacy read reports `reportedVersion`).
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "StorePutRequest".
+ */
+export type StorePutRequest =
+  | {
+      id: number;
+      op: "store.put";
+      projectId: Segment;
+      key: Key;
+      ref: StagedRef;
+      raw: string;
+    }
+  | {
+      id: number;
+      op: "store.put";
+      projectId: Segment;
+      key: Segment;
+      ref: LegacyRef;
+      raw: string;
+      reportedVersion?: number;
+    };
+/**
+ * The response to `store.put`: its result (Empty), or an error.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "StorePutResponse".
+ */
+export type StorePutResponse =
+  | {
+      id: number;
+      ok: true;
+      result: Empty;
+      /**
+       * The responses of a request's duringFetch, present exactly when it carried one; each follows its own op's response definition.
+       */
+      nested?: Response[];
+    }
+  | {
+      id: number | null;
+      ok: false;
+      error: Error;
+      /**
+       * The responses of a request's duringFetch, present exactly when it carried one; each follows its own op's response definition.
+       */
+      nested?: Response[];
+    };
+/**
+ * `store.fail`: Reads of that reference find nothing, or raise.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "StoreFailRequest".
+ */
+export type StoreFailRequest =
+  | {
+      id: number;
+      op: "store.fail";
+      projectId: Segment;
+      key: Key;
+      ref: StagedRef;
+      mode: "missing" | "error";
+    }
+  | {
+      id: number;
+      op: "store.fail";
+      projectId: Segment;
+      key: Segment;
+      ref: LegacyRef;
+      mode: "missing" | "error";
+    };
+/**
+ * The response to `store.fail`: its result (Empty), or an error.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "StoreFailResponse".
+ */
+export type StoreFailResponse =
+  | {
+      id: number;
+      ok: true;
+      result: Empty;
+      /**
+       * The responses of a request's duringFetch, present exactly when it carried one; each follows its own op's response definition.
+       */
+      nested?: Response[];
+    }
+  | {
+      id: number | null;
+      ok: false;
+      error: Error;
+      /**
+       * The responses of a request's duringFetch, present exactly when it carried one; each follows its own op's response definition.
+       */
+      nested?: Response[];
+    };
+/**
+ * The response to `store.off`: its result (Empty), or an error.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "StoreOffResponse".
+ */
+export type StoreOffResponse =
+  | {
+      id: number;
+      ok: true;
+      result: Empty;
+      /**
+       * The responses of a request's duringFetch, present exactly when it carried one; each follows its own op's response definition.
+       */
+      nested?: Response[];
+    }
+  | {
+      id: number | null;
+      ok: false;
+      error: Error;
+      /**
+       * The responses of a request's duringFetch, present exactly when it carried one; each follows its own op's response definition.
+       */
+      nested?: Response[];
+    };
+/**
+ * The response to `begin`: its result (BeginResult), or an error.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "BeginResponse".
+ */
+export type BeginResponse =
+  | {
+      id: number;
+      ok: true;
+      result: BeginResult;
+      /**
+       * The responses of a request's duringFetch, present exactly when it carried one; each follows its own op's response definition.
+       */
+      nested?: Response[];
+    }
+  | {
+      id: number | null;
+      ok: false;
+      error: Error;
+      /**
+       * The responses of a request's duringFetch, present exactly when it carried one; each follows its own op's response definition.
+       */
+      nested?: Response[];
+    };
+/**
+ * The response to `page`: its result (PageResult or Crashed), or an error.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "PageResponse".
+ */
+export type PageResponse =
+  | {
+      id: number;
+      ok: true;
+      /**
+       * PageResult, or Crashed when the request's crashAfterCommit crashed.
+       */
+      result: PageResult | Crashed;
+      /**
+       * The responses of a request's duringFetch, present exactly when it carried one; each follows its own op's response definition.
+       */
+      nested?: Response[];
+    }
+  | {
+      id: number | null;
+      ok: false;
+      error: Error;
+      /**
+       * The responses of a request's duringFetch, present exactly when it carried one; each follows its own op's response definition.
+       */
+      nested?: Response[];
+    };
+/**
+ * The response to `delivery`: its result (ApplyResult or Crashed), or an error.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "DeliveryResponse".
+ */
+export type DeliveryResponse =
+  | {
+      id: number;
+      ok: true;
+      /**
+       * ApplyResult, or Crashed when the request's crashAfterCommit crashed.
+       */
+      result: ApplyResult | Crashed;
+      /**
+       * The responses of a request's duringFetch, present exactly when it carried one; each follows its own op's response definition.
+       */
+      nested?: Response[];
+    }
+  | {
+      id: number | null;
+      ok: false;
+      error: Error;
+      /**
+       * The responses of a request's duringFetch, present exactly when it carried one; each follows its own op's response definition.
+       */
+      nested?: Response[];
+    };
+/**
+ * The response to `commit`: its result (CommitResult), or an error.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "CommitResponse".
+ */
+export type CommitResponse =
+  | {
+      id: number;
+      ok: true;
+      result: CommitResult;
+      /**
+       * The responses of a request's duringFetch, present exactly when it carried one; each follows its own op's response definition.
+       */
+      nested?: Response[];
+    }
+  | {
+      id: number | null;
+      ok: false;
+      error: Error;
+      /**
+       * The responses of a request's duringFetch, present exactly when it carried one; each follows its own op's response definition.
+       */
+      nested?: Response[];
+    };
+/**
+ * The response to `close`: its result (Empty), or an error.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "CloseResponse".
+ */
+export type CloseResponse =
+  | {
+      id: number;
+      ok: true;
+      result: Empty;
+      /**
+       * The responses of a request's duringFetch, present exactly when it carried one; each follows its own op's response definition.
+       */
+      nested?: Response[];
+    }
+  | {
+      id: number | null;
+      ok: false;
+      error: Error;
+      /**
+       * The responses of a request's duringFetch, present exactly when it carried one; each follows its own op's response definition.
+       */
+      nested?: Response[];
+    };
+/**
+ * The response to `status`: its result (Status), or an error.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "StatusResponse".
+ */
+export type StatusResponse =
+  | {
+      id: number;
+      ok: true;
+      result: Status;
+      /**
+       * The responses of a request's duringFetch, present exactly when it carried one; each follows its own op's response definition.
+       */
+      nested?: Response[];
+    }
+  | {
+      id: number | null;
+      ok: false;
+      error: Error;
+      /**
+       * The responses of a request's duringFetch, present exactly when it carried one; each follows its own op's response definition.
+       */
+      nested?: Response[];
+    };
+/**
+ * The response to `snapshot`: its result (Snapshot), or an error.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "SnapshotResponse".
+ */
+export type SnapshotResponse =
+  | {
+      id: number;
+      ok: true;
+      result: Snapshot;
+      /**
+       * The responses of a request's duringFetch, present exactly when it carried one; each follows its own op's response definition.
+       */
+      nested?: Response[];
+    }
+  | {
+      id: number | null;
+      ok: false;
+      error: Error;
+      /**
+       * The responses of a request's duringFetch, present exactly when it carried one; each follows its own op's response definition.
+       */
+      nested?: Response[];
+    };
+/**
+ * The response to `receipts`: its result (Receipts), or an error.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "ReceiptsResponse".
+ */
+export type ReceiptsResponse =
+  | {
+      id: number;
+      ok: true;
+      result: Receipts;
+      /**
+       * The responses of a request's duringFetch, present exactly when it carried one; each follows its own op's response definition.
+       */
+      nested?: Response[];
+    }
+  | {
+      id: number | null;
+      ok: false;
+      error: Error;
+      /**
+       * The responses of a request's duringFetch, present exactly when it carried one; each follows its own op's response definition.
+       */
+      nested?: Response[];
+    };
+/**
+ * The response to `restart`: its result (Empty), or an error.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "RestartResponse".
+ */
+export type RestartResponse =
+  | {
+      id: number;
+      ok: true;
+      result: Empty;
+      /**
+       * The responses of a request's duringFetch, present exactly when it carried one; each follows its own op's response definition.
+       */
+      nested?: Response[];
+    }
+  | {
+      id: number | null;
+      ok: false;
+      error: Error;
+      /**
+       * The responses of a request's duringFetch, present exactly when it carried one; each follows its own op's response definition.
+       */
+      nested?: Response[];
+    };
+/**
+ * The response to `ready`: its result (Readiness), or an error.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "ReadyResponse".
+ */
+export type ReadyResponse =
+  | {
+      id: number;
+      ok: true;
+      result: Readiness;
+      /**
+       * The responses of a request's duringFetch, present exactly when it carried one; each follows its own op's response definition.
+       */
+      nested?: Response[];
+    }
+  | {
+      id: number | null;
+      ok: false;
+      error: Error;
+      /**
+       * The responses of a request's duringFetch, present exactly when it carried one; each follows its own op's response definition.
+       */
+      nested?: Response[];
+    };
+/**
+ * The response to `diagnostics`: its result (Diagnosis), or an error.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "DiagnosticsResponse".
+ */
+export type DiagnosticsResponse =
+  | {
+      id: number;
+      ok: true;
+      result: Diagnosis;
+      /**
+       * The responses of a request's duringFetch, present exactly when it carried one; each follows its own op's response definition.
+       */
+      nested?: Response[];
+    }
+  | {
+      id: number | null;
+      ok: false;
+      error: Error;
+      /**
+       * The responses of a request's duringFetch, present exactly when it carried one; each follows its own op's response definition.
+       */
+      nested?: Response[];
+    };
+/**
+ * The response to `state`: its result (StateDocument), or an error.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "StateResponse".
+ */
+export type StateResponse =
+  | {
+      id: number;
+      ok: true;
+      result: StateDocument;
+      /**
+       * The responses of a request's duringFetch, present exactly when it carried one; each follows its own op's response definition.
+       */
+      nested?: Response[];
+    }
+  | {
+      id: number | null;
+      ok: false;
+      error: Error;
+      /**
+       * The responses of a request's duringFetch, present exactly when it carried one; each follows its own op's response definition.
+       */
+      nested?: Response[];
+    };
+/**
+ * Why an operation was refused: a result, not an error. Each operation answers only some of them (PageRefusalCode, DeliveryRefusalCode, CommitRefusalCode).
  *
  * This interface was referenced by `Ops`'s JSON-Schema
  * via the `definition` "RefusalCode".
@@ -209,84 +818,30 @@ export type RefusalCode =
   | "record_version_conflict"
   | "project_not_in_replica";
 /**
- * The result of `delivery`: applied (or replayed), or refused; a refusal that is `consumed` advanced the cursor and has a receipt.
+ * The codes a delivery answers (section 10.6): transient or consumed.
  *
  * This interface was referenced by `Ops`'s JSON-Schema
- * via the `definition` "ApplyResult".
+ * via the `definition` "DeliveryRefusalCode".
  */
-export type ApplyResult =
-  | {
-      ok: true;
-      replayed: boolean;
-      attemptId: Id | null;
-      projectId: Segment;
-      recordVersion: Count;
-      result: Result;
-      policyEpochs: PolicyEpochs;
-      appliedThrough: Cursor;
-    }
-  | {
-      ok: false;
-      replayed: boolean;
-      consumed: boolean;
-      attemptId: Id | null;
-      code: RefusalCode;
-      policyEpochs: PolicyEpochs;
-      appliedThrough: Cursor;
-    };
+export type DeliveryRefusalCode =
+  | "reconciliation_attempt_mismatch"
+  | "stream_mismatch"
+  | "receipt_missing"
+  | "delivery_gap"
+  | "snapshot_incomplete"
+  | "record_version_gap"
+  | "replica_state_changed"
+  | "replica_state_missing"
+  | "delivery_conflict"
+  | "record_version_conflict"
+  | "project_not_in_replica";
 /**
- * The result of `commit`: promoted and open, or refused.
+ * A delivery's codes answered `consumed: true`: a refused receipt's, and `delivery_conflict` (a replay, nothing written).
  *
  * This interface was referenced by `Ops`'s JSON-Schema
- * via the `definition` "CommitResult".
+ * via the `definition` "ConsumedRefusalCode".
  */
-export type CommitResult =
-  | {
-      ok: true;
-      attemptId: Id;
-      policyEpochs: PolicyEpochs;
-      appliedThrough: Cursor;
-    }
-  | {
-      ok: false;
-      attemptId: Id;
-      code: RefusalCode;
-      policyEpochs: PolicyEpochs;
-      appliedThrough: Cursor;
-    };
-/**
- * The result of `snapshot`: the served view in the order the ids were asked for, or null (the read fails closed).
- *
- * This interface was referenced by `Ops`'s JSON-Schema
- * via the `definition` "Snapshot".
- */
-export type Snapshot = {
-  projects: {
-    projectId: Segment;
-    recordVersion: Count;
-    entries: SnapshotEntry[];
-  }[];
-} | null;
-/**
- * The result of `receipts`: sorted by streamId, then sequence.
- *
- * This interface was referenced by `Ops`'s JSON-Schema
- * via the `definition` "Receipts".
- */
-export type Receipts = Receipt[];
-/**
- * The result of `diagnostics`: null when `snapshot` of the same ids would serve, else why not (`message` is for people, names no value, and is not compared).
- *
- * This interface was referenced by `Ops`'s JSON-Schema
- * via the `definition` "Diagnosis".
- */
-export type Diagnosis = {
-  /**
-   * Checked in this order.
-   */
-  reason: "not_activated" | "gate_closed" | "projects_mismatch" | "corrupt";
-  message: string;
-} | null;
+export type ConsumedRefusalCode = "delivery_conflict" | "record_version_conflict" | "project_not_in_replica";
 /**
  * One adapter request: one JSON object per line on the adapter's standard input. An op the adapter does not know is answered unsupported; a known op with a key it does not list is invalid.
  *
@@ -310,31 +865,6 @@ export type Request =
   | ReadyRequest
   | DiagnosticsRequest
   | StateRequest;
-/**
- * One adapter response: one JSON line per request, in order. `result` follows the op's result definition (Ops).
- *
- * This interface was referenced by `Ops`'s JSON-Schema
- * via the `definition` "Response".
- */
-export type Response =
-  | {
-      id: number | null;
-      ok: true;
-      result: unknown;
-      /**
-       * The responses of a request's duringFetch, present exactly when it carried one.
-       */
-      nested?: Response[];
-    }
-  | {
-      id: number | null;
-      ok: false;
-      error: Error;
-      /**
-       * The responses of a request's duringFetch, present exactly when it carried one.
-       */
-      nested?: Response[];
-    };
 /**
  * One request of the migration adapter protocol (docs/protocol.md, section 11).
  *
@@ -433,72 +963,88 @@ export type MigrationResponse =
     };
 
 /**
- * The op table: each op's request and the result of its successful response. Not a message: a map for code generators.
+ * The op table: each op's request, the result of its successful response, and its response. Not a message: a map for code generators.
  */
 export interface Ops {
   reset: {
     request: ResetRequest;
     result: Empty;
+    response: ResetResponse;
   };
   "store.put": {
     request: StorePutRequest;
     result: Empty;
+    response: StorePutResponse;
   };
   "store.fail": {
     request: StoreFailRequest;
     result: Empty;
+    response: StoreFailResponse;
   };
   "store.off": {
     request: StoreOffRequest;
     result: Empty;
+    response: StoreOffResponse;
   };
   begin: {
     request: BeginRequest;
     result: BeginResult;
+    response: BeginResponse;
   };
   page: {
     request: PageRequest;
     result: PageResult;
+    response: PageResponse;
   };
   delivery: {
     request: DeliveryRequest;
     result: ApplyResult;
+    response: DeliveryResponse;
   };
   commit: {
     request: CommitRequest;
     result: CommitResult;
+    response: CommitResponse;
   };
   close: {
     request: CloseRequest;
     result: Empty;
+    response: CloseResponse;
   };
   status: {
     request: StatusRequest;
     result: Status;
+    response: StatusResponse;
   };
   snapshot: {
     request: SnapshotRequest;
     result: Snapshot;
+    response: SnapshotResponse;
   };
   receipts: {
     request: ReceiptsRequest;
     result: Receipts;
+    response: ReceiptsResponse;
   };
   restart: {
     request: RestartRequest;
     result: Empty;
+    response: RestartResponse;
   };
   ready: {
     request: ReadyRequest;
     result: Readiness;
+    response: ReadyResponse;
   };
   diagnostics: {
     request: DiagnosticsRequest;
     result: Diagnosis;
+    response: DiagnosticsResponse;
   };
   state: {
     request: StateRequest;
     result: StateDocument;
+    response: StateResponse;
   };
 }
 /**
@@ -524,65 +1070,6 @@ export interface ResetRequest {
  */
 export interface Empty {}
 /**
- * An immutable staged parameter, named by its staging id.
- *
- * This interface was referenced by `Ops`'s JSON-Schema
- * via the `definition` "StagedRef".
- */
-export interface StagedRef {
-  kind: "staged";
-  stagingId: StagingId;
-}
-/**
- * One version (>= 1) of a project's legacy parameter.
- *
- * This interface was referenced by `Ops`'s JSON-Schema
- * via the `definition` "LegacyRef".
- */
-export interface LegacyRef {
-  kind: "legacy";
-  ssmVersion: number;
-}
-/**
- * `store.off`: Operations that start from now on have no value store.
- *
- * This interface was referenced by `Ops`'s JSON-Schema
- * via the `definition` "StoreOffRequest".
- */
-export interface StoreOffRequest {
-  id: number;
-  op: "store.off";
-}
-/**
- * `begin`: beginProjectEnvReplica.
- *
- * This interface was referenced by `Ops`'s JSON-Schema
- * via the `definition` "BeginRequest".
- */
-export interface BeginRequest {
-  id: number;
-  op: "begin";
-  frame: BeginFrame;
-  keptPolicyEpochs: PolicyEpochs;
-  orgId: Segment;
-}
-/**
- * Closes the gate and opens a snapshot attempt over exactly these projects (unique, at most 256).
- *
- * This interface was referenced by `Ops`'s JSON-Schema
- * via the `definition` "BeginFrame".
- */
-export interface BeginFrame {
-  attempt: {
-    streamId: Id;
-    attemptId: Id;
-  };
-  /**
-   * @maxItems 256
-   */
-  projectIds: Segment[];
-}
-/**
  * The result of `begin`.
  *
  * This interface was referenced by `Ops`'s JSON-Schema
@@ -603,41 +1090,14 @@ export interface Cursor {
   sequence: Count;
 }
 /**
- * `page`: applyProjectEnvReplicaPage.
+ * A record and what the replica made of it.
  *
  * This interface was referenced by `Ops`'s JSON-Schema
- * via the `definition` "PageRequest".
+ * via the `definition` "Result".
  */
-export interface PageRequest {
-  id: number;
-  op: "page";
-  frame: PageFrame;
-  /**
-   * Requests run at the moment this operation's first value-store read is in flight, each answered on its own by the same rules (an invalid one is answered invalid there); their responses come back as `nested`. At most 32 levels deep.
-   */
-  duringFetch?: unknown[];
-  /**
-   * Die right after this operation's k-th write commit (never with duringFetch).
-   */
-  crashAfterCommit?: number;
-}
-/**
- * One page of a project's snapshot: records after the key `after` (null: the first page), keys strictly ascending (beyond the schema), at most 1000.
- *
- * This interface was referenced by `Ops`'s JSON-Schema
- * via the `definition` "PageFrame".
- */
-export interface PageFrame {
-  opId: Id;
-  attemptId: Id;
-  projectId: Segment;
-  after: Key | null;
-  recordVersion: Count;
-  /**
-   * @maxItems 1000
-   */
-  records: BindingState[];
-  complete: boolean;
+export interface Result {
+  state: BindingState;
+  materialization: Materialization;
 }
 /**
  * One record as the cloud describes it.
@@ -653,96 +1113,24 @@ export interface BindingState {
   listingGeneration: Count;
 }
 /**
- * A record and what the replica made of it.
+ * An immutable staged parameter, named by its staging id.
  *
  * This interface was referenced by `Ops`'s JSON-Schema
- * via the `definition` "Result".
+ * via the `definition` "StagedRef".
  */
-export interface Result {
-  state: BindingState;
-  materialization: Materialization;
+export interface StagedRef {
+  kind: "staged";
+  stagingId: StagingId;
 }
 /**
- * `delivery`: applyProjectEnvReplicaDelivery.
+ * One version (>= 1) of a project's legacy parameter.
  *
  * This interface was referenced by `Ops`'s JSON-Schema
- * via the `definition` "DeliveryRequest".
+ * via the `definition` "LegacyRef".
  */
-export interface DeliveryRequest {
-  id: number;
-  op: "delivery";
-  frame: ApplyFrame;
-  /**
-   * Requests run at the moment this operation's first value-store read is in flight, each answered on its own by the same rules (an invalid one is answered invalid there); their responses come back as `nested`. At most 32 levels deep.
-   */
-  duringFetch?: unknown[];
-  /**
-   * Die right after this operation's k-th write commit (never with duringFetch).
-   */
-  crashAfterCommit?: number;
-}
-/**
- * One ordered delta (a delivery): a record's new state at a project's next record version. `reconciliationAttemptId` is present exactly while a snapshot attempt is open (never null).
- *
- * This interface was referenced by `Ops`'s JSON-Schema
- * via the `definition` "ApplyFrame".
- */
-export interface ApplyFrame {
-  kind: "env.replica.apply";
-  opId: Id;
-  projectId: Segment;
-  recordVersion: number;
-  state: BindingState;
-  delivery: {
-    streamId: Id;
-    sequence: number;
-  };
-  reconciliationAttemptId?: Id;
-}
-/**
- * `commit`: completeProjectEnvReplica.
- *
- * This interface was referenced by `Ops`'s JSON-Schema
- * via the `definition` "CommitRequest".
- */
-export interface CommitRequest {
-  id: number;
-  op: "commit";
-  frame: CommitFrame;
-}
-/**
- * Promotes the attempt's staged view and opens the gate, if the high-water mark and every project's version match what was staged; versions strictly ascending by projectId (beyond the schema).
- *
- * This interface was referenced by `Ops`'s JSON-Schema
- * via the `definition` "CommitFrame".
- */
-export interface CommitFrame {
-  attemptId: Id;
-  highWater: Cursor;
-  versions: {
-    projectId: Segment;
-    recordVersion: Count;
-  }[];
-}
-/**
- * `close`: closeProjectEnvReplicaGate.
- *
- * This interface was referenced by `Ops`'s JSON-Schema
- * via the `definition` "CloseRequest".
- */
-export interface CloseRequest {
-  id: number;
-  op: "close";
-}
-/**
- * `status`: readProjectEnvReplicaStatus.
- *
- * This interface was referenced by `Ops`'s JSON-Schema
- * via the `definition` "StatusRequest".
- */
-export interface StatusRequest {
-  id: number;
-  op: "status";
+export interface LegacyRef {
+  kind: "legacy";
+  ssmVersion: number;
 }
 /**
  * The result of `status`: the authority row and the live project ids (sorted), no value.
@@ -760,39 +1148,7 @@ export interface Status {
   projectIds: Segment[];
 }
 /**
- * `snapshot`: readProjectEnvReplicaSnapshot (repeats allowed: the read fails closed on them).
- *
- * This interface was referenced by `Ops`'s JSON-Schema
- * via the `definition` "SnapshotRequest".
- */
-export interface SnapshotRequest {
-  id: number;
-  op: "snapshot";
-  projectIds: Segment[];
-}
-/**
- * One served record; `value` is its plaintext when installed, else null.
- *
- * This interface was referenced by `Ops`'s JSON-Schema
- * via the `definition` "SnapshotEntry".
- */
-export interface SnapshotEntry {
-  state: BindingState;
-  materialization: Materialization;
-  value: string | null;
-}
-/**
- * `receipts`: listProjectEnvReplicaReceipts, without MACs.
- *
- * This interface was referenced by `Ops`'s JSON-Schema
- * via the `definition` "ReceiptsRequest".
- */
-export interface ReceiptsRequest {
-  id: number;
-  op: "receipts";
-}
-/**
- * One receipt of a consumed delivery, as `receipts` lists it (no MAC).
+ * One receipt of a consumed delivery, as `receipts` lists it (no MAC). Whether `ok` goes with a code or with a result and a version is beyond the schema (state-receipt-shape).
  *
  * This interface was referenced by `Ops`'s JSON-Schema
  * via the `definition` "Receipt".
@@ -801,30 +1157,9 @@ export interface Receipt {
   streamId: Id;
   sequence: Count;
   ok: boolean;
-  code: RefusalCode | null;
+  code: ReceiptRefusalCode | null;
   result: Result | null;
   recordVersion: Count | null;
-}
-/**
- * `restart`: Reopen the store from disk as after a crash, then close the gate.
- *
- * This interface was referenced by `Ops`'s JSON-Schema
- * via the `definition` "RestartRequest".
- */
-export interface RestartRequest {
-  id: number;
-  op: "restart";
-}
-/**
- * `ready`: awaitProjectEnvReplicaReady with this timeout. An extension: an adapter that does not offer it answers unsupported.
- *
- * This interface was referenced by `Ops`'s JSON-Schema
- * via the `definition` "ReadyRequest".
- */
-export interface ReadyRequest {
-  id: number;
-  op: "ready";
-  timeoutMs: number;
 }
 /**
  * The result of `ready`.
@@ -834,27 +1169,6 @@ export interface ReadyRequest {
  */
 export interface Readiness {
   ready: boolean;
-}
-/**
- * `diagnostics`: Why `snapshot` of these ids would be null. An extension: an adapter that does not offer it answers unsupported.
- *
- * This interface was referenced by `Ops`'s JSON-Schema
- * via the `definition` "DiagnosticsRequest".
- */
-export interface DiagnosticsRequest {
-  id: number;
-  op: "diagnostics";
-  projectIds: Segment[];
-}
-/**
- * `state`: Every table, values opened (a test op). An extension: an adapter that does not offer it answers unsupported.
- *
- * This interface was referenced by `Ops`'s JSON-Schema
- * via the `definition` "StateRequest".
- */
-export interface StateRequest {
-  id: number;
-  op: "state";
 }
 /**
  * The result of `state`: every table of the replica, each row verified, values opened (plaintext: a test op).
@@ -940,7 +1254,7 @@ export interface StateDocument {
     sequence: Count;
     requestMac: string;
     ok: boolean;
-    code: RefusalCode | null;
+    code: ReceiptRefusalCode | null;
     result: Result | null;
     recordVersion: Count | null;
   }[];
@@ -953,6 +1267,237 @@ export interface StateDocument {
  */
 export interface Crashed {
   crashedAfterCommit: number;
+}
+/**
+ * invalid: the request or frame breaks a rule, nothing changed. corrupt: the stored replica breaks its own rules. unsupported: an op the adapter does not know or offer, an operation lost in a crash, or an environment failure.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "Error".
+ */
+export interface Error {
+  type: "invalid" | "corrupt" | "unsupported";
+  message: string;
+}
+/**
+ * `store.off`: Operations that start from now on have no value store.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "StoreOffRequest".
+ */
+export interface StoreOffRequest {
+  id: number;
+  op: "store.off";
+}
+/**
+ * `begin`: beginProjectEnvReplica.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "BeginRequest".
+ */
+export interface BeginRequest {
+  id: number;
+  op: "begin";
+  frame: BeginFrame;
+  keptPolicyEpochs: PolicyEpochs;
+  orgId: Segment;
+}
+/**
+ * Closes the gate and opens a snapshot attempt over exactly these projects (unique, at most 256).
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "BeginFrame".
+ */
+export interface BeginFrame {
+  attempt: {
+    streamId: Id;
+    attemptId: Id;
+  };
+  /**
+   * @maxItems 256
+   */
+  projectIds: Segment[];
+}
+/**
+ * `page`: applyProjectEnvReplicaPage.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "PageRequest".
+ */
+export interface PageRequest {
+  id: number;
+  op: "page";
+  frame: PageFrame;
+  /**
+   * Requests run at the moment this operation's first value-store read is in flight, each answered on its own by the same rules (an invalid one is answered invalid there); their responses come back as `nested`. At most 32 levels deep.
+   */
+  duringFetch?: unknown[];
+  /**
+   * Die right after this operation's k-th write commit (never with duringFetch).
+   */
+  crashAfterCommit?: number;
+}
+/**
+ * One page of a project's snapshot: records after the key `after` (null: the first page), keys strictly ascending (beyond the schema), at most 1000.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "PageFrame".
+ */
+export interface PageFrame {
+  opId: Id;
+  attemptId: Id;
+  projectId: Segment;
+  after: Key | null;
+  recordVersion: Count;
+  /**
+   * @maxItems 1000
+   */
+  records: BindingState[];
+  complete: boolean;
+}
+/**
+ * `delivery`: applyProjectEnvReplicaDelivery.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "DeliveryRequest".
+ */
+export interface DeliveryRequest {
+  id: number;
+  op: "delivery";
+  frame: ApplyFrame;
+  /**
+   * Requests run at the moment this operation's first value-store read is in flight, each answered on its own by the same rules (an invalid one is answered invalid there); their responses come back as `nested`. At most 32 levels deep.
+   */
+  duringFetch?: unknown[];
+  /**
+   * Die right after this operation's k-th write commit (never with duringFetch).
+   */
+  crashAfterCommit?: number;
+}
+/**
+ * One ordered delta (a delivery): a record's new state at a project's next record version. `reconciliationAttemptId` is present exactly while a snapshot attempt is open (never null).
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "ApplyFrame".
+ */
+export interface ApplyFrame {
+  kind: "env.replica.apply";
+  opId: Id;
+  projectId: Segment;
+  recordVersion: number;
+  state: BindingState;
+  delivery: {
+    streamId: Id;
+    sequence: number;
+  };
+  reconciliationAttemptId?: Id;
+}
+/**
+ * `commit`: completeProjectEnvReplica.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "CommitRequest".
+ */
+export interface CommitRequest {
+  id: number;
+  op: "commit";
+  frame: CommitFrame;
+}
+/**
+ * Promotes the attempt's staged view and opens the gate, if the high-water mark and every project's version match what was staged; versions strictly ascending by projectId (beyond the schema).
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "CommitFrame".
+ */
+export interface CommitFrame {
+  attemptId: Id;
+  highWater: Cursor;
+  versions: {
+    projectId: Segment;
+    recordVersion: Count;
+  }[];
+}
+/**
+ * `close`: closeProjectEnvReplicaGate.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "CloseRequest".
+ */
+export interface CloseRequest {
+  id: number;
+  op: "close";
+}
+/**
+ * `status`: readProjectEnvReplicaStatus.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "StatusRequest".
+ */
+export interface StatusRequest {
+  id: number;
+  op: "status";
+}
+/**
+ * `snapshot`: readProjectEnvReplicaSnapshot (repeats allowed: the read fails closed on them).
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "SnapshotRequest".
+ */
+export interface SnapshotRequest {
+  id: number;
+  op: "snapshot";
+  projectIds: Segment[];
+}
+/**
+ * `receipts`: listProjectEnvReplicaReceipts, without MACs.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "ReceiptsRequest".
+ */
+export interface ReceiptsRequest {
+  id: number;
+  op: "receipts";
+}
+/**
+ * `restart`: Reopen the store from disk as after a crash, then close the gate.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "RestartRequest".
+ */
+export interface RestartRequest {
+  id: number;
+  op: "restart";
+}
+/**
+ * `ready`: awaitProjectEnvReplicaReady with this timeout. An extension: an adapter that does not offer it answers unsupported.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "ReadyRequest".
+ */
+export interface ReadyRequest {
+  id: number;
+  op: "ready";
+  timeoutMs: number;
+}
+/**
+ * `diagnostics`: Why `snapshot` of these ids would be null. An extension: an adapter that does not offer it answers unsupported.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "DiagnosticsRequest".
+ */
+export interface DiagnosticsRequest {
+  id: number;
+  op: "diagnostics";
+  projectIds: Segment[];
+}
+/**
+ * `state`: Every table, values opened (a test op). An extension: an adapter that does not offer it answers unsupported.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "StateRequest".
+ */
+export interface StateRequest {
+  id: number;
+  op: "state";
 }
 /**
  * The text of a staged parameter. It installs only when orgId, projectId, key and stagingId are the record's own (else value_envelope_mismatch).
@@ -981,16 +1526,6 @@ export interface LegacyEnvelope {
   projectId: string;
   key: string;
   value: string;
-}
-/**
- * invalid: the request or frame breaks a rule, nothing changed. corrupt: the stored replica breaks its own rules. unsupported: an op the adapter does not know or offer, an operation lost in a crash, or an environment failure.
- *
- * This interface was referenced by `Ops`'s JSON-Schema
- * via the `definition` "Error".
- */
-export interface Error {
-  type: "invalid" | "corrupt" | "unsupported";
-  message: string;
 }
 /**
  * `hello`: what the adapter declares.

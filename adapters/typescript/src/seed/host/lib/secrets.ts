@@ -3,8 +3,9 @@
  * unless a `reset` sent `masterKeyHex`): receipts are MACed and values sealed under it.
  */
 
+import { masterKey as hostMasterKey } from "../../../host/sealing.js";
 import { host } from "../runtime.js";
 
 export function masterKey(): Buffer {
-  return host().config().masterKey;
+  return hostMasterKey(host());
 }

@@ -1,14 +1,22 @@
 /**
  * The seed's `../src/protocol`: the frame and record types, their validators, and the acknowledgement bound.
  *
- * Types are the contract's (generated from envreplica's JSON Schema); each validator is the schema's definition
- * (compiled by the kit with Ajv) plus the rules the schema cannot state (docs/protocol.md section 8): policy epochs
- * and page keys strictly ascending, a page's first key after `after`, commit versions strictly ascending by
- * projectId. Numbers written as `1.0` or `1e2`, or past 2^53, reach here as non-numbers (the kit's JSON reader), so
- * a Count check rejects them as the contract says.
+ * Types are the contract's (generated from envreplica's JSON Schema); each validator is the kit's host's frame check
+ * (`check*` of `@envreplica/adapter-kit/host`: the schema's definition compiled with Ajv, plus the rules the schema
+ * cannot state, docs/protocol.md section 8: policy epochs and page keys strictly ascending, a page's first key after
+ * `after`, commit versions strictly ascending by projectId), answering true or false. Numbers written as `1.0` or
+ * `1e2`, or past 2^53, reach here as non-numbers (the kit's JSON reader), so a Count check rejects them as the
+ * contract says.
  */
 
-import { conforms } from "../../../kit/contract.js";
+import {
+  applyFrameProblem,
+  beginFrameProblem,
+  commitFrameProblem,
+  conforms,
+  pageFrameProblem,
+  policyEpochsProblem,
+} from "../../../host/frames.js";
 import type {
   ApplyFrame,
   BeginFrame,
@@ -50,31 +58,24 @@ export function isHostOpId(value: unknown): value is string {
   return typeof value === "string" && ID.test(value);
 }
 
-function ascending(values: readonly (string | number)[]): boolean {
-  return values.every((value, i) => i === 0 || values[i - 1]! < value);
-}
-
 export function isProjectEnvPolicyEpochs(value: unknown): value is number[] {
-  return conforms("PolicyEpochs", value) && ascending(value as number[]);
+  return policyEpochsProblem(value) === null;
 }
 
 export function isProjectEnvReplicaBeginFrame(value: unknown): value is BeginFrame {
-  return conforms("BeginFrame", value);
+  return beginFrameProblem(value) === null;
 }
 
 export function isProjectEnvReplicaPageFrame(value: unknown): value is PageFrame {
-  if (!conforms("PageFrame", value)) return false;
-  const frame = value as PageFrame;
-  const keys = frame.records.map((record) => record.key);
-  return ascending(keys) && (frame.after === null || keys.length === 0 || frame.after < keys[0]!);
+  return pageFrameProblem(value) === null;
 }
 
 export function isProjectEnvReplicaApplyFrame(value: unknown): value is ApplyFrame {
-  return conforms("ApplyFrame", value);
+  return applyFrameProblem(value) === null;
 }
 
 export function isProjectEnvReplicaCommitFrame(value: unknown): value is CommitFrame {
-  return conforms("CommitFrame", value) && ascending((value as CommitFrame).versions.map((v) => v.projectId));
+  return commitFrameProblem(value) === null;
 }
 
 export function isProjectEnvReplicaBindingState(value: unknown): value is BindingState {
