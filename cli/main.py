@@ -1022,7 +1022,9 @@ def main(argv=None) -> int:
     k.add_argument("--traces", help="a directory of saved *.jsonl traces to replay first")
     k.add_argument("--junit", help="write a JUnit XML report to this file")
     k.add_argument("--out", default="out/conformance", help="where a divergence's trace files go")
-    k.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for each response")
+    k.add_argument("--timeout", type=float, default=30.0,
+                   help="seconds to wait for each response (an adapter process's first answer: at least 120, for an "
+                        "adapter that compiles at start)")
     k.add_argument("--report", metavar="FILE", default=None,
                    help="also write the run as one self-contained HTML page (its divergence replayed on the "
                         "adapter, so the page shows both sides' tables)")

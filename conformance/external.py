@@ -4,8 +4,9 @@
 shell) with its standard input and output as pipes and speaks
 docs/protocol.md section 5: one request as one JSON line, one response line
 back, in order. A reader thread turns the output into lines, so every wait
-for a response has a timeout; the process's standard error is kept (its last
-lines) to explain a failure.
+for a response has a timeout (the first response of a process at least
+``START_TIMEOUT``: an adapter may compile its implementation when it starts);
+the process's standard error is kept (its last lines) to explain a failure.
 
 Failures raise ``AdapterError`` (a ``RuntimeError``) with what happened and
 what the process said on standard error: the process could not start, died
@@ -71,11 +72,14 @@ from typing import IO, Any, Optional, Sequence, Union
 from envreplica.conformance import answers
 from envreplica.conformance.readback import STATE_TABLES
 
-__all__ = ["AdapterError", "ProtocolBreak", "SubprocessDriver", "DEFAULT_TIMEOUT", "StateProbe", "STATE_ID_BASE",
+__all__ = ["AdapterError", "ProtocolBreak", "SubprocessDriver", "DEFAULT_TIMEOUT", "START_TIMEOUT", "StateProbe", "STATE_ID_BASE",
            "STATE_TABLES", "state_doc_difference", "probe_extensions", "GENERATED_EXTENSIONS"]
 
 #: Seconds to wait for each response (and for the process to exit on ``close``).
 DEFAULT_TIMEOUT = 30.0
+#: Seconds the first response of a process may take at least: an adapter may compile or type-check its
+#: implementation when it starts (the TypeScript kit runs ``tsc`` over new code: seconds, more on a busy machine).
+START_TIMEOUT = 120.0
 
 _EOF = object()
 
@@ -203,11 +207,12 @@ class SubprocessDriver:
         except (BrokenPipeError, OSError, ValueError):
             raise self._died("reading a request") from None
         self.requests += 1
+        waited = max(self.timeout, START_TIMEOUT) if self.requests == 1 else self.timeout
         try:
-            line = self._lines.get(timeout=self.timeout)
+            line = self._lines.get(timeout=waited)
         except queue.Empty:
             raise AdapterError(
-                f"the adapter did not answer within {self.timeout:g} s (request {self.requests}: "
+                f"the adapter did not answer within {waited:g} s (request {self.requests}: "
                 f"{data[:200].decode('utf-8', 'replace').rstrip()}): {self.command}") from None
         if line is _EOF:
             raise self._died("answering a request")
