@@ -66,9 +66,10 @@ $(STAMP): pyproject.toml
 	touch $@
 
 # `npm ci` builds the TypeScript kit's dist/ (its `prepare` script); `build.mjs --if-stale` builds it again after an
-# edit of its src/.
+# edit of its src/. The two kits install side by side (-j2): each compiles better-sqlite3 from source where no
+# prebuilt binary can be downloaded, a minute or two of one core.
 kit:
-	@if command -v npm >/dev/null 2>&1; then $(MAKE) --no-print-directory $(KIT_STAMP) $(JSKIT_STAMP) && \
+	@if command -v npm >/dev/null 2>&1; then $(MAKE) --no-print-directory -j2 $(KIT_STAMP) $(JSKIT_STAMP) && \
 	  (cd $(KIT) && node scripts/build.mjs --if-stale); \
 	else echo "note: no Node.js here, so the TypeScript and JavaScript kits' tests will skip (Node 20+ runs them)"; fi
 
