@@ -4,7 +4,7 @@ The kit (``adapters/javascript``) needs Node.js 20.6 or newer and its packages (
 and ``.ci/run`` run). The second seed's own files (``paired-writer-migration.js``, ``writer-contract.js``, ...)
 are not in this repository: ``ENVREPLICA_SEED_MIGRATION_SOURCE`` names ``storage/paired-writer-migration.js``
 as the kit's extractor writes it (``.ci/run`` extracts it and sets it); without it, the reference seed's diff
-(``../shared/seeds/001_*.txt``), when it is beside the checkout, is extracted into a temporary directory.
+that ``ENVREPLICA_SEED_MIGRATION_DIFF`` names (``.ci/run`` sets it too) is extracted into a temporary directory.
 
 Without Node, the kit's packages or the seed's files, the tests that need them skip with one line saying what
 to do, except under ``CI``, where they fail (as ``typescript_kit``).
@@ -54,12 +54,9 @@ def require_kit() -> None:
 
 
 def seed_diff() -> Optional[Path]:
-    """The reference seed's diff of the second seed, when it is beside the checkout."""
-    for base in (ROOT.parent / "shared" / "seeds", Path("/work/shared/seeds")):
-        found = sorted(base.glob("001_*.txt")) if base.is_dir() else []
-        if found:
-            return found[0]
-    return None
+    """The reference seed's diff of the second seed (``001_*.txt``), as ``ENVREPLICA_SEED_MIGRATION_DIFF`` names it."""
+    named = os.environ.get("ENVREPLICA_SEED_MIGRATION_DIFF")
+    return Path(named) if named and Path(named).is_file() else None
 
 
 @lru_cache(maxsize=None)

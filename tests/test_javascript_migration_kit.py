@@ -55,7 +55,7 @@ def test_the_extractor_writes_each_whole_file_as_the_diff_adds_it(tmp_path):
     require_kit()
     diff = seed_diff()
     if diff is None:
-        _unavailable("the reference seed's 001_*.txt is not beside this checkout")
+        _unavailable("the reference seed's 001_*.txt is not named: set ENVREPLICA_SEED_MIGRATION_DIFF to it")
     done = subprocess.run(["node", str(EXTRACT), str(diff), str(tmp_path)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     written = sorted(p.name for p in (tmp_path / "storage").iterdir())
@@ -148,7 +148,7 @@ def test_the_kits_own_node_tests_pass():
     require_kit()
     diff = seed_diff()
     if diff is None:
-        _unavailable("the reference seed's 001_*.txt is not beside this checkout: the kit's node tests need it")
+        _unavailable("the reference seed's 001_*.txt is not named (ENVREPLICA_SEED_MIGRATION_DIFF): the kit's node tests need it")
     done = subprocess.run(["node", "--test", "test/"], cwd=KIT, capture_output=True, text=True, timeout=600,
                           env={**os.environ, "ENVREPLICA_SEED_MIGRATION_DIFF": str(diff)})
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

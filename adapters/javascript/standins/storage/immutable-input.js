@@ -13,7 +13,7 @@
 import crypto from "node:crypto";
 import fs from "node:fs";
 import path from "node:path";
-import { AppError } from "../shared/errors.js";
+import { AppError } from "seed-root:shared/errors.js";
 import { fsyncPath } from "../../src/durable.mjs";
 import { point } from "../../src/stepper.mjs";
 

@@ -42,7 +42,7 @@
 import fs from "node:fs";
 import path from "node:path";
 import { DatabaseSync } from "node:sqlite";
-import { AppError } from "../shared/errors.js";
+import { AppError } from "seed-root:shared/errors.js";
 import { publishImmutableInput } from "./immutable-input.js";
 import { installStoreWriterContract, STORE_WRITER_VERSION } from "./writer-contract.js";
 import { fsyncPath } from "../../src/durable.mjs";

@@ -22,7 +22,7 @@ import crypto from "node:crypto";
 import fs from "node:fs";
 import path from "node:path";
 import { DatabaseSync } from "node:sqlite";
-import { AppError } from "../shared/errors.js";
+import { AppError } from "seed-root:shared/errors.js";
 import { publishImmutableInput } from "./immutable-input.js";
 import { fsyncPath } from "../../src/durable.mjs";
 import { dataSha256, fileSha256, sha256, writerVersion } from "../../src/store.mjs";
