@@ -56,9 +56,14 @@ for (const file of files) {
     const rel = file.name.slice(PREFIX.length);
     if (file.hunks.length === 1 && file.hunks[0].whole) {
         const out = path.join(outDir, rel);
-        fs.mkdirSync(path.dirname(out), { recursive: true });
         const text = file.hunks[0].body.join("\n");
-        fs.writeFileSync(out, file.hunks[0].noNewline || text === "" ? text : text + "\n");
+        try {
+            fs.mkdirSync(path.dirname(out), { recursive: true });
+            fs.writeFileSync(out, file.hunks[0].noNewline || text === "" ? text : text + "\n");
+        } catch (error) {
+            process.stderr.write(`${out}: cannot write it (${error.code ?? error.message}); name an OUT_DIR you can write\n`);
+            process.exit(2);
+        }
         process.stdout.write(`${out} (${file.hunks[0].count} lines)\n`);
         wrote++;
         if (rel === "storage/paired-writer-migration.js")

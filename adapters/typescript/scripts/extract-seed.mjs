@@ -66,9 +66,15 @@ for (const file of files) {
   const rel = file.name.slice(PREFIX.length);
   if (file.hunks.length === 1 && file.hunks[0].whole) {
     const out = path.join(outDir, rel);
-    fs.mkdirSync(path.dirname(out), { recursive: true });
     const body = file.hunks[0].body.join("\n");
-    fs.writeFileSync(out, file.hunks[0].noNewline || body === "" ? body : `${body}\n`);
+    try {
+      fs.mkdirSync(path.dirname(out), { recursive: true });
+      fs.writeFileSync(out, file.hunks[0].noNewline || body === "" ? body : `${body}\n`);
+    } catch (error) {
+      process.stderr.write(`envreplica-extract-seed: ${out}: cannot write it (${error.code ?? error.message}); ` +
+        `name an OUT_DIR you can write\n`);
+      process.exit(2);
+    }
     process.stdout.write(`${out} (${file.hunks[0].count} lines)\n`);
     if (rel === SEED) seed = true;
   } else {
