@@ -56,7 +56,8 @@ def require_kit() -> None:
 def seed_diff() -> Optional[Path]:
     """The reference seed's diff of the second seed (``001_*.txt``), as ``ENVREPLICA_SEED_MIGRATION_DIFF`` names it."""
     named = os.environ.get("ENVREPLICA_SEED_MIGRATION_DIFF")
-    return Path(named) if named and Path(named).is_file() else None
+    # Resolved: the kit's own tests run with the kit as their working folder, so a relative name would miss.
+    return Path(named).resolve() if named and Path(named).is_file() else None
 
 
 @lru_cache(maxsize=None)
@@ -73,7 +74,7 @@ def seed_source() -> Path:
     """The seed's ``storage/paired-writer-migration.js`` (skips, or under CI fails, without it)."""
     require_kit()
     named = os.environ.get("ENVREPLICA_SEED_MIGRATION_SOURCE")
-    path = Path(named) if named else _extracted()
+    path = Path(named).resolve() if named else _extracted()
     if path is None or not path.is_file():
         _unavailable("the second seed's paired-writer-migration.js is not here: set ENVREPLICA_SEED_MIGRATION_SOURCE "
                      "to the storage/paired-writer-migration.js that adapters/javascript/scripts/extract-seed.mjs "

@@ -74,7 +74,7 @@ def require_kit() -> None:
 
 def _seed_file() -> Optional[Path]:
     named = os.environ.get("ENVREPLICA_SEED_SOURCE")
-    return Path(named) if named else None
+    return Path(named).resolve() if named else None
 
 
 def seed_source() -> Path:
