@@ -16,18 +16,28 @@ JSKIT_STAMP := $(JSKIT)/node_modules/.installed
 # The import package's subpackages, one per top-level folder (pyproject.toml maps envreplica.X to X/).
 PACKAGES := spec model checker impl conformance cli report reliability
 
-.PHONY: check test typecheck docs docs-serve nightly diagrams clean kit kit-test
+.PHONY: check test typecheck docs docs-serve nightly diagrams clean kit kit-test compiled
 
-check: $(STAMP)
+check: compiled
 	$(BIN)/envreplica check
 
-# mypy first, then pytest: pytest-xdist runs one worker per CPU, each test file on one worker (its module
+# The checker's hot path compiled by mypyc (setup.py; spec/compiled.py lists the modules and says how a process
+# chooses them): built by pip install, rebuilt here when a source changed since; without a C compiler (or with
+# ENVREPLICA_PURE_PYTHON=1) setup.py says why in one line and everything runs interpreted.
+compiled: $(STAMP)
+	@$(BIN)/python -c 'import sys; from envreplica.spec.compiled import choose; sys.exit(not choose().compiled)' \
+	  2>/dev/null || $(BIN)/python setup.py -q build_ext --inplace
+
+# mypy first, then pytest, on the interpreted model (ENVREPLICA_PURE_PYTHON=1): the model mutants rewrite the
+# model's functions, which only interpreted code lets them; tests/test_compiled.py runs the compiled build beside
+# it and holds the two to the same answers.
+# pytest: pytest-xdist runs one worker per CPU, each test file on one worker (its module
 # fixtures computed once), in file order. A random order (pytest-randomly, installed; it prints
 # "Using --randomly-seed=N") is one argument away: make test PYTEST_ARGS="-p randomly" (replay one with
 # PYTEST_ARGS="-p randomly --randomly-seed=N"); CI runs it so. Every test passes alone and in any order.
 PYTEST_ARGS ?=
-test: typecheck kit
-	$(BIN)/pytest -p no:cacheprovider -p no:randomly -n auto --dist loadfile -m "not nightly" $(PYTEST_ARGS) tests
+test: typecheck kit compiled
+	ENVREPLICA_PURE_PYTHON=1 $(BIN)/pytest -p no:cacheprovider -p no:randomly -n auto --dist loadfile -m "not nightly" $(PYTEST_ARGS) tests
 
 # mypy over the whole package (settings in pyproject.toml). mypy cannot follow setuptools' package-dir mapping,
 # so it runs from docs/.api, whose envreplica/ links name each folder by its import name (mkdocstrings reads the
@@ -91,3 +101,4 @@ $(JSKIT_STAMP): $(JSKIT)/package.json $(JSKIT)/package-lock.json
 clean:
 	rm -rf $(VENV) build dist site *.egg-info .hypothesis .pytest_cache $(KIT)/node_modules $(KIT)/dist $(JSKIT)/node_modules
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
+	find spec model checker -name '*.so' -delete; rm -f spec/compiled.json

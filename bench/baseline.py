@@ -82,12 +82,19 @@ def compiled(rev: str, modules: list[str]) -> Iterator[str]:
         yield pythonpath
 
 
-def probe(code: str, args: list, pythonpath: Optional[str]) -> dict:
-    """Run ``code`` with ``args`` in a fresh interpreter (``rev``'s envreplica first when ``pythonpath``)."""
+def probe(code: str, args: list, pythonpath: Optional[str], set_env: Optional[dict] = None) -> dict:
+    """Run ``code`` with ``args`` in a fresh interpreter (``rev``'s envreplica first when ``pythonpath``).
+
+    ``set_env``: variables set for that interpreter (a value of None removes one)."""
     env = dict(os.environ)
     env.pop("PYTHONPATH", None)
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
+    for name, value in (set_env or {}).items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
     out = subprocess.run([sys.executable, "-c", code, *map(str, args)], env=env, cwd=tempfile.gettempdir(),
                          check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])

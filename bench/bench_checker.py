@@ -20,13 +20,12 @@ model, so the first table shows only what the search gained; this one shows
 what the model's own speed-ups add (a hash kept once computed, a generated
 ``replace``: ``spec/frozen.py``).
 
-``--cython`` runs the same comparison between this checkout's committed code
-(``HEAD``, in a worktree) as it is and the same code compiled by Cython (``bench/baseline.py``'s
-``compiled``: the model, the properties, the wire types and the search,
-untyped; needs ``pip install cython`` and a C compiler). It measures what
-compiling the model without rewriting it would give, towards
-five times the states/s in one process; the state and transition counts
-must be the same.
+``--compiled`` runs the same comparison between this checkout interpreted
+(``ENVREPLICA_PURE_PYTHON=1``) and this checkout compiled by mypyc (its build,
+``make compiled``: ``spec/compiled.py``), alternating, each run in its own
+process; the state and transition counts must be the same. It ends with the
+issue's goals: compiled at least 3x the interpreted, and 13,000 distinct
+states/s on ``cloud`` (TLC's rate per core on specs of this size).
 
 Both modes end with CPython's floor per transition on the first bound: the
 least work any explicit-state search of this model must do per transition in
@@ -35,7 +34,7 @@ hashed, one visited-set lookup) on real states of the bound, with the
 states/s it would allow at the bound's transitions per state if the
 protocol's logic, the enabled actions and every property cost nothing.
 
-Run: ``.venv/bin/python bench/bench_checker.py [--bounds NAME] [--variant V] [--repeat N] [--baseline REV | --cython]``.
+Run: ``.venv/bin/python bench/bench_checker.py [--bounds NAME] [--variant V] [--repeat N] [--baseline REV | --compiled]``.
 """
 
 from __future__ import annotations
@@ -56,17 +55,12 @@ from envreplica.checker.reference import check_reference
 from envreplica.checker.run import build_model
 from envreplica.model.presets import suite
 from envreplica.model.generate import World
+from envreplica.spec.compiled import PURE_ENV
 from envreplica.spec.frozen import replace
 from envreplica.spec.variants import Variant
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from baseline import CompileError, compiled, probe, worktree  # noqa: E402  (bench/baseline.py, beside this file)
-
-#: What ``--cython`` compiles: every module a check runs per transition (the protocol, its frames and
-#: values, the properties, the coverage hooks and the search).
-COMPILED = ["spec/frozen.py", "spec/domain.py", "spec/wire.py", "spec/gate.py", "spec/properties.py",
-            "model/fmap.py", "model/state.py", "model/rules.py", "model/store.py", "model/replica.py",
-            "model/actions.py", "model/generate.py", "checker/bfs.py", "checker/run.py", "checker/coverage.py"]
+from baseline import probe, worktree  # noqa: E402  (bench/baseline.py, beside this file)
 
 #: Run in each tree's interpreter: the whole check of each bound of a suite, as JSON.
 _ONE_SUITE = """
@@ -119,37 +113,37 @@ def against_baseline(rev: str, bounds_name: str, variant: str, repeat: int) -> i
 
 
 def against_compiled(bounds_name: str, variant: str, repeat: int) -> int:
-    """Each bound's whole check, ``HEAD`` interpreted vs ``HEAD`` compiled by Cython, alternating.
-
-    Both sides are worktrees of ``HEAD`` (one compiled, each module checked to import from it), so uncommitted
-    changes in this checkout are in neither.
-    """
-    try:
-        with worktree("HEAD") as plain, compiled("HEAD", COMPILED) as pythonpath:
-            return _alternate(plain, pythonpath, "interpreted", "Cython", "the same code compiled by Cython (HEAD)",
-                              bounds_name, variant, repeat, must_agree=True)
-    except CompileError as error:
-        print(error, file=sys.stderr)
+    """Each bound's whole check, this checkout interpreted vs compiled by mypyc, alternating, with the goals."""
+    status = probe("from envreplica.spec import compiled; import json; print(json.dumps(str(compiled.choose())))",
+                   [], None, {PURE_ENV: None})
+    if not status.startswith("compiled"):
+        print(f"no compiled build to compare ({status}): make compiled", file=sys.stderr)
         return 2
+    return _alternate(None, None, "interpreted", "compiled", "the same code compiled by mypyc", bounds_name,
+                      variant, repeat, must_agree=True, envs=({PURE_ENV: "1"}, {PURE_ENV: None}),
+                      goals=True)
 
 
 def _alternate(before_path: Optional[str], after_path: Optional[str], before: str, after: str, after_is: str,
-               bounds_name: str, variant: str, repeat: int, must_agree: bool = False) -> int:
+               bounds_name: str, variant: str, repeat: int, must_agree: bool = False,
+               envs: tuple[Optional[dict], Optional[dict]] = (None, None), goals: bool = False) -> int:
     """The whole check with ``before_path``'s code and with ``after_path``'s, alternating, as a table.
 
     A path is a ``PYTHONPATH`` entry (``bench/baseline.py``), or None for this checkout. ``must_agree``: the two
-    are the same model, so a bound whose state or transition counts differ fails (exit code 1).
+    are the same model, so a bound whose state or transition counts differ fails (exit code 1). ``envs``: each
+    side's environment changes (``probe``'s ``set_env``). ``goals``: end with issue 32's two goals, met or not.
     """
     runs: dict[str, list[dict]] = {"before": [], "after": []}
     for _ in range(repeat):
-        runs["before"].append(probe(_ONE_SUITE, [bounds_name, variant], before_path))
-        runs["after"].append(probe(_ONE_SUITE, [bounds_name, variant], after_path))
+        runs["before"].append(probe(_ONE_SUITE, [bounds_name, variant], before_path, envs[0]))
+        runs["after"].append(probe(_ONE_SUITE, [bounds_name, variant], after_path, envs[1]))
     table = Table(title=f"checker (model and search): {before} vs {after_is}, bounds {bounds_name}, variant "
                         f"{variant}, median of {repeat} alternating runs, each in its own process")
     for column in ("bounds", "states", "transitions", f"{before} s", f"{before} states/s", f"{after} s",
                    f"{after} states/s", f"{after} transitions/s", "speed-up"):
         table.add_column(column, justify="left" if column == "bounds" else "right")
     differ = False
+    ratios: dict[str, tuple[float, float]] = {}  # bound -> (speed-up, states/s after)
     for name in runs["after"][0]:
         before = [r[name] for r in runs["before"] if name in r]
         after = [r[name] for r in runs["after"]]
@@ -164,6 +158,7 @@ def _alternate(before_path: Optional[str], after_path: Optional[str], before: st
         rate_after = statistics.median(x[0] / x[2] for x in after)
         same = (before[0][0], before[0][1]) == (states, transitions)
         differ |= not same
+        ratios[name] = (rate_after / rate_before, rate_after)
         table.add_row(name, f"{states:,}" + ("" if same else f" (then {before[0][0]:,})"), f"{transitions:,}",
                       f"{t_before:.1f}", f"{rate_before:,.0f}", f"{t_after:.1f}", f"{rate_after:,.0f}",
                       f"{transitions / t_after:,.0f}", f"{rate_after / rate_before:.2f}x")
@@ -175,6 +170,12 @@ def _alternate(before_path: Optional[str], after_path: Optional[str], before: st
     elif differ:
         console.print("some bounds explored other state counts then and now: their ratio compares states/s, "
                       "not like for like")
+    if goals:
+        for name, (ratio, rate) in ratios.items():
+            console.print(f"goal on {name}: compiled {ratio:.2f}x the interpreted (goal 3x: "
+                          f"{'met' if ratio >= 3 else 'not met'})" + (
+                              f", {rate:,.0f} distinct states/s (goal 13,000: {'met' if rate >= 13000 else 'not met'})"
+                              if name == "cloud" else ""))
     first = next(iter(runs["after"][0].values()))
     _print_floor(suite(bounds_name, Variant(variant))[0], console, first[1] / first[0])
     return 1 if differ and must_agree else 0
@@ -187,10 +188,10 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=1, help="interleaved runs of each search (median)")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--baseline", metavar="REV", help="the whole check against git revision REV instead")
-    mode.add_argument("--cython", action="store_true",
-                      help="the whole check of HEAD interpreted against HEAD compiled by Cython instead")
+    mode.add_argument("--compiled", action="store_true",
+                      help="the whole check interpreted (ENVREPLICA_PURE_PYTHON=1) against compiled by mypyc instead")
     args = parser.parse_args()
-    if args.cython:
+    if args.compiled:
         return against_compiled(args.bounds, args.variant, args.repeat)
     if args.baseline:
         return against_baseline(args.baseline, args.bounds, args.variant, args.repeat)

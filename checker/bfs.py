@@ -61,6 +61,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Generic, Hashable, Iterable, Optional, Protocol, TypeVar
 
+from mypy_extensions import mypyc_attr
+
 #: A model's state: any hashable value (the visited sets and marks hold states or their fingerprints).
 S = TypeVar("S", bound=Hashable)
 
@@ -97,6 +99,7 @@ StepView = tuple[Any, Any, Any, Any]
 StepProperties = tuple[list[CheckedProperty], list[CheckedProperty]]
 
 
+@mypyc_attr(native_class=False)  # mypyc compiles no subclass of RuntimeError
 class NondeterministicModel(RuntimeError):
     """Replaying a path's actions from ``init()`` reached another state than the search did."""
 
@@ -122,6 +125,7 @@ class Violation:
         return len(self.steps) - 1
 
 
+@mypyc_attr(native_class=False)  # a generic dataclass of callables: a plain class, compiled or not
 @dataclass
 class Model(Generic[S]):
     """The interface the checker needs (``S``: the model's state; actions and results are the model's own)."""

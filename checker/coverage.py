@@ -16,6 +16,8 @@ from collections import Counter
 from dataclasses import Field, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Optional, Protocol, Self
 
+from mypy_extensions import mypyc_attr
+
 from envreplica.spec.domain import ActionKind
 from envreplica.spec.gate import fired_trigger
 from envreplica.spec.domain import Failed, MatKind, RefusalCode, UnavailableReason, WithheldReason
@@ -50,6 +52,7 @@ BINDING_REASON_ITEM = "withheld: <binding reason>"
 MATERIALIZATION_ITEMS = ["installed"] + [f"{k.value}: {r}" for k, r in REASONS] + [BINDING_REASON_ITEM]
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # the lockstep's coverage derives from it
 class CoverageCounts:
     """What every coverage dataclass shares: its ``Counter`` fields merge, and ``rows()`` gives what was missed."""
 

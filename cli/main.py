@@ -660,7 +660,10 @@ def _model_check(args) -> int:
         from envreplica.report import ModelCheckRecord
 
         record = ModelCheckRecord(args)
-    summary = Table(title=f"envreplica check --bounds {args.bounds} --variant {variant.value}")
+    from envreplica.spec.compiled import choose
+
+    summary = Table(title=f"envreplica check --bounds {args.bounds} --variant {variant.value}",
+                    caption=f"the model ran {choose()}")  # compiled by mypyc or interpreted, and why
     for col in ("bounds", "mode", "distinct states", "transitions", "depth", "complete", "seconds", "states/s"):
         summary.add_column(col, justify="right" if col not in ("bounds", "mode") else "left")
     for bounds in bounds_suite:

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from functools import lru_cache, partial
-from typing import Any, Callable, Literal, Optional, overload
+from typing import Any, Callable, Literal, Optional, cast, overload
 
 from envreplica.model.fmap import FMap
 from envreplica.model.state import (
@@ -267,7 +267,7 @@ def doc_to_state(doc: Any, *, store_on: bool) -> State:
         if not isinstance(mac, str) or not mac:
             raise _bad(f"{path}.requestMac", "must be a non-empty string (the request's MAC)", mac)
         # A receipt read back carries its request's MAC where the model's carries the request (module doc).
-        receipt = Receipt(mac, ok, code, result, version)  # type: ignore[arg-type]
+        receipt = Receipt(mac, ok, code, result, version)
         receipts[(_pattern(row["streamId"], f"{path}.streamId", wire.ID),
                   _count(row["sequence"], f"{path}.sequence"))] = receipt
     return State(
@@ -358,7 +358,7 @@ def with_macs(state: State, mac: Callable[[DeliveryRequest], str]) -> State:
         receipts = last_out  # the same table object (tables are persistent maps): the same answer
     else:
         # Each receipt's request becomes its MAC (as a read-back receipt's: module doc).
-        receipts = FMap({k: replace(r, request=mac(r.request))  # type: ignore[arg-type]
+        receipts = FMap({k: replace(r, request=mac(cast(DeliveryRequest, r.request)))  # the model's: requests
                          for k, r in state.receipts.items()})
         _LAST_WITH_MACS = (state.receipts, mac, receipts)  # one assignment: a reader sees all three or none
     return replace(state, receipts=receipts)

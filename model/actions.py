@@ -49,65 +49,84 @@ from envreplica.spec.domain import (
     ReplicaError,
     Snapshot,
 )
+from envreplica.spec.frozen import Frozen
 from envreplica.spec.gate import TRIGGER_OF, fired_trigger  # noqa: F401 (re-exported: the gate's own)
 
 
 @dataclass(frozen=True, slots=True)
-class Begin:
+class Begin(Frozen):
     frame: BeginFrame
     kept_epochs: tuple[int, ...]
     org_id: str
-    kind = ActionKind.BEGIN
+    @property
+    def kind(self) -> ActionKind:
+        return ActionKind.BEGIN
 
 
 @dataclass(frozen=True, slots=True)
-class Page:
+class Page(Frozen):
     frame: PageFrame
-    kind = ActionKind.PAGE
+    @property
+    def kind(self) -> ActionKind:
+        return ActionKind.PAGE
 
 
 @dataclass(frozen=True, slots=True)
-class Deliver:
+class Deliver(Frozen):
     frame: ApplyFrame
-    kind = ActionKind.DELIVERY
+    @property
+    def kind(self) -> ActionKind:
+        return ActionKind.DELIVERY
 
 
 @dataclass(frozen=True, slots=True)
-class Commit:
+class Commit(Frozen):
     frame: CommitFrame
-    kind = ActionKind.COMMIT
+    @property
+    def kind(self) -> ActionKind:
+        return ActionKind.COMMIT
 
 
 @dataclass(frozen=True, slots=True)
-class CloseGate:
-    kind = ActionKind.CLOSE
+class CloseGate(Frozen):
+    @property
+    def kind(self) -> ActionKind:
+        return ActionKind.CLOSE
 
 
 @dataclass(frozen=True, slots=True)
-class Restart:
-    kind = ActionKind.RESTART
+class Restart(Frozen):
+    @property
+    def kind(self) -> ActionKind:
+        return ActionKind.RESTART
 
 
 @dataclass(frozen=True, slots=True)
-class Resume:
+class Resume(Frozen):
     """The value-store read of in-flight operation ``slot`` answers ``answer``."""
 
     slot: int
     answer: Answer
-    kind = ActionKind.RESUME
+    @property
+    def kind(self) -> ActionKind:
+        return ActionKind.RESUME
 
 
 @dataclass(frozen=True, slots=True)
-class StoreOff:
-    kind = ActionKind.STORE_OFF
+class StoreOff(Frozen):
+    @property
+    def kind(self) -> ActionKind:
+        return ActionKind.STORE_OFF
 
 
 @dataclass(frozen=True, slots=True)
-class Read:
+class Read(Frozen):
     """A task reads the served view of ``project_ids`` (``readProjectEnvReplicaSnapshot``): the state stays."""
 
     project_ids: tuple[str, ...]  # the projects asked for, in the task's order
-    kind = ActionKind.READ
+    @property
+    def kind(self) -> ActionKind:
+        return ActionKind.READ
 
 
 #: The actions a crash can cut: each may make several write commits.
@@ -115,12 +134,14 @@ CRASHABLE = (Page, Deliver, Resume)
 
 
 @dataclass(frozen=True, slots=True)
-class CrashAfter:
+class CrashAfter(Frozen):
     """``action`` (a Page, Deliver or Resume) runs; the process dies right after its ``commit``-th write commit."""
 
     action: Union[Page, Deliver, Resume]
     commit: int  # 1 = the run's first write commit
-    kind = ActionKind.CRASH
+    @property
+    def kind(self) -> ActionKind:
+        return ActionKind.CRASH
 
     def __post_init__(self) -> None:
         if not isinstance(self.action, CRASHABLE):

@@ -85,7 +85,7 @@ from envreplica.spec.domain import (
     StagedRef,
     ValueRef,
 )
-from envreplica.spec.frozen import HashOnce, hash_once, replace
+from envreplica.spec.frozen import Frozen, HashOnce, replace
 from envreplica.spec.gate import Gate
 
 
@@ -129,7 +129,7 @@ class Move(str, enum.Enum):
 
 
 @dataclass(frozen=True)
-class Bounds:
+class Bounds(Frozen):
     """The finite domains of one model-checking run (configuration, never state)."""
 
     name: str  # how the CLI names these bounds
@@ -162,8 +162,7 @@ class Bounds:
         return ModelConfig(variant=self.variant, ack_page_bytes=self.ack_page_bytes)
 
 
-@hash_once
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Cloud(HashOnce):
     """The cloud's side in ``cloud`` mode."""
 
@@ -174,8 +173,7 @@ class Cloud(HashOnce):
     attempts: int = 0  # attempts begun; the current one is Bounds.attempts[attempts - 1]
 
 
-@hash_once
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class World(HashOnce):
     """One state of the checker: the replica, and the cloud (None in adversary mode)."""
 
@@ -318,15 +316,17 @@ def _cloud_actions(bounds: Bounds, world: World) -> Iterator[WorldAction]:
                     yield CloudChange(project, key, move)
 
 
-@hash_once
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class CloudChange(HashOnce):
     """A cloud-side record change (not a replica action: the replica sees it as a delivery later)."""
 
     project: str
     key: str
     move: Move
-    kind = "cloud_change"
+
+    @property
+    def kind(self) -> str:
+        return "cloud_change"
 
 
 #: What the checker's environment does: a replica action, or (cloud mode) a cloud-side record change.

@@ -53,7 +53,7 @@ import enum
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Optional, Union, cast
 
-from envreplica.spec.frozen import HashOnce, hash_once, replace
+from envreplica.spec.frozen import HashOnce, replace
 from envreplica.spec.migration import (
     NEW_VERSION,
     OLD_VERSION,
@@ -242,8 +242,7 @@ def suite(name: str, variant: MigrationVariant = MigrationVariant.FIXED, reading
 # ---------------------------------------------------------------------------
 
 
-@hash_once
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class StoreState(HashOnce):
     """One store, as its database file and its import guard hold it."""
 
@@ -257,8 +256,7 @@ class StoreState(HashOnce):
     backup_edited: bool = False  # its backup file was edited by hand since written (Fault.EDIT): not ``backup``
 
 
-@hash_once
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Intent(HashOnce):
     """The published migration request: whose it is (its permit id) and each child's source."""
 
@@ -266,16 +264,14 @@ class Intent(HashOnce):
     sources: tuple[Image, ...]  # each store as prepared (the child inputs' source facts)
 
 
-@hash_once
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Evidence(HashOnce):
     """The migration result's evidence: the backups it recorded (storage-backup), per store."""
 
     backups: tuple[Optional[Image], ...]  # what each backup held when recorded
 
 
-@hash_once
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class RecoveryRequest(HashOnce):
     """The published recovery request: whose, and per store whether it restores (else: unchanged)."""
 
@@ -283,8 +279,7 @@ class RecoveryRequest(HashOnce):
     restores: tuple[bool, ...]  # store i: restore from its backup (True) or check it is untouched
 
 
-@hash_once
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Files(HashOnce):
     """What the invocations published next to the request file (immutable once written)."""
 
@@ -341,8 +336,7 @@ class Pc(enum.Enum):
     REOPEN_RESOURCE = "reopen resource"
 
 
-@hash_once
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Proc(HashOnce):
     """One invocation of migrate or recover: what a crash loses."""
 
@@ -358,8 +352,7 @@ class Proc(HashOnce):
     fault: InputFault = InputFault.NONE  # what is wrong with its input (Fault.INPUT)
 
 
-@hash_once
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class MigrationState(HashOnce):
     """Everything that is: two stores, the published files, the running invocations, and counters."""
 

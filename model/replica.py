@@ -377,7 +377,7 @@ def _still_awaits_value(cfg: ModelConfig, st: State, row: Union[LiveRow, StageRo
     )
 
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
+_SURROGATE = re.compile("[" + chr(0xD800) + "-" + chr(0xDFFF) + "]")  # mypyc takes no surrogate in a literal
 
 
 def stored_text(cfg: ModelConfig, value: str) -> str:

@@ -31,7 +31,7 @@ from envreplica.spec.domain import (
     RefusalCode,
     ValueRef,
 )
-from envreplica.spec.frozen import HashOnce, hash_once
+from envreplica.spec.frozen import Frozen, HashOnce
 from envreplica.spec.gate import Gate
 from envreplica.spec.variants import Variant as Variant  # re-exported: the model's variants are the contract's
 
@@ -50,7 +50,7 @@ class GateEngine(str, enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class ModelConfig:
+class ModelConfig(Frozen):
     """Constants of one replica (not state): variant and configuration values."""
 
     variant: Variant = Variant.FIXED  # the default is the variant whose properties hold
@@ -59,8 +59,7 @@ class ModelConfig:
     gate_engine: GateEngine = GateEngine.TABLE  # how the gate moves (same table either way)
 
 
-@hash_once
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Authority(HashOnce):
     """The single authority row."""
 
@@ -75,8 +74,7 @@ class Authority(HashOnce):
 INITIAL_AUTHORITY = Authority(Gate.INACTIVE, None, 0, None, None, ())
 
 
-@hash_once
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class LiveRow(HashOnce):
     """A live record (``records`` table)."""
 
@@ -87,8 +85,7 @@ class LiveRow(HashOnce):
         return RecordResult(self.state, self.mat)
 
 
-@hash_once
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class StageRow(HashOnce):
     """A staged record (``stage_records``): ``present`` once a page or delivery named it."""
 
@@ -100,8 +97,7 @@ class StageRow(HashOnce):
         return RecordResult(self.state, self.mat)
 
 
-@hash_once
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class StoredValue(HashOnce):
     """A value row (``values`` / ``stage_values``): sealed at rest in ``impl``."""
 
@@ -111,8 +107,7 @@ class StoredValue(HashOnce):
     value: str  # the plaintext (the model does not seal)
 
 
-@hash_once
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class StageProject(HashOnce):
     """A project of the open attempt (``stage_projects``)."""
 
@@ -121,20 +116,20 @@ class StageProject(HashOnce):
     complete: bool  # the last accepted page was the final one
 
 
-@hash_once
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Receipt(HashOnce):
     """A consumed delivery (``receipts``): what it asked and what it was answered."""
 
-    request: DeliveryRequest  # what the request MAC covers
+    # what the request MAC covers; a state read back from an implementation holds the MAC itself
+    # (conformance.readback), which is all it keeps and all the model compares
+    request: Union[DeliveryRequest, str]
     ok: bool  # applied (True) or consumed with a refusal (False)
     code: Optional[RefusalCode]  # the refusal code when not ok
     result: Optional[RecordResult]  # the record as answered when ok
     record_version: Optional[int]  # the project's record version as answered when ok
 
 
-@hash_once
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class ReadRequest(HashOnce):
     """One value-store read: what is asked of the store."""
 
@@ -142,8 +137,7 @@ class ReadRequest(HashOnce):
     name: str  # the parameter name (docs/protocol.md section 4)
 
 
-@hash_once
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class AwaitRead(HashOnce):
     """A suspended materialization: the before-transaction ran, the read is in flight."""
 
@@ -156,8 +150,7 @@ class AwaitRead(HashOnce):
     request: ReadRequest  # the read in flight
 
 
-@hash_once
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class PreparedDelivery(HashOnce):
     """What a delivery's first transaction decided, carried across its await window."""
 
@@ -168,8 +161,7 @@ class PreparedDelivery(HashOnce):
     attempt_id: Optional[str]  # the attempt it applied under (None: live)
 
 
-@hash_once
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class PageInFlight(HashOnce):
     """A page suspended in a value-store read."""
 
@@ -179,8 +171,7 @@ class PageInFlight(HashOnce):
     reader_on: bool  # whether the operation has a value store
 
 
-@hash_once
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class DeliveryInFlight(HashOnce):
     """A delivery suspended in a value-store read."""
 
@@ -192,8 +183,7 @@ class DeliveryInFlight(HashOnce):
 InFlight = Union[PageInFlight, DeliveryInFlight]
 
 
-@hash_once
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class State(HashOnce):
     """The whole replica: durable tables, and the volatile operations in flight."""
 

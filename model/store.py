@@ -28,13 +28,12 @@ from envreplica.spec.domain import (
     StagedRef,
     UnavailableReason,
 )
-from envreplica.spec.frozen import HashOnce, hash_once
+from envreplica.spec.frozen import Frozen, HashOnce
 
 _SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
-@hash_once
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Found(HashOnce):
     """The store holds the reference: its raw text, and the version it reports (legacy)."""
 
@@ -43,12 +42,12 @@ class Found(HashOnce):
 
 
 @dataclass(frozen=True, slots=True)
-class Missing:
+class Missing(Frozen):
     """The store has no such parameter or version (``null`` in the seed)."""
 
 
 @dataclass(frozen=True, slots=True)
-class Raises:
+class Raises(Frozen):
     """The read threw (network, throttling, decryption): ``value_unavailable``."""
 
 
@@ -56,7 +55,7 @@ Answer = Union[Found, Missing, Raises]
 
 
 @dataclass(frozen=True, slots=True)
-class Fetched:
+class Fetched(Frozen):
     """A read's outcome: a value, or the unavailable reason."""
 
     value: Optional[str]  # the plaintext, when the read succeeded

@@ -15,7 +15,9 @@ import enum
 from dataclasses import dataclass
 from typing import Optional, Union
 
-from envreplica.spec.frozen import HashOnce, hash_once
+from mypy_extensions import mypyc_attr
+
+from envreplica.spec.frozen import Frozen, HashOnce
 
 # ---------------------------------------------------------------------------
 # Errors. Invalid input and corrupt state are different types; refusals are
@@ -23,6 +25,7 @@ from envreplica.spec.frozen import HashOnce, hash_once
 # ---------------------------------------------------------------------------
 
 
+@mypyc_attr(native_class=False)  # an exception, off the hot path: its class attributes stay class attributes
 class ReplicaError(Exception):
     """Base of the two failures that are not results."""
 
@@ -37,18 +40,21 @@ class ReplicaError(Exception):
         self.committed: Optional[object] = None
 
 
+@mypyc_attr(native_class=False)
 class InvalidFrame(ReplicaError):
     """A frame or argument breaks a rule of ``docs/protocol.md``; nothing changes."""
 
     wire_type = "invalid"
 
 
+@mypyc_attr(native_class=False)
 class CorruptReplica(ReplicaError):
     """The stored replica breaks its own rules (the seed's ProjectEnvReplicaCorruptError)."""
 
     wire_type = "corrupt"
 
 
+@mypyc_attr(native_class=False)  # mypyc compiles no subclass of AssertionError
 class ModelBug(AssertionError):
     """The model itself broke a declared rule (an undeclared gate edge, ...)."""
 
@@ -166,16 +172,14 @@ class UnavailableReason(str, enum.Enum):
 # ---------------------------------------------------------------------------
 
 
-@hash_once
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class StagedRef(HashOnce):
     """``{"kind": "staged", "stagingId": ...}``: an immutable staged SSM parameter."""
 
     staging_id: str
 
 
-@hash_once
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class LegacyRef(HashOnce):
     """``{"kind": "legacy", "ssmVersion": n}``: one version of a legacy SSM parameter."""
 
@@ -185,8 +189,7 @@ class LegacyRef(HashOnce):
 ValueRef = Union[StagedRef, LegacyRef]
 
 
-@hash_once
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Head(HashOnce):
     """A record's head; ``tombstone`` holds exactly when ``value_ref`` is None."""
 
@@ -196,14 +199,12 @@ class Head(HashOnce):
     value_ref: Optional[ValueRef]  # where the value lives; None for a tombstone
 
 
-@hash_once
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class BindOmit(HashOnce):
     """``{"kind": "omit"}``: the task binding leaves this key out."""
 
 
-@hash_once
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class BindWithhold(HashOnce):
     """``{"kind": "withhold", "reason": r}``: the binding withholds with a reason."""
 
@@ -213,8 +214,7 @@ class BindWithhold(HashOnce):
 Binding = Optional[Union[BindOmit, BindWithhold]]
 
 
-@hash_once
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class BindingState(HashOnce):
     """One record as the cloud describes it (``BindingState`` on the wire)."""
 
@@ -225,8 +225,7 @@ class BindingState(HashOnce):
     listing_generation: int  # moves when only the listing changes
 
 
-@hash_once
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Materialization(HashOnce):
     """What the replica made of a record: installed, or withheld/unavailable with a reason."""
 
@@ -249,8 +248,7 @@ def unavailable(reason: str) -> Materialization:
     return Materialization(MatKind.UNAVAILABLE, str(reason.value if isinstance(reason, enum.Enum) else reason))
 
 
-@hash_once
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class RecordResult(HashOnce):
     """``Result``: a record and its materialization."""
 
@@ -258,8 +256,7 @@ class RecordResult(HashOnce):
     materialization: Materialization
 
 
-@hash_once
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Cursor(HashOnce):
     """A delivery position: a stream and the last sequence consumed on it."""
 
@@ -272,8 +269,7 @@ class Cursor(HashOnce):
 # ---------------------------------------------------------------------------
 
 
-@hash_once
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class BeginFrame(HashOnce):
     """Start a snapshot attempt for an exact project set; closes the gate."""
 
@@ -282,8 +278,7 @@ class BeginFrame(HashOnce):
     project_ids: tuple[str, ...]
 
 
-@hash_once
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class PageFrame(HashOnce):
     """One page of one project's snapshot, keys strictly ascending after ``after``."""
 
@@ -296,8 +291,7 @@ class PageFrame(HashOnce):
     complete: bool
 
 
-@hash_once
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class ApplyFrame(HashOnce):
     """One ordered delta (``env.replica.apply``)."""
 
@@ -313,8 +307,7 @@ class ApplyFrame(HashOnce):
         return DeliveryRequest(self.project_id, self.record_version, self.state, self.delivery)
 
 
-@hash_once
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class DeliveryRequest(HashOnce):
     """The semantic request of a delivery: what its receipt MAC covers."""
 
@@ -324,8 +317,7 @@ class DeliveryRequest(HashOnce):
     delivery: Cursor
 
 
-@hash_once
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class ProjectVersion(HashOnce):
     """One ``{"projectId", "recordVersion"}`` entry of a commit."""
 
@@ -333,8 +325,7 @@ class ProjectVersion(HashOnce):
     record_version: int
 
 
-@hash_once
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class CommitFrame(HashOnce):
     """Promote the staged view of an attempt if it is exactly what the cloud says."""
 
@@ -349,14 +340,16 @@ class CommitFrame(HashOnce):
 
 
 @dataclass(frozen=True, slots=True)
-class BeginResult:
+class BeginResult(Frozen):
     applied_through: Cursor
     policy_epochs: tuple[int, ...]
-    ok = True
+    @property
+    def ok(self) -> bool:
+        return True
 
 
 @dataclass(frozen=True, slots=True)
-class PageOk:
+class PageOk(Frozen):
     attempt_id: str
     project_id: str
     after: Optional[str]
@@ -365,20 +358,24 @@ class PageOk:
     complete: bool
     policy_epochs: tuple[int, ...]
     applied_through: Cursor
-    ok = True
+    @property
+    def ok(self) -> bool:
+        return True
 
 
 @dataclass(frozen=True, slots=True)
-class PageRefused:
+class PageRefused(Frozen):
     attempt_id: str
     code: RefusalCode
     policy_epochs: tuple[int, ...]
     applied_through: Cursor
-    ok = False
+    @property
+    def ok(self) -> bool:
+        return False
 
 
 @dataclass(frozen=True, slots=True)
-class ApplyOk:
+class ApplyOk(Frozen):
     replayed: bool
     attempt_id: Optional[str]
     project_id: str
@@ -386,68 +383,84 @@ class ApplyOk:
     result: RecordResult
     policy_epochs: tuple[int, ...]
     applied_through: Cursor
-    ok = True
+    @property
+    def ok(self) -> bool:
+        return True
 
 
 @dataclass(frozen=True, slots=True)
-class ApplyRefused:
+class ApplyRefused(Frozen):
     replayed: bool
     consumed: bool
     attempt_id: Optional[str]
     code: RefusalCode
     policy_epochs: tuple[int, ...]
     applied_through: Cursor
-    ok = False
+    @property
+    def ok(self) -> bool:
+        return False
 
 
 @dataclass(frozen=True, slots=True)
-class CommitOk:
+class CommitOk(Frozen):
     attempt_id: str
     policy_epochs: tuple[int, ...]
     applied_through: Cursor
-    ok = True
+    @property
+    def ok(self) -> bool:
+        return True
 
 
 @dataclass(frozen=True, slots=True)
-class CommitRefused:
+class CommitRefused(Frozen):
     attempt_id: str
     code: RefusalCode
     policy_epochs: tuple[int, ...]
     applied_through: Cursor
-    ok = False
+    @property
+    def ok(self) -> bool:
+        return False
 
 
 @dataclass(frozen=True, slots=True)
-class Done:
+class Done(Frozen):
     """The empty result of ``close``, ``restart`` and ``store.*`` operations."""
 
-    ok = True
+    @property
+    def ok(self) -> bool:
+        return True
 
 
 @dataclass(frozen=True, slots=True)
-class Pending:
+class Pending(Frozen):
     """An operation is now waiting on a value-store read (an ``await`` window)."""
 
     slot: int  # which in-flight slot holds it
-    ok = True
+    @property
+    def ok(self) -> bool:
+        return True
 
 
 @dataclass(frozen=True, slots=True)
-class Failed:
+class Failed(Frozen):
     """An operation ended with an invalid or corrupt error."""
 
     kind: str  # "invalid" | "corrupt"
     message: str
-    ok = False
+    @property
+    def ok(self) -> bool:
+        return False
 
 
 @dataclass(frozen=True, slots=True)
-class Crashed:
+class Crashed(Frozen):
     """A page or delivery asked to crash (``crashAfterCommit``) did: its process died right after
     that write transaction committed, and the replica was reopened and its gate closed (as ``restart``)."""
 
     after_commit: int  # the write commit (1 = the operation's first) after which the process died
-    ok = True
+    @property
+    def ok(self) -> bool:
+        return True
 
 
 PageResult = Union[PageOk, PageRefused]
@@ -461,7 +474,7 @@ CommitResult = Union[CommitOk, CommitRefused]
 
 
 @dataclass(frozen=True, slots=True)
-class Status:
+class Status(Frozen):
     """``readProjectEnvReplicaStatus``: the authority row, without values."""
 
     activated: bool
@@ -474,7 +487,7 @@ class Status:
 
 
 @dataclass(frozen=True, slots=True)
-class SnapshotEntry:
+class SnapshotEntry(Frozen):
     """One served record: its state, materialization and value (None unless installed)."""
 
     state: BindingState
@@ -483,21 +496,21 @@ class SnapshotEntry:
 
 
 @dataclass(frozen=True, slots=True)
-class SnapshotProject:
+class SnapshotProject(Frozen):
     project_id: str
     record_version: int
     entries: tuple[SnapshotEntry, ...]
 
 
 @dataclass(frozen=True, slots=True)
-class Snapshot:
+class Snapshot(Frozen):
     """``readProjectEnvReplicaSnapshot``: the served view, or None (fail closed)."""
 
     projects: tuple[SnapshotProject, ...]
 
 
 @dataclass(frozen=True, slots=True)
-class ReceiptView:
+class ReceiptView(Frozen):
     """One row of ``listProjectEnvReplicaReceipts`` as the adapter reports it (no MAC)."""
 
     stream_id: str
@@ -509,7 +522,7 @@ class ReceiptView:
 
 
 @dataclass(frozen=True, slots=True)
-class Readiness:
+class Readiness(Frozen):
     """The ``ready`` op: whether ``awaitProjectEnvReplicaReady`` returned before the timeout."""
 
     ready: bool
@@ -525,7 +538,7 @@ class DiagnosisReason(str, enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class Diagnosis:
+class Diagnosis(Frozen):
     """Why ``read_snapshot`` would answer null: a reason class and a message naming no value."""
 
     reason: DiagnosisReason

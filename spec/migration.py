@@ -35,7 +35,7 @@ import enum
 from dataclasses import dataclass
 from typing import Callable, Optional, Protocol, Sequence, Sized, cast
 
-from envreplica.spec.frozen import HashOnce, hash_once
+from envreplica.spec.frozen import HashOnce
 
 #: The writer contract version before the migration, and after it (the seed's ``STORE_WRITER_VERSION``).
 OLD_VERSION = 1
@@ -68,9 +68,8 @@ class Admission(enum.Enum):
     RECOVERY = "recovery"  # a recovery holds it (beginStorageRecovery)
 
 
-@hash_once
 @dataclass(frozen=True, order=True, slots=True)
-class Data(HashOnce):
+class Data:
     """A store's data, abstractly."""
 
     base: Base  # what it was built from
@@ -80,8 +79,7 @@ class Data(HashOnce):
         return self.base.value + (f"+{self.writes}w" if self.writes else "")
 
 
-@hash_once
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Image(HashOnce):
     """A store's content as a backup or a reconcile sees it: contract version and data."""
 

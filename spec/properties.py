@@ -53,7 +53,7 @@ from envreplica.spec.domain import (
     ValueRef,
     View,
 )
-from envreplica.spec.frozen import replace
+from envreplica.spec.frozen import Frozen, replace
 from envreplica.spec.gate import GATE_NEXT, Gate, Step, fired_trigger
 from envreplica.spec.serving import served
 
@@ -740,7 +740,7 @@ def sometimes_resent_delivery_completes(crash: tuple[ReplicaView, Step, object, 
 
 
 @dataclass(frozen=True)
-class Property:
+class Property(Frozen):
     """A named predicate and the sentence it checks."""
 
     name: str

@@ -30,10 +30,11 @@ from functools import lru_cache
 from typing import Any, Optional
 
 from envreplica.spec.domain import BindingState, MatKind
+from envreplica.spec.frozen import Frozen
 
 
 @dataclass(frozen=True)
-class Served:
+class Served(Frozen):
     """One record a read serves: its project, its record, and its value (None: served without one)."""
 
     project_id: str  # the project it is served under

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Optional, Sequence, Union, cast
 
 from envreplica.conformance.lockstep.domains import LEGACY_KEYS, REASONS
 from envreplica.model.state import LiveRow, StageRow, State
 from envreplica.spec import wire
+from envreplica.spec.domain import DeliveryRequest
 
 
 def staging_id(key: str, generation: int, alt: int = 0) -> str:
@@ -198,7 +199,8 @@ class _View:
         if self.stream is None:  # no stream: nothing consumed
             return out
         for n in self.consumed():
-            frame = self.state.receipts[(self.stream, n)].request
+            # the model's own state: its receipts hold requests (only a read-back state holds MACs)
+            frame = cast(DeliveryRequest, self.state.receipts[(self.stream, n)].request)
             held = self.current(frame.project_id, frame.state.key, staged=self.attempt is not None)
             if held != wire.encode(frame.state):
                 out.append(n)

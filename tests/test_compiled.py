@@ -1,0 +1,104 @@
+"""spec.compiled: the model compiled by mypyc finds what the interpreted model finds, and is chosen as documented.
+
+The suite itself runs the interpreted modules (``make test`` sets ``ENVREPLICA_PURE_PYTHON=1``: the model
+mutants rewrite the model's functions); here ``tests/compiled_probe.py`` runs once each way in its own process.
+Under CI the compiled build must be there (``.ci/run`` installs a C compiler and Python's headers); elsewhere
+its absence skips the comparison, saying why.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from envreplica.spec import compiled
+
+ROOT = Path(__file__).resolve().parent.parent
+PROBE = Path(__file__).resolve().parent / "compiled_probe.py"
+
+
+def _env(pure: bool) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != compiled.PURE_ENV}
+    if pure:
+        env[compiled.PURE_ENV] = "1"
+    return env
+
+
+def _status_in_a_fresh_process(pure: bool) -> str:
+    code = "from envreplica.spec import compiled; import envreplica.model.generate; print(compiled.STATUS)"
+    return subprocess.run([sys.executable, "-c", code], env=_env(pure), capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def _require_build() -> None:
+    status = _status_in_a_fresh_process(pure=False)
+    if not status.startswith("compiled"):
+        message = f"the compiled model is not here ({status})"
+        if os.environ.get("CI"):
+            pytest.fail(f"{message}: under CI, make compiled must build it", pytrace=False)
+        pytest.skip(message)
+
+
+def _probe(tmp: Path, pure: bool) -> dict:
+    done = subprocess.run([sys.executable, str(PROBE), str(tmp)], env=_env(pure), capture_output=True, text=True,
+                          timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
+
+
+def test_compiled_and_interpreted_find_the_same_states_counterexamples_and_shrunk_trace(tmp_path):
+    _require_build()
+    interpreted = _probe(tmp_path / "interpreted", pure=True)
+    native = _probe(tmp_path / "compiled", pure=False)
+    assert interpreted["status"] == f"interpreted: {compiled.PURE_ENV}=1"
+    assert not any(interpreted["compiled"].values())
+    assert native["status"].startswith("compiled") and set(native["compiled"]) == set(compiled.MODULES)
+    assert all(native["compiled"].values()), native["compiled"]
+    found = interpreted["found"]
+    # What makes the comparison worth anything: a finding on each side, a shrunk lockstep divergence.
+    assert found["model"]["cloud/seed"]["violations"], "F1 (cloud, seed) must be found"
+    assert found["lockstep"]["ok"] is False and found["lockstep"]["shrunk_steps"]
+    for name, run in found["model"].items():
+        assert run == native["found"]["model"][name], name
+    assert found["lockstep"] == native["found"]["lockstep"]
+
+
+def test_the_switch_forces_the_interpreted_modules():
+    _require_build()
+    assert _status_in_a_fresh_process(pure=True) == f"interpreted: {compiled.PURE_ENV}=1"
+    assert _status_in_a_fresh_process(pure=False) == "compiled (mypyc): built from these sources"
+
+
+def test_a_source_changed_since_the_build_is_never_run_stale(tmp_path, monkeypatch):
+    """The record's digests decide: one byte of one module differs, and the whole group runs interpreted."""
+    spec_dir = tmp_path / "spec"
+    spec_dir.mkdir()
+    for module in compiled.MODULES:
+        target = compiled.source_of(module, tmp_path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(f"# {module}\n", encoding="utf-8")
+    (spec_dir / compiled.RECORD).write_text(json.dumps(compiled.record(tmp_path)), encoding="utf-8")
+    monkeypatch.delenv(compiled.PURE_ENV, raising=False)
+    assert compiled._decide(spec_dir).compiled
+    compiled.source_of("envreplica.model.replica", tmp_path).write_text("# edited\n", encoding="utf-8")
+    stale = compiled._decide(spec_dir)
+    assert not stale.compiled and stale.reason.startswith("model/replica.py changed since the build")
+    (spec_dir / compiled.RECORD).write_text("{", encoding="utf-8")
+    assert "unreadable" in compiled._decide(spec_dir).reason
+    (spec_dir / compiled.RECORD).unlink()
+    assert compiled._decide(spec_dir).reason.startswith("no compiled build")
+    monkeypatch.setenv(compiled.PURE_ENV, "1")
+    assert compiled._decide(spec_dir).reason == f"{compiled.PURE_ENV}=1"
+
+
+def test_the_interpreted_finder_hands_out_sources_only_for_the_compiled_modules():
+    finder = compiled._Interpreted()
+    spec = finder.find_spec("envreplica.model.state", [str(ROOT / "model")])
+    assert spec is not None and spec.origin == str(ROOT / "model" / "state.py")
+    assert finder.find_spec("envreplica.model.presets", [str(ROOT / "model")]) is None
+    assert finder.find_spec("envreplica.model.state", None) is None
