@@ -38,9 +38,10 @@ import envreplica.impl
 IMPL_DIR = Path(envreplica.impl.__file__).resolve().parent
 PACKAGE = "envreplica.impl"
 #: What ``impl`` may import of envreplica beyond itself: the shared contract only (``spec.frozen``, which
-#: ``spec.domain``'s value types use for their hash, holds no decision of the protocol).
+#: ``spec.domain``'s value types use for their hash, and ``spec.compiled``, which ``envreplica.spec`` runs first to
+#: choose compiled or interpreted modules, hold no decision of the protocol).
 CONTRACT = frozenset({"envreplica", "envreplica.spec", "envreplica.spec.domain", "envreplica.spec.wire",
-                      "envreplica.spec.variants", "envreplica.spec.frozen"})
+                      "envreplica.spec.variants", "envreplica.spec.frozen", "envreplica.spec.compiled"})
 
 
 def _impl_files() -> list[Path]:
