@@ -112,8 +112,8 @@ class Coverage(CoverageCounts):
         for code in RefusalCode:
             out.append(("refusal", code.value, self.refusals.get(code, 0)))
         out.append(("materialization", "installed", self.reasons.get((MatKind.INSTALLED, None), 0)))
-        for kind, reason in REASONS:
-            out.append(("materialization", f"{kind.value}: {reason}", self.reasons.get((kind, reason), 0)))
+        for mat_kind, reason in REASONS:  # a name of its own: compiled, a variable keeps its first type
+            out.append(("materialization", f"{mat_kind.value}: {reason}", self.reasons.get((mat_kind, reason), 0)))
         binding = sum(n for (k, r), n in self.reasons.items()
                       if k is MatKind.WITHHELD and r not in {w.value for w in WithheldReason})
         out.append(("materialization", BINDING_REASON_ITEM, binding))

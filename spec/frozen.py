@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import operator
-from typing import Any, Callable, TypeVar, cast
+from typing import Any, Callable, Optional, TypeVar, cast
 
 from mypy_extensions import mypyc_attr
 
@@ -103,12 +103,12 @@ class HashOnce(Frozen):
 
     def __hash__(self) -> int:
         """The hash of the tuple of fields (a frozen dataclass's ``__hash__``), computed once."""
-        try:
-            return self._hash
-        except AttributeError:
-            h = hash(_fields_of(type(self))(self))
-            object.__setattr__(self, "_hash", h)  # the class is frozen: set the slot underneath
-            return h
+        kept: Optional[int] = getattr(self, "_hash", None)  # an unset slot: None, and no exception raised here
+        if kept is not None:
+            return kept
+        h = hash(_fields_of(type(self))(self))
+        object.__setattr__(self, "_hash", h)  # the class is frozen: set the slot underneath
+        return h
 
 
 class _Replacers(dict[type, Callable[..., Any]]):
@@ -131,8 +131,9 @@ def replace(obj: T, /, **changes: Any) -> T:
 def _replacer(cls: type) -> Callable[..., Any]:
     """A function ``(obj, **changes)`` for ``cls`` that sets each slot from ``changes`` or ``obj``.
 
-    A class mypyc compiled has no ``__slots__`` of its own (its fields are native attributes) and cannot be
-    made with ``object.__new__``: its replacer calls the class with every field, positionally.
+    A class mypyc compiled has no ``__slots__`` of its own (its fields are native attributes), and neither it
+    nor an interpreted class deriving from it can be made with ``object.__new__``: their replacer calls the
+    class with every field, positionally.
     """
     if not dataclasses.is_dataclass(cls) or hasattr(cls, "__post_init__"):
         return dataclasses.replace
@@ -143,10 +144,10 @@ def _replacer(cls: type) -> Callable[..., Any]:
     if {"_o", "_n", "_missing", "_new", "_set", "_cls"} & set(names):
         return dataclasses.replace  # a field named like the generated function's own locals
     params = ", ".join(f"{n}=_missing" for n in names)
-    if "__slots__" in cls.__dict__:
+    if "__slots__" in cls.__dict__ and cls.__new__ is object.__new__:  # not under a compiled base's own __new__
         body = "\n".join(f"    _set(_n, {n!r}, _o.{n} if {n} is _missing else {n})" for n in names)
         source = f"def replace_{cls.__name__}(_o, /, *, {params}):\n    _n = _new(_cls)\n{body}\n    return _n\n"
-    else:  # compiled (a native class)
+    else:  # compiled (a native class), or derived from one
         args = ", ".join(f"_o.{n} if {n} is _missing else {n}" for n in names)
         source = f"def replace_{cls.__name__}(_o, /, *, {params}):\n    return _cls({args})\n"
     namespace: dict[str, Any] = {"_missing": object(), "_new": object.__new__, "_set": object.__setattr__, "_cls": cls}

@@ -27,7 +27,11 @@ step properties judge what it answers against the gate and against
 
 from __future__ import annotations
 
+import ast
+import sys
 from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
 from typing import Callable, Hashable, Mapping, Optional, Protocol, Sequence, TypeVar, Union, cast
 
 from envreplica.spec.domain import (
@@ -757,8 +761,32 @@ class Property(Frozen):
 
     @property
     def statement(self) -> str:
-        text = (self.doc or self.check.__doc__ or "").strip()
+        text = (self.doc or self.check.__doc__ or _docstring_in_source(self.check) or "").strip()
         return text.splitlines()[0] if text else self.name
+
+
+def _docstring_in_source(fn: Callable[..., object]) -> Optional[str]:
+    """``fn``'s docstring as its module's source file has it: a function mypyc compiled keeps none at run time
+    (``spec.compiled``), and its source is installed beside the extension module."""
+    package_name, _, name = (getattr(fn, "__module__", "") or "").rpartition(".")
+    package = sys.modules.get(package_name)
+    # the package's folders (a compiled module's own __file__ and __spec__ may name a folder that is not there)
+    for folder in getattr(package, "__path__", ()):
+        found = _docstrings(str(Path(folder) / f"{name}.py")).get(getattr(fn, "__name__", ""))
+        if found:
+            return found
+    return None
+
+
+@lru_cache(maxsize=None)
+def _docstrings(source: str) -> dict[str, str]:
+    """Each top-level function's docstring in the Python file ``source`` (empty when it is not there)."""
+    try:
+        tree = ast.parse(Path(source).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError):
+        return {}
+    return {node.name: doc for node in tree.body if isinstance(node, ast.FunctionDef)
+            for doc in [ast.get_docstring(node)] if doc}
 
 
 def _props(kind: str, *fns: Callable[..., bool]) -> tuple[Property, ...]:

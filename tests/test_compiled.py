@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -102,3 +103,42 @@ def test_the_interpreted_finder_hands_out_sources_only_for_the_compiled_modules(
     assert spec is not None and spec.origin == str(ROOT / "model" / "state.py")
     assert finder.find_spec("envreplica.model.presets", [str(ROOT / "model")]) is None
     assert finder.find_spec("envreplica.model.state", None) is None
+
+
+def _check_command(tmp: Path, pure: bool) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "envreplica.cli.main", "check", "--model-only", "--bounds", "cloud",
+                           "--variant", "seed", "--quiet", "--out", str(tmp)],
+                          env=_env(pure), capture_output=True, text=True, timeout=900)
+
+
+def test_envreplica_check_prints_the_same_run_either_way(tmp_path):
+    """The whole command (summary, counterexample, trace file, property and coverage tables, and the migration's
+    model check, whose interpreted values derive from compiled bases), not only the search: a compiled module
+    checks its variables' types at run time, so every path it runs must run here once."""
+    _require_build()
+    runs = {pure: _check_command(tmp_path / ("interpreted" if pure else "compiled"), pure) for pure in (True, False)}
+    for pure, done in runs.items():
+        assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]  # F1, as a finding
+        assert "served_values_are_live_bound_kept violated after 9 steps" in done.stdout
+    assert "the model ran compiled (mypyc)" in runs[False].stdout
+    assert f"the model ran interpreted: {compiled.PURE_ENV}=1" in runs[True].stdout
+
+    def table_rows(out: str) -> list[str]:  # every table row, without states/s and seconds (the clock's)
+        return [re.sub(r"\b\d+\.\d+\b", "<seconds>", " ".join(cell.strip() for cell in line.split("│")[1:6]))
+                for line in out.splitlines() if line.startswith("│")]
+
+    assert table_rows(runs[True].stdout) == table_rows(runs[False].stdout)
+    traces = {pure: sorted(p.read_text() for p in (tmp_path / ("interpreted" if pure else "compiled")).glob("*.json"))
+              for pure in runs}
+    assert traces[True] and traces[True] == traces[False]
+
+
+def test_the_whole_gate_passes_compiled(tmp_path):
+    """``envreplica check`` as ``make check`` runs it (every stage, the lockstep's model and the migration's model
+    compiled), at small budgets: it passes, and says it ran compiled."""
+    _require_build()
+    done = subprocess.run([sys.executable, "-m", "envreplica.cli.main", "check", "--bounds", "tiny", "--serial",
+                           "--lockstep-examples", "40", "--migration-lockstep-examples", "5", "--quiet",
+                           "--out", str(tmp_path)], env=_env(pure=False), capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "the model ran compiled (mypyc)" in done.stdout and "\nPASS: every property holds" in done.stdout

@@ -19,7 +19,8 @@ GENERIC = [*SUBPACKAGES, "tests"]
 
 
 def run(*args: object, cwd: Path | None = None) -> str:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    # and not ENVREPLICA_PURE_PYTHON, which make test sets for the suite: the install compiles as a user's would
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "ENVREPLICA_PURE_PYTHON")}
     env.update(PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1")
     proc = subprocess.run(
         [str(a) for a in args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
@@ -37,13 +38,14 @@ def test_non_editable_install_is_one_namespaced_package(tmp_path: Path) -> None:
         src,
         ignore=shutil.ignore_patterns(
             ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__",
-            ".hypothesis", ".pytest_cache", "out", "node_modules",
+            ".hypothesis", ".pytest_cache", "out", "node_modules", "*.so", "compiled.json",
         ),
     )
     venv = tmp_path / "venv"
     run(sys.executable, "-m", "venv", venv)
     python = venv / "bin" / "python"
-    run(python, "-m", "pip", "install", "--quiet", "--no-deps", src)
+    # --no-deps: only mypy-extensions, whose mypyc_attr the value types' modules import
+    run(python, "-m", "pip", "install", "--quiet", "--no-deps", src, "mypy-extensions")
 
     site = Path(run(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").strip())
 
@@ -64,6 +66,12 @@ def test_non_editable_install_is_one_namespaced_package(tmp_path: Path) -> None:
     module = Path(out.strip()).resolve()
     assert module.is_relative_to(venv.resolve()), module
     assert not module.is_relative_to(REPO), module
+
+    # (d) the install compiled the model (setup.py) where it can: under CI, which installs a C compiler, it must
+    status = run(python, "-I", "-c", "from envreplica.spec import compiled; print(compiled.STATUS)", cwd=elsewhere)
+    if os.environ.get("CI"):
+        assert status.startswith("compiled (mypyc): built from these sources"), status
+        assert (site / "envreplica" / "spec" / "compiled.json").is_file()
 
 
 def test_every_docstring_is_valid_utf_8() -> None:
