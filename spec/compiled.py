@@ -115,7 +115,11 @@ def _decide(spec_dir: Path) -> Status:
     if set(sources) != set(MODULES):
         return Status(False, f"the build compiled other modules than spec/compiled.py lists: {REBUILD} rebuilds it")
     root = spec_dir.parent
-    for module, digest in digests(root).items():
+    try:
+        now = digests(root)
+    except OSError as exc:  # a source missing or unreadable: nothing to hold the build to
+        return Status(False, f"a compiled module's source cannot be read ({exc}): {REBUILD} rebuilds it")
+    for module, digest in now.items():
         if sources[module] != digest:
             changed = source_of(module, root).relative_to(root)
             return Status(False, f"{changed} changed since the build: running interpreted until {REBUILD}")

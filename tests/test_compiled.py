@@ -89,6 +89,8 @@ def test_a_source_changed_since_the_build_is_never_run_stale(tmp_path, monkeypat
     compiled.source_of("envreplica.model.replica", tmp_path).write_text("# edited\n", encoding="utf-8")
     stale = compiled._decide(spec_dir)
     assert not stale.compiled and stale.reason.startswith("model/replica.py changed since the build")
+    compiled.source_of("envreplica.model.replica", tmp_path).unlink()
+    assert "cannot be read" in compiled._decide(spec_dir).reason
     (spec_dir / compiled.RECORD).write_text("{", encoding="utf-8")
     assert "unreadable" in compiled._decide(spec_dir).reason
     (spec_dir / compiled.RECORD).unlink()
