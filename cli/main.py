@@ -566,8 +566,9 @@ def _migration_lockstep(args) -> dict:
                                     out_dir=Path(args.out))
     reached, total = report.coverage.reached()
     missing = report.coverage.unreached()
+    tour = f" ({report.tour_examples} of them the coverage tour)" if report.tour_examples else ""
     if report.ok:
-        console.print(f"[green]PASS[/]: {report.examples:,} examples, {report.moves:,} moves, "
+        console.print(f"[green]PASS[/]: {report.examples:,} examples{tour}, {report.moves:,} moves, "
                       f"{report.moves_per_second:,.0f} moves/s; coverage {reached}/{total} required items"
                       + (f" (not reached at this budget: {', '.join(missing)})" if missing else ""))
     else:

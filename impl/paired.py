@@ -122,7 +122,7 @@ EXIT_STATUS = {
         "migration_completed", "paired_recovery_request_conflict", "backup_evidence_changed", "same_store_twice",
         "master_key_missing", "master_key_wrong", "store_read_only", "store_busy", "installation_lock_held",
         "paired_migration_request_changed", "migration_evidence_custody_changed", "invalid_recovery_intent",
-        "backup_conflict", "recovery_backup_changed",
+        "backup_conflict", "recovery_backup_changed", "request_not_at_home",
         # this implementation's own (the model does not name them)
         "store_versions_differ", "store_fenced", "invalid_publication", "owners_unobservable"), 2),
     **dict.fromkeys((
@@ -154,6 +154,7 @@ class StoreFacts:
     holder: Optional[str]  # the request holding the fence
     data_sha256: str  # the content, as if open (the fence's own store_meta keys normalized)
     receipt: Optional[str]  # the request that applied it
+    fence_request: Optional[str] = None  # the request file the fence names (None: open, or a fence without one)
 
 
 # ---------------------------------------------------------------------------
@@ -259,7 +260,8 @@ def facts_of(path: Path) -> StoreFacts:
     try:
         meta = W.read_meta(conn) or {}
         admission, holder = W.admission_of(meta)
-        return StoreFacts(W.detect_version(conn), admission, holder, data_sha256(conn), meta.get(RECEIPT))
+        return StoreFacts(W.detect_version(conn), admission, holder, data_sha256(conn), meta.get(RECEIPT),
+                          meta.get(W.FENCE_REQUEST) if admission is not None else None)
     finally:
         conn.close()
 
@@ -371,7 +373,8 @@ def _request_id(request: Doc) -> str:
 
 
 def _read_request(path: Path) -> Doc:
-    """The published request, checked: its schema and its digest (an edited request is refused)."""
+    """The published request, checked: its schema and its digest (an edited request is refused), and that it is
+    read where it was published (``_at_home``)."""
     req = _read_json(path)
     if not isinstance(req, dict) or req.get("schema_id") != _REQUEST_SCHEMA or req.get("sha256") != _digest(req) \
             or not isinstance(req.get("stores"), list) or len(req["stores"]) < 2 \
@@ -380,7 +383,36 @@ def _read_request(path: Path) -> Doc:
                             f"{path} was changed after it was published (its digest no longer matches); nothing "
                             f"was changed. Put back the request as it was published (from where you keep it), "
                             f"then run again; or reconcile the stores by hand")
+    _at_home(req, path)
     return req
+
+
+def _not_at_home(path: Path, home: str) -> PairedRefused:
+    return PairedRefused("request_not_at_home",
+                         f"{path} is a copy of the paired migration request published at {home} (or was moved from "
+                         f"there); nothing was changed. A request's result, recovery and lock live beside where it "
+                         f"was published, so a copy elsewhere cannot tell whether the migration completed: run the "
+                         f"command again with `--request {home}` (if that file is gone, put this copy back there "
+                         f"first: `cp {path} {home}`)")
+
+
+def _at_home(req: Doc, path: Path) -> None:
+    """Refuse a request read anywhere but where it was published (its ``home``): a copy kept elsewhere, or another
+    pair's request put in its place, would find no result, recovery or lock beside it and act as if none existed.
+    A request of the release before ``home`` is judged by the stores: a fence of this request names its file."""
+    home = req.get("home")
+    if home is not None:
+        if home != str(path):
+            raise _not_at_home(path, str(home))
+        return
+    rid = _request_id(req)
+    for store in req["stores"]:
+        try:
+            facts = facts_of(Path(store["db"]))
+        except Exception:  # a store that cannot be read now: the steps say so in their turn
+            continue
+        if facts.holder == rid and facts.fence_request and facts.fence_request != str(path):
+            raise _not_at_home(path, facts.fence_request)
 
 
 def _distinct(dbs: Sequence[Union[str, Path]]) -> list[Path]:
@@ -555,11 +587,7 @@ def migrate_paired(dbs: Sequence[Union[str, Path]], *, request: Union[str, Path,
                                 f"the others alone first (envreplica migrate --db PATH)")
         _prove_key(paths, master_key)
         bdir = Path(backup_dir).resolve() if backup_dir is not None else None
-        req = {"schema_id": _REQUEST_SCHEMA, "permit_id": uuid.uuid4().hex, "target": target,
-               "stores": [{"db": str(p), "version": f.version, "data_sha256": f.data_sha256,
-                           "backup": str((bdir or p.parent) / f"{p.name}.v{f.version}.paired.bak")}
-                          for p, f in zip(paths, facts)]}
-        req["sha256"] = _digest(req)
+        req = new_request(paths, facts, target, bdir, req_path)
     hook("prepare")
     if not restored:
         _publish(req_path, req, "paired_migration_request_conflict")  # retain parent
@@ -650,6 +678,18 @@ def _migrate_locked(paths: list[Path], req: Doc, req_path: Path, rid: str, token
             hook(f"complete {_store_name(i, n)}")
     return Outcome("migrated", req_path, f"migrated {n} stores together to schema version {target}; result "
                                          f"{result_path}")
+
+
+def new_request(paths: Sequence[Path], facts: Sequence[StoreFacts], target: int, backup_dir: Optional[Path],
+                home: Path) -> Doc:
+    """A new request: the stores as they are (``facts``), each one's backup path, a random permit id, and its
+    ``home``, the path it is published at (a copy read anywhere else is refused: ``_at_home``)."""
+    req = {"schema_id": _REQUEST_SCHEMA, "permit_id": uuid.uuid4().hex, "target": target, "home": str(home),
+           "stores": [{"db": str(p), "version": f.version, "data_sha256": f.data_sha256,
+                       "backup": str((backup_dir or p.parent) / f"{p.name}.v{f.version}.paired.bak")}
+                      for p, f in zip(paths, facts)]}
+    req["sha256"] = _digest(req)
+    return req
 
 
 def _prove_key(paths: Sequence[Path], master_key: bytes) -> None:
@@ -788,6 +828,7 @@ def _recover(req: Doc, req_path: Path, rid: str, paths: list[Path], plan: Option
                                                            f"nothing to recover; nothing was changed. If its stores "
                                                            f"are still fenced, `envreplica migrate --request "
                                                            f"{req_path}` reopens them")
+            _completed_in_stores(req, req_path, paths, rid)
             _drained(paths, "nothing was changed")
             restores = []
             for i, p in enumerate(paths):
@@ -806,6 +847,7 @@ def _recover(req: Doc, req_path: Path, rid: str, paths: list[Path], plan: Option
         if result_path.exists():
             raise PairedRefused("migration_completed", f"{result_path}: the migration completed meanwhile; nothing "
                                                        f"was changed")
+        _completed_in_stores(req, req_path, paths, rid)
         if recovery_result_path.exists():  # the result is the proof: only admission is left
             hook("revalidate")
             _reopen(paths, token, hook, busy_timeout)
@@ -844,6 +886,22 @@ def _recover(req: Doc, req_path: Path, rid: str, paths: list[Path], plan: Option
         _reopen(paths, token, hook, busy_timeout)
     return Outcome("recovered", req_path, f"recovered {n} stores: {sum(plan['restores'])} restored from their "
                                           f"backups, the others unchanged")
+
+
+def _completed_in_stores(req: Doc, req_path: Path, paths: Sequence[Path], rid: str) -> None:
+    """Refuse a recovery once a store records this request's receipt at the target version and is open to writers
+    again (``Fix.STORES_PROVE_COMPLETION``): only the migration's completed maintenance reopens a migrated store,
+    after its result is published, so the stores prove completion whatever files lie beside the request."""
+    result_path = _files(req_path)[0]
+    for p in paths:
+        f = facts_of(p)
+        if f.version == req["target"] and f.receipt == rid and f.admission is None:
+            raise PairedRefused("migration_completed",
+                                f"{p} records this request's migration (receipt {rid} at schema version "
+                                f"{req['target']}) and is open to writers again: the migration completed, and a "
+                                f"recovery would roll back every write made since; nothing was changed. Its result "
+                                f"{result_path} is missing (moved away?): put it back, or `envreplica migrate "
+                                f"--request {req_path}` publishes it again")
 
 
 def _backup_digest(backup: Path) -> Optional[str]:

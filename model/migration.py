@@ -71,6 +71,7 @@ from envreplica.spec.migration import (
     image_of,
     migrated,
     reconcile,
+    reconcile_child,
 )
 
 
@@ -118,6 +119,10 @@ class Fix(enum.Enum):
     #: a rerun after a published result checks the result's evidence (its custody and the backups it
     #: recorded) before it fences the stores, not after: a refused rerun leaves their admission as it was
     EVIDENCE_BEFORE_MAINTENANCE = "evidence-before-maintenance"
+    #: recovery also refuses when a store holds its source migrated and is open to writers again: only a
+    #: migration's completed maintenance reopens a migrated store, and it comes after the result, so the stores
+    #: prove the migration completed even when its result file was moved away (``MoveAway``)
+    STORES_PROVE_COMPLETION = "stores-prove-completion"
 
 
 class MigrationVariant(enum.Enum):
@@ -148,10 +153,11 @@ class Reading:
 class Fault(enum.Enum):
     """A class of the environment's faults the bounds may turn on (each off by default)."""
 
-    INPUT = "input"  # migrate invoked with no master key, a wrong one, or one store named twice
+    INPUT = "input"  # migrate invoked with no master key, a wrong one, or one store named twice; a copy named
     LOCK = "lock"  # a connected foreign writer holds a write transaction on its store
     READ_ONLY = "read-only"  # a store file cannot be written
     EDIT = "edit"  # a published request, result, recovery request or a backup is edited by hand
+    MOVE_AWAY = "move-away"  # the published result is moved away from beside the request (and not put back)
 
 
 class InputFault(enum.Enum):
@@ -163,6 +169,7 @@ class InputFault(enum.Enum):
     SAME_PATH = "same-path"  # the second --db names the first store's path, spelled another way
     SYMLINK = "symlink"  # the second --db is a symlink to the first store
     HARDLINK = "hardlink"  # the second --db is a hard link to the first store (another path, the same file)
+    COPY = "copy"  # --request names a copy of the published request kept elsewhere (migrate or recover)
 
 
 #: The input faults that name one store twice.
@@ -170,7 +177,8 @@ ALIASES = frozenset({InputFault.SAME_PATH, InputFault.SYMLINK, InputFault.HARDLI
 
 
 class Doc(enum.Enum):
-    """A publication an edit (``Fault.EDIT``) can change; a backup is edited through ``Edit(Doc.BACKUP, i)``."""
+    """A publication an edit (``Fault.EDIT``) can change; a backup is edited through ``Edit(Doc.BACKUP, i)``; the
+    result can also be moved away (``MoveAway``)."""
 
     REQUEST = "request"  # REQUEST
     RESULT = "result"  # REQUEST.result.json
@@ -211,7 +219,7 @@ FAULTS_INPUT = MigrationBounds("input", migrations=2, recoveries=1, crashes=0, w
 FAULTS_LOCK = MigrationBounds("lock", migrations=1, recoveries=1, crashes=1, writes=1, reading=_REFUSE,
                               faults=frozenset({Fault.LOCK}), fault_actions=1)
 FAULTS_EDIT = MigrationBounds("edit", migrations=2, recoveries=1, crashes=1, writes=0, reading=_REFUSE,
-                              faults=frozenset({Fault.EDIT}), fault_actions=1)
+                              faults=frozenset({Fault.EDIT, Fault.MOVE_AWAY}), fault_actions=1)
 LOCK_REFUSED = MigrationBounds("lock-refused", migrations=2, recoveries=1, crashes=1, writes=0, reading=_REFUSE)
 PRESETS: dict[str, tuple[MigrationBounds, ...]] = {
     "migration": (RERUN, WRITERS),
@@ -285,7 +293,7 @@ class Files(HashOnce):
 
     intent: Optional[Intent] = None  # REQUEST
     inputs: tuple[bool, ...] = (False, False)  # REQUEST.run.json, REQUEST.resource.json
-    result: Optional[Evidence] = None  # REQUEST.result.json
+    result: Optional[Evidence] = None  # REQUEST.result.json (moved away by ``MoveAway``: None again)
     recovery: Optional[RecoveryRequest] = None  # REQUEST.recovery.json
     recovery_result: bool = False  # REQUEST.recovery.json.result.json
     edited: frozenset[Doc] = frozenset()  # the publications edited by hand since published (Fault.EDIT)
@@ -374,7 +382,7 @@ class MigrationState(HashOnce):
 @dataclass(frozen=True)
 class Invoke:
     """The operator runs the migration, or selects its recovery (the seed's ``apply`` and ``recover`` entry points);
-    ``fault`` is what is wrong with its input (``Fault.INPUT``; migrate only)."""
+    ``fault`` is what is wrong with its input (``Fault.INPUT``; recover's only fault is ``InputFault.COPY``)."""
 
     role: Role
     fault: InputFault = InputFault.NONE
@@ -464,6 +472,17 @@ class Edit:
 
 
 @dataclass(frozen=True)
+class MoveAway:
+    """Someone moves the published result away from beside the request (``Fault.MOVE_AWAY``; ``doc`` is
+    ``Doc.RESULT``). Nobody puts it back: a result moved away is no longer published, and only a rerun of the
+    migration publishes it again. What the stores hold is unchanged: they still prove the migration
+    completed once its maintenance reopened them (``Fix.STORES_PROVE_COMPLETION``)."""
+
+    doc: Doc = Doc.RESULT
+    kind = "move-away"
+
+
+@dataclass(frozen=True)
 class Repair:
     """The operator puts the edited file back as it was published (or written)."""
 
@@ -472,9 +491,10 @@ class Repair:
     kind = "repair"
 
 
-Action = Union[Invoke, Step, Crash, Connect, Write, Disconnect, Lock, Unlock, ReadOnly, Writable, Edit, Repair]
+Action = Union[Invoke, Step, Crash, Connect, Write, Disconnect, Lock, Unlock, ReadOnly, Writable, Edit, MoveAway,
+               Repair]
 #: The environment's fault actions and the operator's undoing of them.
-FAULT_ACTIONS = (Lock, ReadOnly, Edit)
+FAULT_ACTIONS = (Lock, ReadOnly, Edit, MoveAway)
 REPAIR_ACTIONS = (Unlock, Writable, Repair)
 Result = Union[Done, Refused, Landed, Crashed]
 
@@ -556,6 +576,15 @@ def _original_now(cfg: MigrationBounds, st: MigrationState, intent: Intent, i: i
     return Fix.UNAPPLIED_IS_UNCHANGED in cfg.fixes and store.version == OLD_VERSION and store.backup is None
 
 
+def _completed_in_stores(cfg: MigrationBounds, st: MigrationState, intent: Intent) -> bool:
+    """Fixed (``Fix.STORES_PROVE_COMPLETION``): a store holds its source migrated (its receipt of this request)
+    and is open to writers again. Only a migration's completed maintenance reopens a migrated store, after its
+    result was published: that is proof of completion no file beside the request can outweigh."""
+    return Fix.STORES_PROVE_COMPLETION in cfg.fixes and any(
+        s.admission is Admission.OPEN and reconcile_child(intent.sources[i], image_of(s), True) is Status.APPLIED
+        for i, s in enumerate(st.stores))
+
+
 def _unwritable(st: MigrationState, i: int) -> Optional[Refusal]:
     """Why a step cannot write store ``i`` now (``None``: it can): its file is read-only, or a foreign writer
     holds a write transaction on it (the step waits its busy timeout, then is refused)."""
@@ -601,6 +630,8 @@ def prepare(cfg: MigrationBounds, st: MigrationState, proc: Proc) -> tuple[Migra
     """``prepare`` (no request published yet) or ``restore`` (rerun: the published request, from its file).
     First the input and the environment (the implementation's contract; no fault, no refusal): one store named
     twice, no key, a read-only store; then a published request as published; the key proven on the stores."""
+    if proc.fault is InputFault.COPY:  # read first: it names the stores (enabled once a request is published)
+        return _refuse(st, proc, Refusal.REQUEST_NOT_AT_HOME)
     if proc.fault in ALIASES:
         return _refuse(st, proc, Refusal.SAME_STORE)
     if proc.fault is InputFault.NO_KEY:
@@ -757,6 +788,8 @@ def recover(cfg: MigrationBounds, st: MigrationState, proc: Proc) -> tuple[Migra
     """Restore the migration request from its file; prepare a recovery, or restore the published one. The request
     read as published names the stores; then the environment (a read-only store); then a published recovery
     request read as published."""
+    if proc.fault is InputFault.COPY:  # a copy's home is the published request: its files are there, not here
+        return _refuse(st, proc, Refusal.REQUEST_NOT_AT_HOME)
     if st.files.intent is None:
         return _refuse(st, proc, Refusal.NO_MIGRATION)
     if Doc.REQUEST in st.files.edited:
@@ -777,6 +810,8 @@ def plan(cfg: MigrationBounds, st: MigrationState, proc: Proc) -> tuple[Migratio
         return _refuse(st, proc, Refusal.RESTORE_ORIGINAL_RECOVERY)
     if Fix.RESULT_ENDS_RECOVERY in cfg.fixes and st.files.result is not None:
         return _refuse(st, proc, Refusal.MIGRATION_COMPLETED)
+    if _completed_in_stores(cfg, st, _intent(proc)):
+        return _refuse(st, proc, Refusal.MIGRATION_COMPLETED)
     st = replace(st, files=replace(st.files, inputs=(True, True)))  # migration.retain()
     if not _drained(st):
         return _refuse(st, proc, Refusal.DRAIN)
@@ -794,6 +829,8 @@ def plan(cfg: MigrationBounds, st: MigrationState, proc: Proc) -> tuple[Migratio
 def revalidate(cfg: MigrationBounds, st: MigrationState, proc: Proc) -> tuple[MigrationState, Result]:
     """``retainLocked``'s head: retain the migration, ``drained()``, revalidate each store as planned."""
     if Fix.RESULT_ENDS_RECOVERY in cfg.fixes and st.files.result is not None:
+        return _refuse(st, proc, Refusal.MIGRATION_COMPLETED)
+    if _completed_in_stores(cfg, st, _intent(proc)):
         return _refuse(st, proc, Refusal.MIGRATION_COMPLETED)
     if Fix.RESULT_ONLY_REOPENS in cfg.fixes and st.files.recovery_result:
         return _go(st, proc, Pc.REOPEN_RUN, "completed")  # the result is the proof: only admission is left
@@ -912,13 +949,19 @@ def enabled(cfg: MigrationBounds, st: MigrationState, environment: bool = True,
     overrides the bounds on (migrate, recover) invocations there."""
     migrations, recoveries = invocations or (cfg.migrations, cfg.recoveries)
     if environment or not st.procs:  # the operator alone runs one invocation at a time
+        inputs = environment and Fault.INPUT in cfg.faults
+        copy = inputs and st.files.intent is not None  # a copy of the published request, kept elsewhere
         if st.migrations < migrations:
             yield Invoke(Role.MIGRATE)
-            if environment and Fault.INPUT in cfg.faults:
+            if inputs:
                 for fault in INPUT_FAULTS:
                     yield Invoke(Role.MIGRATE, fault)
+            if copy:
+                yield Invoke(Role.MIGRATE, InputFault.COPY)
         if st.recoveries < recoveries:
             yield Invoke(Role.RECOVER)
+            if copy:
+                yield Invoke(Role.RECOVER, InputFault.COPY)
     free = _lock_free(st)
     waits = cfg.reading.lock is LockReading.WAIT
     for proc in st.procs:
@@ -958,6 +1001,8 @@ def enabled(cfg: MigrationBounds, st: MigrationState, environment: bool = True,
             yield Repair(doc)
         elif faulting and Fault.EDIT in cfg.faults and _published(st.files, doc):
             yield Edit(doc)
+    if faulting and Fault.MOVE_AWAY in cfg.faults and st.files.result is not None:
+        yield MoveAway(Doc.RESULT)
 
 
 def _published(files: Files, doc: Doc) -> bool:
@@ -984,7 +1029,7 @@ def next_state(cfg: MigrationBounds, st: MigrationState, action: Action) -> tupl
         return _store(st, action.store, writer=True), Done("connected")
     if isinstance(action, Disconnect):  # its transaction, if it held one, is rolled back
         return _store(st, action.store, writer=False, locked=False), Done("disconnected")
-    if isinstance(action, (Lock, ReadOnly, Edit, Unlock, Writable, Repair)):
+    if isinstance(action, (Lock, ReadOnly, Edit, MoveAway, Unlock, Writable, Repair)):
         return _fault(st, action), Done(action.kind)
     store = st.stores[action.store]
     if store.read_only:
@@ -1003,6 +1048,8 @@ def _fault(st: MigrationState, action: Action) -> MigrationState:
         return _store(counted, action.store, locked=isinstance(action, Lock))
     if isinstance(action, (ReadOnly, Writable)):
         return _store(counted, action.store, read_only=isinstance(action, ReadOnly))
+    if isinstance(action, MoveAway):  # moved away, edited or not: no longer published
+        return replace(counted, files=replace(st.files, result=None, edited=st.files.edited - {Doc.RESULT}))
     assert isinstance(action, (Edit, Repair))
     edit = isinstance(action, Edit)
     if action.doc is Doc.BACKUP:
@@ -1015,6 +1062,8 @@ def describe_action(action: Action, st: Optional[MigrationState] = None) -> str:
     """One line for a trace: the invocation and its step, or the writer's move."""
     if isinstance(action, Invoke):
         return f"invoke {action.role.value}" + (f" ({action.fault.value})" if action.fault is not InputFault.NONE else "")
+    if isinstance(action, MoveAway):
+        return f"move the {action.doc.value} away"
     if isinstance(action, (Edit, Repair)):
         what = f"{STORES[action.store].name.lower()}'s backup" if action.store is not None else action.doc.value
         return f"{'edit' if isinstance(action, Edit) else 'repair'} {what}"

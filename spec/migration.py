@@ -130,6 +130,7 @@ class Refusal(enum.Enum):
     INVALID_RECOVERY_INTENT = "invalid_recovery_intent"  # the published recovery request was edited
     BACKUP_CONFLICT = "backup_conflict"  # reading KEEP of backup(): the backup there does not hold the source
     BACKUP_CHANGED = "recovery_backup_changed"  # recovery: the backup to restore no longer holds the original
+    REQUEST_NOT_AT_HOME = "request_not_at_home"  # --request names a copy: the request was published elsewhere
 
 
 #: The command's exit status for an invocation that ends with each refusal (docs/migration.md): 2 when it
@@ -143,7 +144,8 @@ EXIT_STATUS: dict[Refusal, int] = {
         Refusal.RECOVERY_REQUEST_CONFLICT, Refusal.BACKUP_EVIDENCE_CHANGED, Refusal.SAME_STORE,
         Refusal.MASTER_KEY_MISSING, Refusal.MASTER_KEY_WRONG, Refusal.STORE_READ_ONLY, Refusal.STORE_BUSY,
         Refusal.LOCK_HELD, Refusal.REQUEST_CHANGED, Refusal.EVIDENCE_CUSTODY_CHANGED,
-        Refusal.INVALID_RECOVERY_INTENT, Refusal.BACKUP_CONFLICT, Refusal.BACKUP_CHANGED)},
+        Refusal.INVALID_RECOVERY_INTENT, Refusal.BACKUP_CONFLICT, Refusal.BACKUP_CHANGED,
+        Refusal.REQUEST_NOT_AT_HOME)},
     **{code: 1 for code in (
         Refusal.RECOVERY_SELECTED, Refusal.UNKNOWN_CHILD_OUTCOME, Refusal.COMPLETED_MIGRATION_CHANGED,
         Refusal.VERIFICATION_INCOMPLETE, Refusal.BACKUP_EXISTS, Refusal.STORE_UNDER_RECOVERY,
@@ -318,6 +320,14 @@ def never_result_and_recovery(st: MigrationView) -> bool:
     return st.files.result is None or st.files.recovery is None
 
 
+def no_recovery_over_a_completed_store(st: MigrationView) -> bool:
+    """A recovery is never selected while a store the migration completed is open to writers again."""
+    intent = st.files.intent
+    return st.files.recovery is None or intent is None or not any(
+        s.admission is Admission.OPEN and reconcile_child(intent.sources[i], image_of(s), receipt=True)
+        is Status.APPLIED for i, s in enumerate(st.stores))
+
+
 def backups_hold_originals(st: MigrationView) -> bool:
     """Every backup holds its store's original content: none is ever replaced by migrated content."""
     return all(s.backup is None or s.backup == st.original[i] for i, s in enumerate(st.stores))
@@ -339,8 +349,10 @@ def result_means_both_migrated(pre: MigrationView, action: object, result: objec
     """A result is published only when both stores are at the new version, migrated from their originals, and backed up."""
     if post.files.result is None or post.files.result == pre.files.result:
         return True  # this step published none (a result published again with other content counts)
-    return all((o := post.original[i]) is not None and image_of(s) == migrated(o) and s.backup == o
-               for i, s in enumerate(post.stores))
+    # Migrated: the original migrated, and any writes of the new version that landed since the stores first
+    # reopened (a result published again after its file was moved away; reconcile's receipt).
+    return all((o := post.original[i]) is not None and reconcile_child(o, image_of(s), receipt=True) is Status.APPLIED
+               and s.backup == o for i, s in enumerate(post.stores))
 
 
 def writes_are_fenced(pre: MigrationView, action: object, result: object, post: MigrationView) -> bool:
@@ -458,8 +470,8 @@ def _props(kind: str, *fns: Callable[..., bool]) -> tuple[Property, ...]:
     return tuple(Property(f.__name__, f, kind) for f in fns)
 
 
-INVARIANTS = _props("invariant", never_result_and_recovery, backups_hold_originals,
-                    result_evidence_is_the_originals)
+INVARIANTS = _props("invariant", never_result_and_recovery, no_recovery_over_a_completed_store,
+                    backups_hold_originals, result_evidence_is_the_originals)
 #: No filter (``Property.actions``, ``results``) on these: each can fail on a step of any kind with any result
 #: (a result published by a step that then refuses or crashes; a write that changes a store and says Done or
 #: refused), and each returns at once where its step changed nothing it reads.

@@ -558,7 +558,7 @@ def _migration_adapter() -> dict[str, JSON]:
                   "fresh stores (default: the model's first state, two version-1 originals), open, nothing "
                   "published, no invocation, no writer"),
         "invoke": ({"role": {"enum": ["migrate", "recover"]},
-                    "fault": {"enum": ["none", "no-key", "wrong-key", "same-path", "symlink", "hardlink"]},
+                    "fault": {"enum": ["none", "no-key", "wrong-key", "same-path", "symlink", "hardlink", "copy"]},
                     "mode": {"type": "string"}}, ("fault", "mode"),
                    "start an invocation, paused before its first step"),
         "step": ({"invocation": n}, (), "let the invocation take its next step"),
@@ -573,6 +573,8 @@ def _migration_adapter() -> dict[str, JSON]:
                  "a publication or a backup changed by hand"),
         "repair": ({"doc": {"enum": ["request", "result", "recovery", "backup"]}, "store": store}, ("store",),
                    "it put back as published"),
+        "moveAway": ({"doc": {"const": "result"}}, (), "the published result moved away from beside the request "
+                     "(fault move-away; never put back)"),
         "observe": ({}, (), "the stores and publications in the model's words"),
     }
     d: dict[str, JSON] = {}
@@ -588,9 +590,9 @@ def _migration_adapter() -> dict[str, JSON]:
         "readings": _obj({"backup": {"enum": ["keep", "overwrite", "refuse"]}, "apply": {"enum": ["skip", "again"]},
                           "reconcile": {"enum": ["receipt", "exact"]}, "lock": {"enum": ["wait", "refuse"]}}),
         "evidence": {"enum": ["after-maintenance", "before-maintenance"]},
-        "faults": {"type": "array", "items": {"enum": ["input", "lock", "read-only", "edit"]}},
+        "faults": {"type": "array", "items": {"enum": ["input", "lock", "read-only", "edit", "move-away"]}},
         "inputFaults": {"type": "array", "items": {"enum": ["no-key", "wrong-key", "same-path", "symlink",
-                                                            "hardlink"]}},
+                                                            "hardlink", "copy"]}},
         "exitStatus": {"type": "boolean"}, "modes": {"type": "array", "items": {"type": "string"}, "minItems": 1},
     }, description="hello's result: what the adapter declares (section 11.3).", additionalProperties=True)
     refusal = {"anyOf": [{"enum": [r.value for r in Refusal]}, {"const": "internal error"}, {"type": "null"}]}

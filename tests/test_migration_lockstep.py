@@ -53,6 +53,37 @@ def test_the_ci_run_passes_and_reaches_every_required_item(shared, tmp_path):
           f"{report.moves_per_second:.0f} moves/s")
 
 
+def test_the_check_profile_reaches_every_required_item_through_its_tour(shared):
+    """``envreplica check``'s budget (20 drawn examples) reaches every required item, because it plays the coverage
+    tour first; without the tour the same budget leaves items unreached (the tour is what reaches them)."""
+    report = R.run_migration_lockstep("check", shared=shared)
+    assert report.ok, report.failure
+    unavailable = [item for entry in report.unavailable for item in entry.split(" (")[0].split(", ")]
+    assert report.coverage.unreached(unavailable=unavailable) == []
+    assert 0 < report.tour_examples <= 15 and report.examples == report.tour_examples + R.PROFILE_EXAMPLES["check"]
+    drawn = R.run_migration_lockstep("check", shared=shared, tour=False)
+    assert drawn.ok and drawn.tour_examples == 0
+    assert drawn.coverage.unreached(unavailable=unavailable)
+    print(f"check profile: {report.tour_examples} tour examples ({report.tour_moves} moves) + "
+          f"{R.PROFILE_EXAMPLES['check']} drawn, {report.coverage.reached()} required items; drawn alone "
+          f"{drawn.coverage.reached()}")
+
+
+def test_the_tour_is_found_on_the_model_and_covers_what_the_search_reached(shared):
+    """The tour's examples replay on the model alone and reach every item it claims, each example cut short."""
+    from envreplica.conformance.migration.tour import _first_reached, find_tour
+
+    tour = find_tour(shared, cov.REQUIRED)
+    claimed: set[str] = set()
+    for moves in tour.examples:
+        first = _first_reached(shared, moves, cov.REQUIRED)
+        assert max(first.values()) <= len(moves)
+        claimed |= set(first)
+    assert claimed >= tour.reached
+    assert tour.reached == {f"{g}: {i}" for g, items in cov.REQUIRED.items() for i in items}
+    assert len(tour.examples) <= 15 and tour.moves < 600
+
+
 @pytest.mark.parametrize("mode", [Mode.THREAD, Mode.FORK, Mode.EXEC])
 def test_a_whole_migration_and_recovery_agree_in_each_mode(mode, shared):
     """Each way of running an invocation (a thread, a forked process, a fresh interpreter) takes every step."""
@@ -203,7 +234,8 @@ def test_moves_and_traces_round_trip(tmp_path):
     moves = [Move(mm.Invoke(mm.Role.MIGRATE, mm.InputFault.HARDLINK), Mode.FORK), Move(mm.Step(0)),
              Move(mm.Crash(0)), Move(mm.Connect(1)), Move(mm.Write(1, 2)), Move(mm.Lock(1)), Move(mm.Unlock(1)),
              Move(mm.Disconnect(1)), Move(mm.ReadOnly(0)), Move(mm.Writable(0)), Move(mm.Edit(mm.Doc.BACKUP, 1)),
-             Move(mm.Repair(mm.Doc.RESULT))]
+             Move(mm.Repair(mm.Doc.RESULT)), Move(mm.MoveAway(mm.Doc.RESULT)),
+             Move(mm.Invoke(mm.Role.RECOVER, mm.InputFault.COPY))]
     assert [move_from_json(json.loads(json.dumps(move_to_json(m)))) for m in moves] == moves
     path = write_trace(tmp_path, "t", moves, [{} for _ in moves], "why", {"key": "k"})
     assert read_moves(path) == moves

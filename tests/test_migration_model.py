@@ -6,6 +6,8 @@ State-space counts are pinned: a change of the model that changes them must say 
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from envreplica.checker import migration as cm
@@ -56,7 +58,7 @@ def test_each_bounds_of_the_suite_is_needed(fixed):
 
 def test_seed_findings_with_their_shortest_traces():
     found = _findings(cm.run_suite(mm.suite("migration", MigrationVariant.SEED)))
-    assert found == {"never_result_and_recovery": 24, STUCK: 11}
+    assert found == {"never_result_and_recovery": 24, "no_recovery_over_a_completed_store": 25, STUCK: 11}
 
 
 @pytest.mark.parametrize("fix, finding", [
@@ -147,10 +149,26 @@ def test_faults_suite_passes():
     suite = cm.run_suite(mm.suite("migration-faults"))
     assert suite.ok, _findings(suite)
     assert [(r.result.states, r.liveness.closure) for r in suite.runs] == [
-        (209_571, 236_675), (34_400, 153_289), (282_267, 367_479), (60_945, 81_814)]
+        (230_109, 257_213), (34_400, 153_289), (291_840, 380_629), (60_945, 81_814)]
 
 
 def test_the_faults_suite_keeps_its_own_reading_of_the_lock():
     """``suite(..., reading=...)`` does not take the faults' suite's lock reading away (it is the implementation's)."""
     assert all(b.reading.lock is mm.LockReading.REFUSE for b in mm.suite("migration-faults", reading=Reading()))
     assert all(b.reading.lock is mm.LockReading.WAIT for b in mm.suite("migration"))
+
+
+#: The smallest bounds where a result moved away matters: one migration, one recovery, the result moved away.
+MOVED = mm.MigrationBounds("moved", migrations=1, recoveries=1, crashes=0, writes=0,
+                           faults=frozenset({mm.Fault.MOVE_AWAY}), fault_actions=1)
+
+
+def test_the_stores_proof_of_completion_is_needed_once_a_result_can_be_moved_away():
+    """Issue 39: after a migration completed, its result moved away, a recovery restored both stores and lost every
+    write since. With ``Fix.STORES_PROVE_COMPLETION`` every property holds; without it the recovery is selected
+    over a store the migration completed, in a few steps."""
+    fixed = cm.run_suite((MOVED,))
+    assert not fixed.runs[0].result.violations and fixed.runs[0].stuck is None
+    without = cm.run_suite((dataclasses.replace(MOVED, fixes=frozenset(Fix) - {Fix.STORES_PROVE_COMPLETION}),))
+    assert _findings(without) == {"no_recovery_over_a_completed_store": 26}
+    assert [r.result.states for r in (*fixed.runs, *without.runs)] == [1_242, 1_320]

@@ -35,7 +35,7 @@ from envreplica.model import migration as mm
 
 #: The swarm's kinds of environment (``machine.SWARM``) and the declared fault each needs.
 _SWARM_FAULTS = {"input": mm.Fault.INPUT, "lock": mm.Fault.LOCK, "read-only": mm.Fault.READ_ONLY,
-                 "edit": mm.Fault.EDIT}
+                 "edit": mm.Fault.EDIT, "move-away": mm.Fault.MOVE_AWAY}
 
 
 class AdapterBroken(HarnessError):

@@ -51,9 +51,10 @@ REQUIRED: dict[str, frozenset[str]] = {
     "refusal": frozenset(r.value for r in EXIT_STATUS) - {r.value for r in UNREACHABLE | RARE},
     "write": frozenset({"landed", "fence"}),
     "fault": frozenset({"lock", "unlock", "read-only", "writable", "edit request", "edit result", "edit recovery",
-                        "edit backup", "repair request", "repair result", "repair recovery", "repair backup"}),
+                        "edit backup", "repair request", "repair result", "repair recovery", "repair backup",
+                        "move-away result"}),
     "invocation": frozenset({"migrate", "recover", "migrate no-key", "migrate wrong-key", "migrate same-path",
-                             "migrate symlink", "migrate hardlink"}),
+                             "migrate symlink", "migrate hardlink", "migrate copy", "recover copy"}),
     "mode": frozenset({"thread", "fork"}),
     "crash": frozenset({"after a store changed", "holding the lock"}),
     "end": frozenset({"migrated", "recovered"}),
@@ -91,7 +92,7 @@ class MigrationCoverage:
                 self.add("crash", "holding the lock")
         elif isinstance(action, mm.Write):
             self.add("write", str(outcome.code))
-        elif isinstance(action, (mm.Edit, mm.Repair)):
+        elif isinstance(action, (mm.Edit, mm.Repair, mm.MoveAway)):
             self.add("fault", f"{action.kind} {action.doc.value}")
         elif isinstance(action, (mm.Lock, mm.Unlock, mm.ReadOnly, mm.Writable)):
             self.add("fault", action.kind)
@@ -118,7 +119,8 @@ class MigrationCoverage:
 
 #: The refusals each class of the environment's faults causes (none of them without it).
 FAULT_REFUSALS: dict[mm.Fault, frozenset[Refusal]] = {
-    mm.Fault.INPUT: frozenset({Refusal.SAME_STORE, Refusal.MASTER_KEY_MISSING, Refusal.MASTER_KEY_WRONG}),
+    mm.Fault.INPUT: frozenset({Refusal.SAME_STORE, Refusal.MASTER_KEY_MISSING, Refusal.MASTER_KEY_WRONG,
+                               Refusal.REQUEST_NOT_AT_HOME}),
     mm.Fault.LOCK: frozenset({Refusal.STORE_BUSY}),
     mm.Fault.READ_ONLY: frozenset({Refusal.STORE_READ_ONLY}),
     mm.Fault.EDIT: frozenset({Refusal.REQUEST_CHANGED, Refusal.EVIDENCE_CUSTODY_CHANGED,
@@ -130,6 +132,7 @@ _FAULT_ITEMS = {
     mm.Fault.LOCK: frozenset({"lock", "unlock"}),
     mm.Fault.READ_ONLY: frozenset({"read-only", "writable"}),
     mm.Fault.EDIT: frozenset(f"{verb} {doc.value}" for verb in ("edit", "repair") for doc in mm.Doc),
+    mm.Fault.MOVE_AWAY: frozenset({"move-away result"}),
 }
 
 
@@ -152,7 +155,8 @@ def required_for(cfg: mm.MigrationBounds, steps: Iterable[mm.Pc], modes: Iterabl
         "refusal": frozenset(refusals),
         "write": REQUIRED["write"],
         "fault": frozenset().union(*(_FAULT_ITEMS.get(f, frozenset()) for f in cfg.faults)),
-        "invocation": frozenset({"migrate", "recover"}) | {f"migrate {f.value}" for f in input_faults},
+        "invocation": frozenset({"migrate", "recover"}) | {f"migrate {f.value}" for f in input_faults}
+        | ({"recover copy"} if mm.InputFault.COPY in set(input_faults) else set()),
         "mode": frozenset(modes),
         "crash": REQUIRED["crash"],
         "end": REQUIRED["end"],

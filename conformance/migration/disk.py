@@ -329,6 +329,23 @@ class Disk:
             data["restores"] = [not r for r in data["restores"]]  # its digest no longer matches
         path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
 
+    def move_away(self, doc: str) -> None:
+        """The published result moved out of the request's directory (an operator tidying up); never put back."""
+        assert doc == "result"
+        away = self.root / "moved-away"
+        away.mkdir(exist_ok=True)
+        os.replace(self.result, away / f"{self.result.name}.{len(list(away.iterdir()))}")
+        self.saved.pop(self.result, None)  # an edited result moved away is no longer there to put back
+
+    def copy_of_request(self) -> Path:
+        """A copy of the request as published, kept outside the request's directory (``InputFault.COPY``): the
+        bytes it was published with, even when the request was edited since."""
+        kept = self.root / "kept"
+        kept.mkdir(exist_ok=True)
+        copy = kept / self.request.name
+        copy.write_bytes(self.saved.get(self.request) or self.request.read_bytes())
+        return copy
+
     def repair(self, doc: str, i: Optional[int]) -> None:
         path = {"request": self.request, "result": self.result, "recovery": self.recovery}.get(doc) \
             if i is None else self.backup_path(i)

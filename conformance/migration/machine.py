@@ -28,15 +28,15 @@ from envreplica.spec.migration import OLD_VERSION
 
 #: The kinds of move, in the order shrinking prefers them (the first is where a draw of 0 goes).
 KINDS = ("step", "invoke", "crash", "connect", "write", "disconnect", "lock", "unlock", "read-only", "writable",
-         "edit", "repair")
+         "edit", "repair", "move-away")
 #: How often each kind is drawn, among those enabled; ``run`` is one invocation's next steps in a row (up to
 #: ``RUN_STEPS``), each a move of its own: it takes an invocation deep before the world moves again.
 WEIGHTS = {"run": 25, "step": 30, "invoke": 12, "crash": 7, "connect": 3, "write": 6, "disconnect": 3, "lock": 3,
-           "unlock": 3, "read-only": 2, "writable": 3, "edit": 3, "repair": 3}
+           "unlock": 3, "read-only": 2, "writable": 3, "edit": 3, "repair": 3, "move-away": 2}
 RUN_STEPS = 16
 #: The weights of a slow example: no runs, and the world moves about as often as the invocations step.
 SLOW_WEIGHTS = {"run": 0, "step": 12, "invoke": 8, "crash": 6, "connect": 8, "write": 8, "disconnect": 4, "lock": 6,
-                "unlock": 4, "read-only": 4, "writable": 4, "edit": 6, "repair": 4}
+                "unlock": 4, "read-only": 4, "writable": 4, "edit": 6, "repair": 4, "move-away": 3}
 #: The swarm's kinds of environment (an example draws a subset): each names the move kinds it allows.
 SWARM = {
     "writer": frozenset({"connect", "write", "disconnect"}),
@@ -45,6 +45,7 @@ SWARM = {
     "lock": frozenset({"lock", "unlock"}),
     "read-only": frozenset({"read-only", "writable"}),
     "edit": frozenset({"edit", "repair"}),
+    "move-away": frozenset({"move-away"}),  # the published result moved away from beside the request
 }
 #: What every example may do whatever its swarm.
 ALWAYS = frozenset({"step", "invoke", "disconnect", "unlock", "writable", "repair"})
@@ -69,6 +70,7 @@ class Archetype:
     react: Optional[mm.Role] = None  # what the operator runs next when nothing runs (None: drawn)
     depths2: Optional[tuple[int, ...]] = None  # the recovery's last step, for ``recovering`` (None: drawn)
     sequential: Optional[bool] = None  # the running invocations go on one after the other (None: drawn)
+    react_fault: mm.InputFault = mm.InputFault.NONE  # what is wrong with the operator's next invocation
 
 
 _M, _R = mm.Role.MIGRATE, mm.Role.RECOVER
@@ -100,6 +102,10 @@ ARCHETYPES: tuple[Optional[Archetype], ...] = (
     Archetype(("recovering",), (9, 10, 11), "edit", mm.Doc.RECOVERY, _R, depths2=(5, 6, 7, 8, 9)),
     Archetype(("crashed",), tuple(range(16)), "lock", react=_R),
     Archetype(("recovering",), (9, 10, 11), "writer", react=_M),
+    # the operator recovers after the result was moved away (the stores prove completion once they reopened), or
+    # names a copy of the request kept elsewhere
+    Archetype(("completed", "crashed"), (12, 13, 14), "move-away", react=_R),
+    Archetype(("completed", "crashed", "paused"), (4, 9, 12, 13, 14), None, react_fault=mm.InputFault.COPY),
 )
 
 
@@ -172,6 +178,8 @@ def scene_moves(st: mm.MigrationState, enabled: list[mm.Action], swarm: frozense
             scenes.setdefault("read-only", []).append([Move(action)])
         if "edit" in swarm and isinstance(action, mm.Edit) and target in (None, action.doc):
             scenes.setdefault("edit", []).append([Move(action)])
+        if "move-away" in swarm and isinstance(action, mm.MoveAway):
+            scenes.setdefault("move-away", []).append([Move(action)])
     if kind is not None:
         scenes = {k: v for k, v in scenes.items() if k == kind}
     if not scenes:
@@ -184,7 +192,7 @@ def scene_moves(st: mm.MigrationState, enabled: list[mm.Action], swarm: frozense
 def kind_of(action: mm.Action) -> str:
     return {mm.Step: "step", mm.Invoke: "invoke", mm.Crash: "crash", mm.Connect: "connect", mm.Write: "write",
             mm.Disconnect: "disconnect", mm.Lock: "lock", mm.Unlock: "unlock", mm.ReadOnly: "read-only",
-            mm.Writable: "writable", mm.Edit: "edit", mm.Repair: "repair"}[type(action)]
+            mm.Writable: "writable", mm.Edit: "edit", mm.Repair: "repair", mm.MoveAway: "move-away"}[type(action)]
 
 
 class MigrationMachine(RuleBasedStateMachine):
@@ -214,6 +222,7 @@ class MigrationMachine(RuleBasedStateMachine):
         scene_kind: Optional[str] = None
         archetype = ARCHETYPES[pick(20, len(ARCHETYPES))]
         target: Optional[mm.Doc] = None
+        react_fault = mm.InputFault.NONE
         if archetype is not None:  # a fault where it bites: the prelude, the depths and the fault drawn together
             prelude = archetype.preludes[pick(0, len(archetype.preludes))]
             depth = archetype.depths[pick(1, len(archetype.depths))]
@@ -223,6 +232,9 @@ class MigrationMachine(RuleBasedStateMachine):
             rounds = max(rounds, 3)
             recover = recover if archetype.react is None else archetype.react is mm.Role.RECOVER
             sequential = sequential if archetype.sequential is None else archetype.sequential
+            react_fault = archetype.react_fault
+            if react_fault is not mm.InputFault.NONE:
+                swarm |= {"input"}
         self.weights = SLOW_WEIGHTS if slow else WEIGHTS
         swarm = frozenset(s for s in swarm if self.run.swarm_available(s))
         self.kinds = ALWAYS.union(*(SWARM[s] for s in swarm))
@@ -236,7 +248,11 @@ class MigrationMachine(RuleBasedStateMachine):
                     example.play(move)
             if rounds and not example.model.st.procs and example.model.st.files.intent is not None:
                 # nothing running: the operator reacts to the scene
-                example.play(Move(mm.Invoke(mm.Role.RECOVER if recover else mm.Role.MIGRATE), self.run.mode(mode_pick)))
+                role = mm.Role.RECOVER if recover else mm.Role.MIGRATE
+                invoke = mm.Invoke(role, react_fault)
+                if not example.model.is_enabled(invoke):
+                    invoke = mm.Invoke(role)
+                example.play(Move(invoke, self.run.mode(mode_pick)))
             if sequential:  # the invocations the prelude left running go on: each to its end, in turn ...
                 for proc in example.model.st.procs:
                     for _ in range(4 * rounds):

@@ -25,11 +25,13 @@ PROTOCOL = "envreplica-migration/1"
 STORE_NAMES = tuple(s.name.lower() for s in STORES)
 #: Every step name, in the order a run takes them (``model.migration.Pc``).
 ALL_STEPS = tuple(pc.value for pc in mm.Pc)
-#: The fixes of the findings F4 to F6 (``--variant fixed``), and the finding each fixes.
-FINDINGS: dict[mm.Fix, str] = {
-    mm.Fix.RESULT_ENDS_RECOVERY: "F4",
-    mm.Fix.UNAPPLIED_IS_UNCHANGED: "F5",
-    mm.Fix.RESULT_ONLY_REOPENS: "F6",
+#: The findings F4 to F6 (``--variant fixed`` fixes them all), and the fixes that together keep each away: F4 by
+#: the published result and, once a result can be moved away, by the stores' own proof of completion
+#: (docs/migration.md, "The stores prove completion")
+FINDING_FIXES: dict[str, frozenset[mm.Fix]] = {
+    "F4": frozenset({mm.Fix.RESULT_ENDS_RECOVERY, mm.Fix.STORES_PROVE_COMPLETION}),
+    "F5": frozenset({mm.Fix.UNAPPLIED_IS_UNCHANGED}),
+    "F6": frozenset({mm.Fix.RESULT_ONLY_REOPENS}),
 }
 #: What each finding is (docs/migration.md, "Findings in the reference steps").
 FINDING_TITLES = {
@@ -124,7 +126,7 @@ def hello_of(decl: Declaration) -> dict[str, Any]:
 def fixes_for(decl: Declaration, variant: mm.MigrationVariant) -> frozenset[mm.Fix]:
     """The model's fixes an implementation is held to: the variant's findings fixed (``fixed``: F4 to F6), and
     the declared order of a rerun's evidence check."""
-    fixes = frozenset(FINDINGS) if variant is mm.MigrationVariant.FIXED else frozenset()
+    fixes = frozenset().union(*FINDING_FIXES.values()) if variant is mm.MigrationVariant.FIXED else frozenset()
     return fixes | ({mm.Fix.EVIDENCE_BEFORE_MAINTENANCE} if decl.evidence_first else frozenset())
 
 
@@ -159,6 +161,8 @@ def request_of(action: mm.Action, mode: Optional[str] = None) -> dict[str, Any]:
         return {"op": action.kind}
     if isinstance(action, (mm.ReadOnly, mm.Writable)):
         return {"op": "readOnly", "store": STORE_NAMES[action.store], "on": isinstance(action, mm.ReadOnly)}
+    if isinstance(action, mm.MoveAway):
+        return {"op": "moveAway", "doc": action.doc.value}
     if isinstance(action, (mm.Edit, mm.Repair)):
         out = {"op": action.kind, "doc": action.doc.value}
         if action.store is not None:
@@ -211,6 +215,10 @@ def action_of(request: dict[str, Any]) -> mm.Action:
         doc = _value(mm.Doc, request.get("doc"), f"{op}: 'doc'")
         at = store() if doc is mm.Doc.BACKUP else None
         return (mm.Edit if op == "edit" else mm.Repair)(doc, at)
+    if op == "moveAway":
+        if request.get("doc") != mm.Doc.RESULT.value:
+            raise ValueError(f"moveAway: 'doc' must be 'result', not {request.get('doc')!r}")
+        return mm.MoveAway(mm.Doc.RESULT)
     raise ValueError(f"unknown op {op!r}")
 
 

@@ -26,12 +26,13 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from envreplica.conformance.lockstep import literals
 from envreplica.conformance.lockstep.run import _shrink_budget
-from envreplica.conformance.migration.coverage import MigrationCoverage
+from envreplica.conformance.migration.coverage import REQUIRED, MigrationCoverage
 from envreplica.conformance.migration.example import Divergence, Example, Shared, World
 from envreplica.conformance.migration.invocations import HarnessError, Mode
 from envreplica.conformance.migration.machine import MigrationMachine
-from envreplica.conformance.migration.protocol import FINDING_TITLES, FINDINGS
+from envreplica.conformance.migration.protocol import FINDING_FIXES, FINDING_TITLES
 from envreplica.conformance.migration.sides import Move
+from envreplica.conformance.migration.tour import TOUR_PROFILES, Tour, find_tour, play
 from envreplica.conformance.migration.traces import format_moves, write_trace
 from envreplica.model import migration as mm
 
@@ -87,13 +88,15 @@ class MigrationLockstepReport:
     hypothesis_moves: Optional[int] = None  # moves after Hypothesis's shrinking
     trace_path: Optional[Path] = None
     profile: str = "ci"
-    #: the finding the divergence is (``protocol.FINDINGS``): the trace replays clean on the model with that
+    #: the finding the divergence is (``protocol.FINDING_FIXES``): the trace replays clean on the model with that
     #: one fix left out, so the implementation lacks it ("F4: ...")
     finding: Optional[str] = None
     #: the minimized trace, move by move: what both answered (``lines``) and, at a state divergence, both
     #: observations (``records``)
     lines: list[str] = field(default_factory=list)
     records: list[dict[str, Any]] = field(default_factory=list)
+    tour_examples: int = 0  # explicit examples of the coverage tour played first (``tour``), among ``examples``
+    tour_moves: int = 0  # their moves, among ``moves``
 
     @property
     def moves_per_second(self) -> float:
@@ -103,8 +106,10 @@ class MigrationLockstepReport:
 class _Run:
     """What one run shares across its examples: the sides' shared parts, counts, coverage, the failure."""
 
-    def __init__(self, profile: str, modes: Sequence[tuple[Mode, int]], shared: World) -> None:
+    def __init__(self, profile: str, modes: Sequence[tuple[Mode, int]], shared: World,
+                 collect: Optional[list[list[Move]]] = None) -> None:
         self.profile = profile
+        self.collect = collect  # each example's moves, appended as it ends (the tour's search)
         self.modes = list(modes)
         self.shared = shared
         self.examples = 0
@@ -129,6 +134,8 @@ class _Run:
         return Example(self.shared, read_only=read_only)
 
     def end_example(self, example: Example) -> None:
+        if self.collect is not None:
+            self.collect.append(list(example.moves))
         self.moves += len(example.moves)
         self.coverage.merge(example.coverage)
         example.close()
@@ -142,27 +149,34 @@ class _Run:
 def run_migration_lockstep(profile: str = "ci", *, max_examples: Optional[int] = None,
                            step_count: Optional[int] = None, modes: Optional[Sequence[tuple[Mode, int]]] = None,
                            out_dir: Optional[Path] = None, shared: Optional[World] = None,
-                           shrink_calls: Optional[int] = None,
-                           minimize_replays: Optional[int] = None) -> MigrationLockstepReport:
+                           shrink_calls: Optional[int] = None, minimize_replays: Optional[int] = None,
+                           tour: Optional[bool] = None,
+                           collect: Optional[list[list[Move]]] = None) -> MigrationLockstepReport:
     """Hold ``impl.paired`` (or ``shared``'s implementation: an ``AdapterShared``) to ``model.migration`` for
     ``profile``'s budget, a failure shrunk within ``shrink_calls`` and ``minimize_replays`` (default
-    ``SHRINK_CALLS`` and ``MINIMIZE_REPLAYS``, read when it runs); the report."""
+    ``SHRINK_CALLS`` and ``MINIMIZE_REPLAYS``, read when it runs); the report. ``tour`` (default: the profile's,
+    ``tour.TOUR_PROFILES``) plays the coverage tour first; ``collect`` gets each example's moves."""
     settings = migration_settings(profile, max_examples=max_examples, step_count=step_count)
     own = shared is None
     shared = Shared() if shared is None else shared
     run = _Run(profile, modes or getattr(shared, "modes", None) or PROFILE_MODES.get(profile, PROFILE_MODES["ci"]),
-               shared)
+               shared, collect)
     machine = MigrationMachine.bind(run)
     started = time.perf_counter()
     error: Optional[BaseException] = None
+    played: Optional[Tour] = None
     try:
         try:
+            if tour if tour is not None else profile in TOUR_PROFILES:
+                played = _play_tour(run)
             with _shrink_budget(SHRINK_CALLS if shrink_calls is None else shrink_calls, 600.0), literals.pinned():
                 run_state_machine_as_test(machine, settings=settings)
         except Exception as exc:  # a divergence, or the harness failed
             error = exc
         report = MigrationLockstepReport(ok=error is None, examples=run.examples, moves=run.moves, seconds=0.0,
                                          coverage=run.coverage, profile=profile)
+        if played is not None:
+            report.tour_examples, report.tour_moves = len(played.examples), played.moves
         if shared.read_only_problem is not None:
             report.unavailable.append(f"fault: read-only, fault: writable ({shared.read_only_problem})")
         report.unavailable += shared.unavailable
@@ -173,6 +187,21 @@ def run_migration_lockstep(profile: str = "ci", *, max_examples: Optional[int] =
     finally:
         if own:
             shared.close()
+
+
+def _play_tour(run: _Run) -> Tour:
+    """Find the coverage tour on the model (``tour.find_tour``) and play it on both sides, example by example."""
+    found = find_tour(run.shared, getattr(run.shared, "required", REQUIRED))
+    for moves in found.examples:
+        example = run.new_example(read_only=any(isinstance(m.action, mm.ReadOnly) for m in moves))
+        try:
+            play(example, moves)
+        except Divergence as e:
+            run.note_failure(example, e)
+            raise
+        finally:
+            run.end_example(example)
+    return found
 
 
 def _explain(report: MigrationLockstepReport, run: _Run, error: BaseException, out_dir: Optional[Path],
@@ -221,16 +250,17 @@ def replay_moves(shared: World, moves: Sequence[Move],
 
 
 def finding_of(shared: World, moves: Sequence[Move]) -> Optional[str]:
-    """The finding a divergence is: the fix of F4, F5 or F6 whose absence from the model makes ``moves`` replay
-    with no divergence (one replay per fix the run's bounds hold); None when no one fix explains it."""
+    """The finding a divergence is: the finding (F4, F5 or F6) whose fixes' absence from the model makes ``moves``
+    replay with no divergence (one replay per finding the run's bounds fix); None when no one finding explains it."""
     cfg = shared.cfg
-    for fix, finding in FINDINGS.items():
-        if fix not in cfg.fixes:
+    for finding, fixes in FINDING_FIXES.items():
+        if not fixes & cfg.fixes:
             continue
-        found, example = replay_moves(shared, moves, replace(cfg, fixes=cfg.fixes - {fix}))
+        found, example = replay_moves(shared, moves, replace(cfg, fixes=cfg.fixes - fixes))
         if found is None and len(example.moves) == len(moves):
+            names = " and ".join(f"Fix.{fix.name}" for fix in sorted(fixes & cfg.fixes, key=lambda f: f.value))
             return f"{finding}: {FINDING_TITLES[finding]} (the implementation answers as the model without " \
-                   f"Fix.{fix.name}: docs/migration.md#{finding.lower()})"
+                   f"{names}: docs/migration.md#{finding.lower()})"
     return None
 
 

@@ -34,7 +34,7 @@ from envreplica.spec.migration import Base, Data, Image
 
 #: The ops a server knows (docs/protocol.md, 11.2).
 OPS = frozenset({"hello", "reset", "invoke", "step", "crash", "connect", "write", "disconnect", "lock", "unlock",
-                 "readOnly", "edit", "repair", "observe"})
+                 "readOnly", "edit", "repair", "moveAway", "observe"})
 
 
 class Unsupported(Exception):
@@ -106,7 +106,8 @@ class _Server:
 
     def _check_declared(self, action: mm.Action, request: dict[str, Any]) -> None:
         fault = {mm.Lock: mm.Fault.LOCK, mm.Unlock: mm.Fault.LOCK, mm.ReadOnly: mm.Fault.READ_ONLY,
-                 mm.Writable: mm.Fault.READ_ONLY, mm.Edit: mm.Fault.EDIT, mm.Repair: mm.Fault.EDIT}.get(type(action))
+                 mm.Writable: mm.Fault.READ_ONLY, mm.Edit: mm.Fault.EDIT, mm.Repair: mm.Fault.EDIT,
+                 mm.MoveAway: mm.Fault.MOVE_AWAY}.get(type(action))
         if fault is not None and fault not in self.decl.faults:
             raise Unsupported(f"{request['op']}: fault {fault.value!r} is not declared")
         if isinstance(action, mm.Invoke):

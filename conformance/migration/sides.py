@@ -168,6 +168,8 @@ class RealSide:
     def _argv(self, action: mm.Invoke) -> list[str]:
         stores = [str(p) for p in self.disk.stores]
         timeout = ["--busy-timeout", str(self.busy_timeout)]
+        if action.fault is mm.InputFault.COPY:
+            return [action.role.value, "--request", str(self.disk.copy_of_request()), *timeout]
         if action.role is mm.Role.RECOVER:
             return ["recover", "--request", str(self.disk.request), *timeout]
         if action.fault in mm.ALIASES:
@@ -223,6 +225,8 @@ class RealSide:
             self.disk.make_read_only(action.store, isinstance(action, mm.ReadOnly))
         elif isinstance(action, (mm.Edit, mm.Repair)):
             (self.disk.edit if isinstance(action, mm.Edit) else self.disk.repair)(action.doc.value, action.store)
+        elif isinstance(action, mm.MoveAway):
+            self.disk.move_away(action.doc.value)
         return Outcome("ok")
 
     @staticmethod

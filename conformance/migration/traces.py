@@ -22,7 +22,7 @@ from envreplica.model import migration as mm
 
 _ACTIONS: dict[str, type] = {cls.kind: cls for cls in (
     mm.Invoke, mm.Step, mm.Crash, mm.Connect, mm.Write, mm.Disconnect, mm.Lock, mm.Unlock, mm.ReadOnly,
-    mm.Writable, mm.Edit, mm.Repair)}
+    mm.Writable, mm.Edit, mm.MoveAway, mm.Repair)}
 
 
 def move_to_json(move: Move) -> dict[str, Any]:

@@ -885,6 +885,7 @@ export type MigrationRequest =
   | MigrationReadOnlyRequest
   | MigrationEditRequest
   | MigrationRepairRequest
+  | MigrationMoveAwayRequest
   | MigrationObserveRequest;
 /**
  * step's result (section 11.4).
@@ -935,6 +936,7 @@ export type MigrationEvent =
             | "invalid_recovery_intent"
             | "backup_conflict"
             | "recovery_backup_changed"
+            | "request_not_at_home"
           )
         | "internal error"
         | null;
@@ -1570,7 +1572,7 @@ export interface MigrationInvokeRequest {
   id: number;
   op: "invoke";
   role: "migrate" | "recover";
-  fault?: "none" | "no-key" | "wrong-key" | "same-path" | "symlink" | "hardlink";
+  fault?: "none" | "no-key" | "wrong-key" | "same-path" | "symlink" | "hardlink" | "copy";
   mode?: string;
 }
 /**
@@ -1684,6 +1686,17 @@ export interface MigrationRepairRequest {
   store?: "run" | "resource";
 }
 /**
+ * `moveAway`: the published result moved away from beside the request (fault move-away; never put back).
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "MigrationMoveAwayRequest".
+ */
+export interface MigrationMoveAwayRequest {
+  id: number;
+  op: "moveAway";
+  doc: "result";
+}
+/**
  * `observe`: the stores and publications in the model's words.
  *
  * This interface was referenced by `Ops`'s JSON-Schema
@@ -1713,8 +1726,8 @@ export interface MigrationHello {
     lock: "wait" | "refuse";
   };
   evidence: "after-maintenance" | "before-maintenance";
-  faults: ("input" | "lock" | "read-only" | "edit")[];
-  inputFaults: ("no-key" | "wrong-key" | "same-path" | "symlink" | "hardlink")[];
+  faults: ("input" | "lock" | "read-only" | "edit" | "move-away")[];
+  inputFaults: ("no-key" | "wrong-key" | "same-path" | "symlink" | "hardlink" | "copy")[];
   exitStatus: boolean;
   /**
    * @minItems 1
