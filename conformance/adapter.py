@@ -265,7 +265,7 @@ def _run_migration(args: argparse.Namespace) -> int:
     out = sys.stdout
     sys.stdout = sys.stderr  # only responses go to the protocol stream
     try:
-        return migration_serve.serve(server, sys.stdin, out)
+        return migration_serve.serve(server, sys.stdin.buffer, out)  # bytes: a line not UTF-8 is answered
     finally:
         sys.stdout = out
 
