@@ -10,6 +10,8 @@
   model``: the same lines, the same answers (Hypothesis draws the sequences);
 * Hypothesis draws hostile lines (any JSON value, every field of every op of a wrong type, deep nesting, huge
   strings, bytes that are not UTF-8): every answer is in the schema, and the adapter answers the next request;
+* killed with SIGKILL while a store is read-only (the immutable flag, as root), the paired adapter leaves its
+  directories, and the next start removes them (``conformance.scratch``): ``rm -rf`` works on what is left;
 * the replica's adapter (section 5) does not share these flaws.
 """
 
@@ -381,6 +383,112 @@ def test_the_command_answers_the_issues_lines_with_nothing_on_standard_error(sho
         _conforms(answer)
     assert done.stderr == b"", done.stderr[-2000:]
     assert list(short_tmp.iterdir()) == []  # and it took its directories with it
+
+
+# ---------------------------------------------------------------------------
+# Killed: nothing left behind once the next one starts
+
+
+def _ask(proc: subprocess.Popen, request: dict) -> dict:
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(json.dumps(request).encode() + b"\n")
+    proc.stdin.flush()
+    return json.loads(proc.stdout.readline())
+
+
+def _start(env: dict[str, str]) -> subprocess.Popen:
+    return subprocess.Popen([*ENVREPLICA, "adapter", "--protocol", "migration", "--impl", "paired"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+
+
+def _owned_by(pid: int) -> list[Path]:
+    """The directories in /dev/shm whose name says process ``pid`` made them."""
+    shm = Path("/dev/shm")
+    return sorted(p for p in shm.glob(f"envreplica-*p{pid}s*")) if shm.is_dir() else []
+
+
+def test_a_killed_paired_adapter_leaves_nothing_once_the_next_one_starts(short_tmp):
+    tmp = short_tmp / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    first = _start(env)
+    for request in _numbered([HELLO, {"op": "reset"}, {"op": "readOnly", "store": "run", "on": True},
+                              {"op": "invoke", "role": "migrate"}, {"op": "step", "invocation": 0}]):
+        assert _ask(first, request)["ok"], request
+    made = sorted(tmp.iterdir()) + _owned_by(first.pid)
+    assert made, "the adapter made no directory where it was told to"
+    first.kill()
+    first.wait(timeout=60)
+    left = [p for p in made if p.exists()]
+    assert left  # SIGKILL runs no clean-up
+    immutable = os.geteuid() == 0 and subprocess.run(["lsattr", "-R", str(tmp)], capture_output=True,
+                                                     text=True).stdout.count("-i-") > 0
+    if immutable:  # the read-only store: not even rm -rf removes it
+        assert subprocess.run(["rm", "-rf", *map(str, left)], capture_output=True).returncode != 0
+    second = _start(env)
+    try:
+        assert _ask(second, {"id": 1, **HELLO})["ok"]
+        assert [p for p in made if p.exists()] == []  # the next start removed the dead one's directories
+    finally:
+        assert second.stdin is not None
+        second.stdin.close()
+        assert second.wait(timeout=120) == 0
+    assert list(tmp.iterdir()) == [] and _owned_by(second.pid) == []
+    assert subprocess.run(["rm", "-rf", str(tmp)], capture_output=True).returncode == 0 and not tmp.exists()
+
+
+def test_a_killed_replica_adapter_leaves_nothing_once_the_next_one_starts(short_tmp):
+    """The replica's adapter without ``--db`` keeps its replica in a temporary directory: the same mechanism."""
+    env = {**os.environ, "TMPDIR": str(short_tmp)}
+    command = [*ENVREPLICA, "adapter", "--impl", "sqlite", "--test-key"]
+    first = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                             env=env)
+    assert _ask(first, {"id": 1, "op": "reset"})["ok"]
+    made = sorted(short_tmp.iterdir())
+    assert made and all(p.name.startswith(f"envreplica-adapter-p{first.pid}s") for p in made), made
+    first.kill()
+    first.wait(timeout=60)
+    assert all(p.exists() for p in made)
+    second = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                              env=env)
+    try:
+        assert _ask(second, {"id": 1, "op": "reset"})["ok"]
+        assert [p for p in made if p.exists()] == []
+    finally:
+        assert second.stdin is not None
+        second.stdin.close()
+        assert second.wait(timeout=120) == 0
+    assert list(short_tmp.iterdir()) == []
+
+
+def test_the_reaper_removes_only_the_directories_of_processes_that_are_gone(tmp_path):
+    """A dead owner's directory goes (an immutable file in it too, as root), and so does one whose pid is alive
+    but started at another time (the pid was reused); a live owner's stays; a directory of another pid namespace,
+    or of a name without the tag, is left alone."""
+    from envreplica.conformance import scratch
+
+    me = scratch.owner_of()
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    gone = int(done.stdout)  # a process that has ended (its pid not reused this soon, or reused at another start)
+    prefix = "envreplica-test-"
+    live = scratch.owned_dir(prefix, tmp_path)
+    dead = tmp_path / f"{prefix}{scratch.Owner(gone, 1, me.namespace).tag}a"
+    reused = tmp_path / f"{prefix}{scratch.Owner(me.pid, me.start + 1, me.namespace).tag}b"
+    foreign = tmp_path / f"{prefix}{scratch.Owner(gone, 1, me.namespace + 1).tag}c"
+    untagged = tmp_path / f"{prefix}d8f7x"
+    other = tmp_path / f"other-{scratch.Owner(gone, 1, me.namespace).tag}e"
+    for d in (dead, reused, foreign, untagged, other):
+        (d / "sub").mkdir(parents=True)
+        (d / "sub" / "store.db").write_bytes(b"x")
+    flagged = os.geteuid() == 0 and subprocess.run(["chattr", "+i", str(dead / "sub" / "store.db")],
+                                                   capture_output=True).returncode == 0
+    if flagged:
+        assert subprocess.run(["rm", "-rf", str(dead)], capture_output=True).returncode != 0
+    assert live.name.startswith(prefix + me.tag)
+    assert sorted(scratch.reap(prefix, [tmp_path, tmp_path / "absent"])) == sorted([dead, reused])
+    assert not dead.exists() and not reused.exists()
+    assert all(d.exists() for d in (live, foreign, untagged, other))
+    assert scratch.reap(prefix, [tmp_path]) == []
 
 
 # ---------------------------------------------------------------------------
