@@ -23,8 +23,10 @@ created itself (``store_meta.created_by``); anything else at PATH is refused
 with one line and exit 2, never overwritten. While it runs the adapter holds
 the replica alone (``PATH.lock``), and ``reset`` empties that replica in
 place. Without ``--db`` it uses a file in a fresh temporary directory,
-removed at exit. ``--store ssm`` reads AWS SSM Parameter Store through
-``impl.valuestores.SsmStore`` (region ``AWS_REGION``, endpoint
+removed at exit; killed, it leaves the directory, and the next adapter
+started without ``--db`` removes it (``conformance.scratch``). ``--store
+ssm`` reads AWS SSM Parameter Store through ``impl.valuestores.SsmStore``
+(region ``AWS_REGION``, endpoint
 ``ENVREPLICA_SSM_ENDPOINT``, credentials from boto3's default chain); there
 ``store.put`` writes real parameters (and answers ``unsupported`` for what SSM
 cannot produce), ``store.fail`` answers ``unsupported``, and ``reset`` does not
@@ -49,10 +51,12 @@ import signal
 import sys
 import tempfile
 import threading
+from pathlib import Path
 from types import FrameType, TracebackType
-from typing import Any, Callable, Optional, TextIO
+from typing import Any, Callable, Iterator, Optional, TextIO
 
 from envreplica.cli.errors import UsageError, guarded
+from envreplica.conformance import scratch
 from envreplica.conformance.drivers import TEST_MASTER_KEY, Driver, ModelDriver, SqliteDriver
 from envreplica.spec.variants import Variant
 
@@ -166,6 +170,19 @@ def _master_key(args: argparse.Namespace) -> bytes:
     return load_master_key()
 
 
+#: The name of the temporary directory of a replica with no ``--db`` (``conformance.scratch`` adds its owner).
+SCRATCH_PREFIX = "envreplica-adapter-"
+
+
+@contextlib.contextmanager
+def _owned_scratch() -> Iterator[Path]:
+    path = scratch.owned_dir(SCRATCH_PREFIX)
+    try:
+        yield path
+    finally:
+        scratch.remove_tree(path)
+
+
 def _replica_path(args: argparse.Namespace, tmpdir: Optional[str]) -> str:
     """``--db``, or a file in a fresh temporary directory (``SqliteReplica`` decides whether the path may be used)."""
     return args.db or os.path.join(tmpdir or tempfile.mkdtemp(prefix="envreplica-adapter-"), "replica.db")
@@ -265,7 +282,7 @@ def _run_migration(args: argparse.Namespace) -> int:
     out = sys.stdout
     sys.stdout = sys.stderr  # only responses go to the protocol stream
     try:
-        return migration_serve.serve(server, sys.stdin, out)
+        return migration_serve.serve(server, sys.stdin.buffer, out)  # bytes: a line not UTF-8 is answered
     finally:
         sys.stdout = out
 
@@ -278,9 +295,12 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--impl paired answers the migration's protocol: add --protocol migration")
     args.impl = args.impl or "sqlite"
     with contextlib.ExitStack() as stack:
-        # A temporary directory only for a replica with no --db (nothing is left behind for a --db run).
-        tmpdir = None if args.db or args.impl == "model" else stack.enter_context(
-            tempfile.TemporaryDirectory(prefix="envreplica-adapter-"))
+        # A temporary directory only for a replica with no --db (nothing is left behind for a --db run); named
+        # by this process, so that when it is killed the next adapter removes it (conformance.scratch).
+        tmpdir = None
+        if not args.db and args.impl != "model":
+            scratch.reap(SCRATCH_PREFIX, [Path(tempfile.gettempdir())])
+            tmpdir = str(stack.enter_context(_owned_scratch()))
         driver = build_driver(args, tmpdir)
         out = sys.stdout
         sys.stdout = sys.stderr  # only responses go to the protocol stream

@@ -11,7 +11,9 @@ the trace so far.
 
 ``Shared`` is what every example of a run shares: the template, the runners (zygote, thread streams), the
 foreign writer process, the scratch directories (a tmpfs one when there is one, and one where the immutable
-flag works, for examples that make a store read-only as root).
+flag works, for examples that make a store read-only as root). Each scratch directory it makes names this
+process (``conformance.scratch``), and it first removes those a dead process left (killed, it cleans up
+nothing: ``reap_leftovers``).
 
 Leaves out on purpose: the properties' "sometimes" (the checker's), and the model's ``inputs`` (no
 counterpart).
@@ -20,12 +22,12 @@ counterpart).
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional, Protocol
 
+from envreplica.conformance import scratch as S
 from envreplica.conformance.migration.coverage import MigrationCoverage
 from envreplica.conformance.migration.disk import Disk, Template, read_only_works
 from envreplica.conformance.migration.invocations import Mode, Runners
@@ -48,6 +50,19 @@ class Divergence(AssertionError):
 def _tmpfs() -> Optional[Path]:
     shm = Path("/dev/shm")
     return shm if shm.is_dir() and os.access(shm, os.W_OK) else None
+
+
+#: The names of ``Shared``'s scratch directories: the stores (in the temporary directory and on tmpfs), and the
+#: step sockets (a short name: a socket's path holds at most 107 bytes).
+SCRATCH_PREFIX = "envreplica-migration-"
+SOCKETS_PREFIX = "erm-"
+
+
+def reap_leftovers() -> list[Path]:
+    """Remove the scratch directories of ``Shared``s whose process is gone (``conformance.scratch.reap``), read-only
+    stores in them included; the ones removed."""
+    temp, fast = Path(tempfile.gettempdir()), _tmpfs()
+    return S.reap(SCRATCH_PREFIX, [temp] + ([fast] if fast else [])) + S.reap(SOCKETS_PREFIX, [temp])
 
 
 class RealSideLike(Protocol):
@@ -90,14 +105,15 @@ class Shared:
 
     def __init__(self, scratch: Optional[Path] = None) -> None:
         self.own_scratch = scratch is None
-        base = Path(tempfile.mkdtemp(prefix="envreplica-migration-")) if scratch is None else scratch
+        if scratch is None:
+            reap_leftovers()
+        base = S.owned_dir(SCRATCH_PREFIX) if scratch is None else scratch
         base.mkdir(parents=True, exist_ok=True)
         self.disk_root = base
         fast = _tmpfs()
-        self.fast_root = Path(tempfile.mkdtemp(prefix="envreplica-migration-", dir=fast)) if fast and \
-            scratch is None else base
-        # sockets want a short path (108 bytes): a directory of their own under /tmp
-        self.runners = Runners(Path(tempfile.mkdtemp(prefix="erm-")))
+        self.fast_root = S.owned_dir(SCRATCH_PREFIX, fast) if fast and scratch is None else base
+        # sockets want a short path (108 bytes): a directory of their own in the temporary directory
+        self.runners = Runners(S.owned_dir(SOCKETS_PREFIX))
         self.template = Template(self.fast_root / "template")
         self.writer = WriterProcess()
         self.read_only_problem = read_only_works(self.disk_root)
@@ -134,11 +150,11 @@ class Shared:
     def close(self) -> None:
         self.runners.close()
         self.writer.close()
-        shutil.rmtree(self.runners.scratch, ignore_errors=True)
+        S.remove_tree(self.runners.scratch)
         if self.own_scratch:
-            shutil.rmtree(self.disk_root, ignore_errors=True)
+            S.remove_tree(self.disk_root)
         if self.fast_root != self.disk_root:
-            shutil.rmtree(self.fast_root, ignore_errors=True)
+            S.remove_tree(self.fast_root)
 
 
 @dataclass

@@ -13,6 +13,7 @@ protocol), and anything an adapter says beyond these fields (ignored, so that an
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -45,6 +46,28 @@ EVIDENCE_ORDERS = ("after-maintenance", "before-maintenance")
 
 class ProtocolError(Exception):
     """An adapter broke the protocol (a malformed answer, an undeclared word): the harness's failure, not a verdict."""
+
+
+class InvalidRequest(ValueError):
+    """A request that breaks section 11's rules (a malformed field, a move out of order): answered ``invalid``."""
+
+
+#: The most of a value an error message shows (docs/protocol.md, 11.6).
+SHOWN_CHARACTERS = 40
+
+
+def shown(value: Any) -> str:
+    """``value`` for an error message: as JSON, its first ``SHOWN_CHARACTERS`` characters and its size when longer."""
+    if isinstance(value, str) and len(value) > SHOWN_CHARACTERS:
+        return f"{json.dumps(value[:SHOWN_CHARACTERS], ensure_ascii=False)[:SHOWN_CHARACTERS + 1]}... " \
+               f"({len(value)} characters)"
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError):  # not JSON, or nested deeper than the encoder goes
+        return f"a {type(value).__name__} nested too deep to show"
+    if len(text) <= SHOWN_CHARACTERS + 2:
+        return text
+    return f"{text[:SHOWN_CHARACTERS]}... ({len(text)} characters as JSON)"
 
 
 @dataclass(frozen=True)
@@ -172,24 +195,28 @@ def request_of(action: mm.Action, mode: Optional[str] = None) -> dict[str, Any]:
 
 
 def action_of(request: dict[str, Any]) -> mm.Action:
-    """The move a request asks for (the servers' side of ``request_of``); ``ValueError`` for a malformed one."""
+    """The move a request asks for (the servers' side of ``request_of``); ``InvalidRequest`` (a ``ValueError``)
+    for a malformed one, naming the field and showing its value (``shown``)."""
     op = request.get("op")
 
     def store(key: str = "store") -> int:
-        name = request.get(key)
-        if name not in STORE_NAMES:
-            raise ValueError(f"{op}: '{key}' must be one of {', '.join(STORE_NAMES)}, not {name!r}")
+        name = request.get(key, MISSING)
+        if not isinstance(name, str) or name not in STORE_NAMES:
+            raise InvalidRequest(f"{op}: '{key}' must be one of {', '.join(STORE_NAMES)}, not {_given(name)}")
         return STORE_NAMES.index(name)
 
     def invocation() -> int:
-        n = request.get("invocation")
-        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
-            raise ValueError(f"{op}: 'invocation' must be the number invoke answered, not {n!r}")
+        n = request.get("invocation", MISSING)
+        if type(n) is not int or n < 0:
+            raise InvalidRequest(f"{op}: 'invocation' must be the number invoke answered, not {_given(n)}")
         return n
 
     if op == "invoke":
-        role = _value(mm.Role, request.get("role"), "invoke: 'role'")
+        role = _value(mm.Role, request.get("role", MISSING), "invoke: 'role'")
         fault = _value(mm.InputFault, request.get("fault", "none"), "invoke: 'fault'")
+        if role is mm.Role.RECOVER and fault not in (mm.InputFault.NONE, mm.InputFault.COPY):
+            raise InvalidRequest(f"invoke: a recover takes no input fault but \"copy\" (it is given the request "
+                                 f"alone), not {shown(fault.value)}")
         return mm.Invoke(role, fault)
     if op == "step":
         return mm.Step(invocation())
@@ -198,36 +225,46 @@ def action_of(request: dict[str, Any]) -> mm.Action:
     if op == "connect":
         return mm.Connect(store())
     if op == "write":
-        version = request.get("version")
-        if version not in (1, 2):
-            raise ValueError(f"write: 'version' must be 1 or 2, not {version!r}")
+        version = request.get("version", MISSING)
+        if type(version) is not int or version not in (1, 2):
+            raise InvalidRequest(f"write: 'version' must be 1 or 2, not {_given(version)}")
         return mm.Write(0, version)  # the store is the connection's: the server fills it in
     if op == "disconnect":
         return mm.Disconnect(0)
     if op in ("lock", "unlock"):
         return (mm.Lock if op == "lock" else mm.Unlock)(0)
     if op == "readOnly":
-        on = request.get("on")
+        on = request.get("on", MISSING)
         if not isinstance(on, bool):
-            raise ValueError(f"readOnly: 'on' must be true or false, not {on!r}")
+            raise InvalidRequest(f"readOnly: 'on' must be true or false, not {_given(on)}")
         return (mm.ReadOnly if on else mm.Writable)(store())
     if op in ("edit", "repair"):
-        doc = _value(mm.Doc, request.get("doc"), f"{op}: 'doc'")
+        doc = _value(mm.Doc, request.get("doc", MISSING), f"{op}: 'doc'")
         at = store() if doc is mm.Doc.BACKUP else None
         return (mm.Edit if op == "edit" else mm.Repair)(doc, at)
     if op == "moveAway":
-        if request.get("doc") != mm.Doc.RESULT.value:
-            raise ValueError(f"moveAway: 'doc' must be 'result', not {request.get('doc')!r}")
+        if request.get("doc", MISSING) != mm.Doc.RESULT.value:
+            raise InvalidRequest(f"moveAway: 'doc' must be \"result\", not {_given(request.get('doc', MISSING))}")
         return mm.MoveAway(mm.Doc.RESULT)
-    raise ValueError(f"unknown op {op!r}")
+    raise InvalidRequest(f"unknown op {shown(op)}")
+
+
+#: A field absent from a request (``_given`` says so).
+MISSING = object()
+
+
+def _given(value: Any) -> str:
+    return "absent" if value is MISSING else shown(value)
 
 
 def _value(enum: type, value: Any, what: str) -> Any:
-    try:
-        return enum(value)
-    except ValueError:
-        raise ValueError(f"{what} must be one of {', '.join(repr(e.value) for e in enum)}, "  # type: ignore
-                         f"not {value!r}") from None
+    if isinstance(value, str):
+        try:
+            return enum(value)
+        except ValueError:
+            pass
+    raise InvalidRequest(f"{what} must be one of {', '.join(json.dumps(e.value) for e in enum)}, "  # type: ignore
+                         f"not {_given(value)}")
 
 
 def event_of(outcome: Outcome, message: str = "") -> dict[str, Any]:
