@@ -52,18 +52,20 @@ what the integrity tags and digests of schema version 2 detect
 
 ``check_writer`` judges the fence by what it does, not by its triggers' names,
 when a writer opens the store (``impl.fence_probe``): on an in-memory copy of
-the file's schema with one synthetic row per table, every fenced table's
-INSERT, UPDATE (column by column) and DELETE must be refused to a connection
-that registered no function and to writers of the versions next to the
-recorded one, and must go through for the recorded writer; with
-``writer_version`` set to a maintenance token the recorded version must be
-refused and the token's holder let through, and with the row deleted every
-writer refused. So a fence trigger deleted, replaced by another body under
-its name, narrowed to some columns, moved to another table or disabled by
-another trigger (a ``RAISE(IGNORE)`` that fires first) is refused
-(``reason="fence"``, naming the table and action), and a fence re-created
-under other names passes. The verdict is remembered per schema and
-``store_meta`` (some 6 to 9 ms the first time, two reads after). It leaves
+the file's schema with one synthetic row per table, with ``writer_version``
+as recorded, set to a maintenance token and deleted, every fenced table's
+INSERT, UPDATE (column by column) and DELETE must be refused, keeping
+nothing, to every writer but the state's own (a connection that registered
+no function, writers of the versions next to the recorded one, the recorded
+writer, the token's holder), and must go through for the state's own writer
+(the recorded one, the token's holder, nobody). So a fence trigger deleted,
+replaced by another body under its name, narrowed to some columns, moved to
+another table, turned into an ``AFTER`` trigger that raises ``FAIL`` (the
+row stays written) or disabled by another trigger (a ``RAISE(IGNORE)`` that
+fires first) is refused (``reason="fence"``, naming the table and action),
+and a fence re-created under other names passes. The verdict is remembered
+per schema and ``store_meta`` (some 9 to 15 ms the first time, two reads
+after). It leaves
 out: writer versions other than the ones probed, triggers whose effect
 depends on row data (the probe runs on synthetic rows, so that its cost does
 not grow with the store), ``TEMP`` triggers and connection settings, and a
