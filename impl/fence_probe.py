@@ -19,8 +19,9 @@ the fence's behaviour, from the store's own schema:
    ``SELECT``\\s, whatever the number of rows it holds.
 2. For every fenced table (``writer.FENCED_TABLES``) and every action, one
    statement that touches the row: an ``INSERT`` of a second row, an
-   ``UPDATE`` of each column on its own (``SET c = c``; a fence narrowed to
-   ``UPDATE OF`` some columns leaves the others unfenced), a ``DELETE``. Each
+   ``UPDATE`` of each column on its own (to the second row's value; a fence
+   narrowed to ``UPDATE OF`` some columns leaves the others unfenced), a
+   ``DELETE``. Each
    runs on the in-memory copy, and is rolled back after, in three states of
    ``store_meta.writer_version``: as recorded (``V``); set to a maintenance
    token (what ``writer.begin_admission`` writes during a paired migration:
@@ -336,19 +337,21 @@ _Statement = tuple[str, Optional[str], str, tuple[object, ...]]
 def _statements(mem: sqlite3.Connection, table: str, *, each_column: bool) -> list[_Statement]:
     """``(action, column, sql, parameters)``: statements on ``table`` that each touch its one row.
 
-    ``each_column``: one ``UPDATE`` per column (for the wrong writers of the
-    recorded state: a fence narrowed to ``UPDATE OF`` some columns must
-    show); otherwise one ``UPDATE`` of every column, which fires every
-    ``UPDATE`` trigger any one column's would.
+    ``each_column``: one ``UPDATE`` per column (for the wrong writers: a
+    fence narrowed to ``UPDATE OF`` some columns must show); otherwise one
+    ``UPDATE`` of every column, which fires every ``UPDATE`` trigger any one
+    column's would. An ``UPDATE`` sets the column to the second row's value,
+    not to itself: a write that a trigger refuses but keeps (``RAISE(FAIL)``
+    after the row was written) then shows in the table.
     """
     columns = _columns(mem, table)
-    out: list[_Statement] = [
-        ("INSERT", None, _insert_sql(table, columns), tuple(_synthetic(t, 2) for _, t in columns))]
+    second = {c: _synthetic(t, 2) for c, t in columns}
+    out: list[_Statement] = [("INSERT", None, _insert_sql(table, columns), tuple(second.values()))]
     if each_column:
-        out += [("UPDATE", c, f"UPDATE {_q(table)} SET {_q(c)} = {_q(c)}", ()) for c, _ in columns]
+        out += [("UPDATE", c, f"UPDATE {_q(table)} SET {_q(c)} = ?", (second[c],)) for c, _ in columns]
     else:
-        out.append(("UPDATE", None, f"UPDATE {_q(table)} SET {', '.join(f'{_q(c)} = {_q(c)}' for c, _ in columns)}",
-                    ()))
+        out.append(("UPDATE", None, f"UPDATE {_q(table)} SET {', '.join(f'{_q(c)} = ?' for c, _ in columns)}",
+                    tuple(second.values())))
     out.append(("DELETE", None, f"DELETE FROM {_q(table)}", ()))
     return out
 

@@ -392,6 +392,15 @@ AFTER_FAIL = Fences(dropped=(("authority", "INSERT"),), triggers=(Trigger(
     "guard authority insert 0", "AFTER", "INSERT", "authority", '"authority"', (), f"{F} IS NOT {WV}",
     f"SELECT RAISE(FAIL, '{W.FENCE_MESSAGE}: INSERT on authority refused')"),))
 
+#: Found by the property (shrunk) once the first was fixed: the same on ``UPDATE``, behind two ``AFTER`` fences
+#: that abort (triggers fire newest first, so the ``FAIL`` acts). The probe's ``UPDATE`` set each column to
+#: itself, so the kept write changed nothing it could see; it now sets another value.
+_WHEN = f"{F} IS NOT (SELECT value FROM store_meta WHERE key = 'writer_version')"
+AFTER_FAIL_UPDATE = Fences(dropped=(("authority", "UPDATE"),), triggers=tuple(
+    Trigger(f"guard authority update 0 #{i}", "AFTER", "UPDATE", "authority", '"authority"', (), _WHEN,
+            f"SELECT RAISE({how}, '{W.FENCE_MESSAGE}: UPDATE on authority refused')")
+    for i, how in enumerate(("ABORT", "ABORT", "FAIL"))))
+
 #: Written from the grammar (three leaves) after reading the probe, which tried only the recorded writer with
 #: ``writer_version`` deleted: a fence that fails closed for that writer alone, so that with the row deleted a
 #: writer of version 3 (or 1, or a token's holder) writes.
@@ -420,6 +429,7 @@ def _agrees(fences_: Fences) -> None:
 @settings(max_examples=30)
 @given(fences(COLUMNS))
 @example(AFTER_FAIL)
+@example(AFTER_FAIL_UPDATE)
 @example(ABSENT_GAP)
 def test_the_probe_says_what_the_fence_does(fences_):
     """The probe names exactly the (table, action) pairs that the oracle, writing for real on copies of
@@ -427,8 +437,8 @@ def test_the_probe_says_what_the_fence_does(fences_):
     maintenance or absent state. ``check_writer`` then refuses the store exactly when a pair is unfenced,
     naming each.
 
-    The examples are the probe's two misses this test showed: the first found by the property, the second
-    written from the grammar once the first showed where the probe looked (see each)."""
+    The examples are the probe's misses this test showed: two found by the property, one written from the
+    grammar once the first showed where the probe looked (see each)."""
     _agrees(fences_)
 
 
@@ -446,6 +456,7 @@ def test_the_oracle_finds_the_standard_fence_whole_and_a_missing_one_broken():
     assert _judge(Fences((), ()))[1] == set()
     assert _judge(Fences((("records", "UPDATE"),), ()))[1] == {("records", "UPDATE")}
     assert _judge(AFTER_FAIL)[1] == {("authority", "INSERT")} and _judge(ABSENT_GAP)[1] == {("receipts", "DELETE")}
+    assert _judge(AFTER_FAIL_UPDATE)[1] == {("authority", "UPDATE")}
     seed = Trigger("seed form", "BEFORE", "UPDATE", "records", "records", (), None,
                    f"SELECT CASE WHEN {F} <> {WV} OR {COUNT} <> 1 THEN RAISE(ABORT, '{W.FENCE_MESSAGE}: x') END")
     verdict, broken, _ = _judge(Fences((("records", "UPDATE"),), (seed,)))
