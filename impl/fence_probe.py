@@ -19,31 +19,37 @@ the fence's behaviour, from the store's own schema:
    ``SELECT``\\s, whatever the number of rows it holds.
 2. For every fenced table (``writer.FENCED_TABLES``) and every action, one
    statement that touches the row: an ``INSERT`` of a second row, an
-   ``UPDATE`` of each column on its own (``SET c = c``; a fence narrowed to
-   ``UPDATE OF`` some columns leaves the others unfenced), a ``DELETE``. Each
-   runs on the in-memory copy, and is rolled back after, as:
-
-   - with ``store_meta.writer_version`` as recorded (``V``): a connection that
-     registers no writer function, then writers of ``V - 1`` and ``V + 1`` (an
-     older and a newer envreplica), each ``UPDATE`` column by column; then the
-     recorded writer ``V``, with one ``UPDATE`` of every column (it fires
-     every ``UPDATE`` trigger a single column's would);
-   - with ``writer_version`` set to a maintenance token (what
-     ``writer.begin_admission`` writes during a paired migration): the writer
-     ``V``, which must now be refused, and the token's holder, which must
-     write (a fence that compares with a constant ``'2'`` instead of reading
-     ``store_meta`` shows here);
-   - with the ``writer_version`` row deleted: the writer ``V``, which must be
-     refused (the fence fails closed: ``IS NOT NULL`` is true; a fence
-     written with ``!=`` would let every writer through).
+   ``UPDATE`` of each column on its own (to the second row's value; a fence
+   narrowed to ``UPDATE OF`` some columns leaves the others unfenced), a
+   ``DELETE``. Each
+   runs on the in-memory copy, and is rolled back after, in three states of
+   ``store_meta.writer_version``: as recorded (``V``); set to a maintenance
+   token (what ``writer.begin_admission`` writes during a paired migration:
+   a fence that compares with a constant ``'2'`` instead of reading
+   ``store_meta`` shows here); and deleted (the fence must fail closed:
+   ``IS NOT NULL`` is true; a fence written with ``!=`` would let every
+   writer through). In every state, every writer of the probe: a connection
+   that registers no writer function, writers of ``V - 1`` and ``V + 1`` (an
+   older and a newer envreplica), the recorded writer ``V`` and the token's
+   holder. The state's own writer (``V`` as recorded, the holder under the
+   token, nobody once the row is deleted) must write, and runs one ``UPDATE``
+   of every column (it fires every ``UPDATE`` trigger a single column's
+   would); every other writer must be refused, each ``UPDATE`` column by
+   column. (Every writer in every state, since a fence may fail in one state
+   for one writer alone: one that fails closed only for ``V`` lets a writer of
+   ``V + 1`` through once the row is deleted; ``tests/test_fence_probe_generated.py``
+   holds the probe to what the fence does, on generated fences.)
 3. The contract: a wrong writer's statement is aborted with the fence message
    (``writer.FENCE_MESSAGE``; ``sqlite3.IntegrityError``), or, for the
    unregistered connection, cannot be prepared (``no such function:
-   envreplica_writer_version``); the right writer's statement succeeds and
-   changes the row. Anything else is a ``Failure``: a wrong writer's statement
-   that succeeds (also one skipped silently by a ``RAISE(IGNORE)``: it did not
-   abort) or fails with another error; a right writer's statement that is
-   refused, fails or changes no row.
+   envreplica_writer_version``), and keeps nothing it wrote to a fenced table;
+   the right writer's statement succeeds and changes the row. Anything else
+   is a ``Failure``: a wrong writer's statement that succeeds (also one
+   skipped silently by a ``RAISE(IGNORE)``: it did not abort), fails with
+   another error, or is refused with the fence message after its row was
+   written and kept (``RAISE(FAIL)`` in an ``AFTER`` trigger ends the
+   statement without undoing what it wrote; ``ABORT`` and ``ROLLBACK`` undo
+   it); a right writer's statement that is refused, fails or changes no row.
 
 Why the unregistered connection too: for an ``INSERT`` or a ``DELETE`` its
 refusal follows from the others' (a statement that lets ``V`` through and
@@ -55,11 +61,14 @@ every column through by a note one trigger leaves for the other, can let the
 sqlite3 shell set a column that every registered wrong writer is refused
 (``tests/test_fence_probe.py`` builds one).
 
-Cost: 416 statements on a database of one row per table for the schema of
-version 2, some 6 ms (9 ms for the first ``check_writer`` of a process, 0.6
-before the probe; most of it is building the copy and preparing statements:
-the writer function is registered once and answers for the writer of the
-moment, since registering it again would expire every prepared statement).
+Cost: 1,292 statements on a database of one row per table for the schema of
+version 2, a median of 15 ms and at least 9 ms on a busy 2-core machine
+(``python bench/bench_proofs.py``; 415 statements, 9 ms and 4 ms, while only
+the recorded state was probed with every writer). Most of it is preparing
+statements and building the copy: the writer function is registered once
+and answers for the writer of the moment, since registering it again would
+expire every prepared statement (so the connection that registers none goes
+through the three states first).
 Every statement runs under a budget of SQLite steps (``STEP_BUDGET``; the
 fence's take some 1,500), so a trigger that loops or scans without end makes
 the fence untestable (refused), not the check endless. The verdict is a
@@ -87,10 +96,6 @@ Leaves out on purpose:
 - writer versions and tokens other than the ones probed: a trigger that lets
   exactly some other version through (``WHEN ... NOT IN ('7')``), or refuses
   only the probed ones, is not noticed;
-- the maintenance and absent states are probed with one ``UPDATE`` of every
-  column, not column by column: a fence narrowed to some columns is found in
-  the recorded state already, and only a narrowed fence paired with a second,
-  differently broken trigger on the other columns would go unnoticed there;
 - the recorded writer's ``UPDATE`` of a single column (only the one of every
   column is run): a trigger that refuses it would stop this envreplica's own
   writes (fail closed), not let another writer in;
@@ -116,7 +121,7 @@ from __future__ import annotations
 import functools
 import sqlite3
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from envreplica.impl import writer
 
@@ -332,19 +337,21 @@ _Statement = tuple[str, Optional[str], str, tuple[object, ...]]
 def _statements(mem: sqlite3.Connection, table: str, *, each_column: bool) -> list[_Statement]:
     """``(action, column, sql, parameters)``: statements on ``table`` that each touch its one row.
 
-    ``each_column``: one ``UPDATE`` per column (for the wrong writers of the
-    recorded state: a fence narrowed to ``UPDATE OF`` some columns must
-    show); otherwise one ``UPDATE`` of every column, which fires every
-    ``UPDATE`` trigger any one column's would.
+    ``each_column``: one ``UPDATE`` per column (for the wrong writers: a
+    fence narrowed to ``UPDATE OF`` some columns must show); otherwise one
+    ``UPDATE`` of every column, which fires every ``UPDATE`` trigger any one
+    column's would. An ``UPDATE`` sets the column to the second row's value,
+    not to itself: a write that a trigger refuses but keeps (``RAISE(FAIL)``
+    after the row was written) then shows in the table.
     """
     columns = _columns(mem, table)
-    out: list[_Statement] = [
-        ("INSERT", None, _insert_sql(table, columns), tuple(_synthetic(t, 2) for _, t in columns))]
+    second = {c: _synthetic(t, 2) for c, t in columns}
+    out: list[_Statement] = [("INSERT", None, _insert_sql(table, columns), tuple(second.values()))]
     if each_column:
-        out += [("UPDATE", c, f"UPDATE {_q(table)} SET {_q(c)} = {_q(c)}", ()) for c, _ in columns]
+        out += [("UPDATE", c, f"UPDATE {_q(table)} SET {_q(c)} = ?", (second[c],)) for c, _ in columns]
     else:
-        out.append(("UPDATE", None, f"UPDATE {_q(table)} SET {', '.join(f'{_q(c)} = {_q(c)}' for c, _ in columns)}",
-                    ()))
+        out.append(("UPDATE", None, f"UPDATE {_q(table)} SET {', '.join(f'{_q(c)} = ?' for c, _ in columns)}",
+                    tuple(second.values())))
     out.append(("DELETE", None, f"DELETE FROM {_q(table)}", ()))
     return out
 
@@ -358,13 +365,22 @@ def _refused(error: sqlite3.Error, registered: bool) -> bool:
         text == f"no such function: {writer.WRITER_FUNCTION}"
 
 
+def _contents(mem: sqlite3.Connection, fenced: list[str]) -> tuple[tuple[Any, ...], ...]:
+    """The rows of the fenced tables on the copy (one or two each), in an order that does not depend on the file."""
+    return tuple(tuple(sorted(mem.execute(f"SELECT * FROM {_q(t)}").fetchall(), key=repr)) for t in fenced)
+
+
 def _run_one(mem: sqlite3.Connection, budget: _Budget, sql: str, params: tuple[object, ...], must_write: bool,
-             registered: bool) -> Optional[str]:
+             registered: bool, kept: Callable[[], bool]) -> Optional[str]:
     """Run one probe statement in the open transaction and undo what it kept; what went wrong, or ``None``.
 
     An aborted statement keeps nothing (``total_changes`` does not move), so
     the transaction is rolled back and begun again only after a statement
-    that changed something (or a ``RAISE(ROLLBACK)``, which ended it).
+    that changed something (or a ``RAISE(ROLLBACK)``, which ended it). A
+    wrong writer's statement refused with the fence's error that kept a change
+    to a fenced table (``kept``: a ``RAISE(FAIL)`` in an ``AFTER`` trigger
+    refuses the statement after its row was written, and keeps the row) is
+    not refused: what it wrote stays.
     """
     before = mem.total_changes
     try:
@@ -376,7 +392,11 @@ def _run_one(mem: sqlite3.Connection, budget: _Budget, sql: str, params: tuple[o
                                 f"(a trigger that loops or scans?): {sql}") from None
             if must_write:
                 return "is refused by the fence" if _refused(e, True) else f"fails ({e})"
-            return None if _refused(e, registered) else f"fails with another error than the fence's ({e})"
+            if not _refused(e, registered):
+                return f"fails with another error than the fence's ({e})"
+            if mem.total_changes != before and mem.in_transaction and kept():
+                return "is refused, but what it wrote stays (a RAISE(FAIL) after the row was written)"
+            return None
         if must_write:
             return None if changed >= 1 else "changes no row (a trigger skips the statement)"
         return "is not refused" if changed >= 1 else "is not refused (a trigger skips the statement silently)"
@@ -396,13 +416,15 @@ def _others(recorded: Optional[str]) -> tuple[str, ...]:
 
 
 def _set_writer_version(mem: sqlite3.Connection, budget: _Budget, value: Optional[str]) -> None:
-    """Put the copy in another state: ``writer_version`` set to ``value``, or deleted (``None``)."""
+    """Put the copy in a state: ``writer_version`` set to ``value`` (updated, or inserted when the row is
+    gone), or deleted (``None``)."""
     where = f"FROM {_q(_META)} WHERE key = 'writer_version'"
     try:
         if value is None:
             _exec(mem, budget, f"DELETE {where}")
-        else:
-            _exec(mem, budget, f"UPDATE {_q(_META)} SET value = ? WHERE key = 'writer_version'", (value,))
+        elif _exec(mem, budget, f"UPDATE {_q(_META)} SET value = ? WHERE key = 'writer_version'",
+                   (value,)).rowcount == 0 and not mem.execute(f"SELECT 1 {where}").fetchone():
+            _exec(mem, budget, f"INSERT INTO {_q(_META)} (key, value) VALUES ('writer_version', ?)", (value,))
         now = mem.execute(f"SELECT value {where}").fetchall()
     except sqlite3.Error as e:
         raise _Unprobed(f"store_meta.writer_version cannot be changed on the copy ({e})") from None
@@ -440,34 +462,39 @@ def _judge(objects: _Objects, meta_rows: _Rows) -> Verdict:
         except sqlite3.Error:
             row = None
         recorded = None if row is None or row[0] is None else str(row[0])
-        writers = [None, *_others(recorded)] + ([recorded] if recorded is not None else [])
-        # (state, writer_version of the state or None, the writers in the order they are probed)
-        plan: list[tuple[str, Optional[str], list[Optional[str]]]] = [("recorded", recorded, writers)]
+        # (state, writer_version in it): as recorded, then (when a version is recorded) a maintenance token,
+        # then deleted. Every writer is probed in every state, each wrong one column by column.
+        states: list[tuple[str, Optional[str]]] = [("recorded", recorded)]
         if recorded is not None:
-            plan += [("token", PROBE_TOKEN, [recorded, PROBE_TOKEN]), ("absent", None, [recorded])]
+            states += [("token", PROBE_TOKEN), ("absent", None)]
+        registered_writers = [*_others(recorded)] + ([recorded, PROBE_TOKEN] if recorded is not None else [])
+        writers = [None, *registered_writers]
         statements = {each: {t: _statements(mem, t, each_column=each) for t in fenced} for each in (True, False)}
         failures = []
         # Registered once, answering the writer of the moment: registering again would expire every prepared
-        # statement. The unregistered connection comes first: a function cannot be unregistered once it is.
+        # statement. So the connection that registers no function goes through the states first (a function
+        # cannot be unregistered once it is), then every registered writer.
         now: list[Optional[str]] = [None]
         registered = False
-        for state, value, declared_in_order in plan:
-            if state != "recorded":
+        for phase in ([None], registered_writers):
+            for state, value in states:
                 _set_writer_version(mem, budget, value)
-            for declared in declared_in_order:
-                now[0] = declared
-                if declared is not None and not registered:
-                    mem.create_function(writer.WRITER_FUNCTION, 0, lambda: now[0], deterministic=True)
-                    registered = True
-                must_write = declared is not None and declared == value
-                each_column = state == "recorded" and not must_write
-                mem.execute("BEGIN")
-                for table in fenced:
-                    for action, column, sql, params in statements[each_column][table]:
-                        outcome = _run_one(mem, budget, sql, params, must_write, declared is not None)
-                        if outcome is not None:
-                            failures.append(Failure(table, action, column, declared, must_write, outcome, state))
-                mem.execute("ROLLBACK")
+                baseline = _contents(mem, fenced)
+                for declared in phase:
+                    now[0] = declared
+                    if declared is not None and not registered:
+                        mem.create_function(writer.WRITER_FUNCTION, 0, lambda: now[0], deterministic=True)
+                        registered = True
+                    must_write = declared is not None and declared == value
+                    mem.execute("BEGIN")
+                    for table in fenced:
+                        for action, column, sql, params in statements[not must_write][table]:
+                            outcome = _run_one(mem, budget, sql, params, must_write, declared is not None,
+                                               lambda: _contents(mem, fenced) != baseline)
+                            if outcome is not None:
+                                failures.append(Failure(table, action, column, declared, must_write, outcome,
+                                                        state))
+                    mem.execute("ROLLBACK")
     except _Unprobed as e:
         return Verdict(recorded=recorded, writers=tuple(writers), missing=missing, error=str(e))
     finally:
@@ -492,8 +519,10 @@ def _who(writers: list[Optional[str]], recorded: bool, state: str) -> str:
         if state == "token":
             return f"the holder of that token ({writers[0]})"
         return f"the recorded writer (version {writers[0]})"
-    versions = [w for w in writers if w is not None]
+    versions = [w for w in writers if w is not None and w != PROBE_TOKEN]
     parts = [f"a writer of version {' or '.join(versions)}"] if versions else []
+    if PROBE_TOKEN in writers:
+        parts.append("the holder of a maintenance token")
     if None in writers:
         parts.append("a connection that registers no writer")
     return ", or ".join(parts) + ("," if len(parts) > 1 else "")

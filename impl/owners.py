@@ -9,9 +9,22 @@ previous release, the ``sqlite3`` shell or any writer does while it runs, and
 it is observed without its cooperation, from ``/proc``: each process's open
 file descriptors (``/proc/PID/fd``, compared by device and inode, so another
 spelling, a symlink or a hard link of the path is the same file) and their
-open flags (``/proc/PID/fdinfo``: a read-only descriptor cannot write and is
-not an owner). A process that has exited owns nothing: the kernel closed its
-files (no stale registration to judge).
+open flags (``/proc/PID/fdinfo``: a read-only descriptor cannot write, nor can
+an ``O_PATH`` one, and neither makes an owner). A process that has exited owns
+nothing: the kernel closed its files (no stale registration to judge).
+
+Readers are told from writers as SQLite opens the files: every connection to
+a WAL store, a read-only one too, opens the ``-wal`` (and the ``-shm``) for
+reading and writing, while a read-only connection opens the database itself
+read-only and a read-write one opens it read-write. So the ``-shm`` says
+nothing of a writer, and a writable ``-wal`` makes an owner only of a process
+that does not hold the database read-only: a process is an owner when it
+holds the database or its ``-journal`` open for writing, or its ``-wal`` open
+for writing without a read-only descriptor of the database (a SQLite reader
+holds exactly that; a process writing the ``-wal`` alone is an owner). The
+``-wal`` and ``-journal`` looked for are the ones beside the path as named
+and beside the file it leads to (SQLite resolves symlinks, so a store named
+by a symlink keeps them beside its target).
 
 What it leaves out on purpose:
 
@@ -22,7 +35,16 @@ What it leaves out on purpose:
 - a process that opens the store after the observation: the migration
   observes again before each step that writes, and the fences refuse what
   such a process writes while they are up;
-- file locks held without an open descriptor (none exist on Linux).
+- file locks held without an open descriptor (none exist on Linux);
+- a shared writable memory mapping of a store's file kept after its
+  descriptor was closed (SQLite keeps its descriptors), and threads with a
+  descriptor table of their own (``/proc/PID/task``);
+- a process that writes the ``-wal`` while it holds the database read-only
+  (what a SQLite reader looks like; such a process does not honour SQLite's
+  locking, let alone the fence).
+
+``tests/test_drain_generated.py`` holds it to this rule on generated holders:
+real child processes, any of the store's files, any mode, any path to them.
 """
 
 from __future__ import annotations
@@ -30,7 +52,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence, Union
+from typing import Iterable, Optional, Sequence, Union
 
 from envreplica.impl.files import identity
 
@@ -56,16 +78,28 @@ def observable() -> bool:
     return (_PROC / "self" / "fd").is_dir()
 
 
-def _writable_flags(pid: str, fd: str) -> bool:
-    """Whether descriptor ``fd`` of ``pid`` was opened for writing (``O_WRONLY`` or ``O_RDWR``)."""
+def _access(pid: str, fd: str) -> Optional[str]:
+    """How descriptor ``fd`` of ``pid`` was opened: ``"w"`` for writing (``O_WRONLY`` or ``O_RDWR``), ``"r"``
+    read-only, ``None`` when it cannot read or write (``O_PATH``) or it closed meanwhile."""
     try:
         text = (_PROC / pid / "fdinfo" / fd).read_text()
     except OSError:
-        return False  # it closed meanwhile
+        return None  # it closed meanwhile
     for line in text.splitlines():
         if line.startswith("flags:"):
-            return int(line.split()[1], 8) & (os.O_WRONLY | os.O_RDWR) != 0
-    return False
+            flags = int(line.split()[1], 8)
+            if flags & getattr(os, "O_PATH", 0):
+                return None
+            return "w" if flags & (os.O_WRONLY | os.O_RDWR) else "r"
+    return None
+
+
+def _writes(held: set[tuple[str, str]]) -> bool:
+    """Whether a process holding ``held`` (``(suffix, access)`` of a store's files) is an owner (the module's
+    rule): the database or ``-journal`` for writing, or the ``-wal`` for writing without the database read-only."""
+    if ("", "w") in held or ("-journal", "w") in held:
+        return True
+    return ("-wal", "w") in held and ("", "r") not in held
 
 
 def _command(pid: str) -> str:
@@ -79,16 +113,18 @@ def _command(pid: str) -> str:
 def owners(stores: Sequence[Union[str, Path]], *, exclude: Iterable[int] = ()) -> list[Owner]:
     """The live processes (not this one, nor ``exclude``) holding any of ``stores`` open for writing.
 
-    Each store's database file, ``-wal`` and ``-journal`` are looked for by
-    device and inode among every process's open descriptors. Empty when
-    ``/proc`` is not there (``observable()`` tells).
+    Each store's database file, ``-wal`` and ``-journal`` (beside the path as
+    named and beside the file it leads to) are looked for by device and inode
+    among every process's open descriptors, and judged by the module's rule.
+    Empty when ``/proc`` is not there (``observable()`` tells).
     """
-    wanted: dict[tuple[int, int], str] = {}
+    wanted: dict[tuple[int, int], tuple[str, str]] = {}  # (device, inode) -> (the store as named, suffix)
     for named in stores:
-        for suffix in SUFFIXES:
-            ident = identity(f"{named}{suffix}")
-            if ident is not None:
-                wanted.setdefault(ident, str(named))
+        for base in dict.fromkeys((str(named), os.path.realpath(named))):
+            for suffix in SUFFIXES:
+                ident = identity(f"{base}{suffix}")
+                if ident is not None:
+                    wanted.setdefault(ident, (str(named), suffix))
     if not wanted or not observable():
         return []
     skip = {os.getpid(), *exclude}
@@ -103,15 +139,19 @@ def owners(stores: Sequence[Union[str, Path]], *, exclude: Iterable[int] = ()) -
             fds = os.listdir(fd_dir)
         except OSError:
             continue  # gone, or not ours to see
+        held: dict[str, set[tuple[str, str]]] = {}  # the store as named -> (suffix, access) of what it holds
         for fd in fds:
             try:
                 st = os.stat(fd_dir / fd)
             except OSError:
                 continue
-            store = wanted.get((st.st_dev, st.st_ino))
-            if store is None or (int(pid), store) in found or not _writable_flags(pid, fd):
-                continue
-            found[(int(pid), store)] = Owner(int(pid), store, _command(pid))
+            hit = wanted.get((st.st_dev, st.st_ino))
+            access = _access(pid, fd) if hit is not None else None
+            if hit is not None and access is not None:
+                held.setdefault(hit[0], set()).add((hit[1], access))
+        for store, files in held.items():
+            if _writes(files):
+                found[(int(pid), store)] = Owner(int(pid), store, _command(pid))
     return sorted(found.values(), key=lambda o: (o.path, o.pid))
 
 

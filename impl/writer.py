@@ -52,18 +52,20 @@ what the integrity tags and digests of schema version 2 detect
 
 ``check_writer`` judges the fence by what it does, not by its triggers' names,
 when a writer opens the store (``impl.fence_probe``): on an in-memory copy of
-the file's schema with one synthetic row per table, every fenced table's
-INSERT, UPDATE (column by column) and DELETE must be refused to a connection
-that registered no function and to writers of the versions next to the
-recorded one, and must go through for the recorded writer; with
-``writer_version`` set to a maintenance token the recorded version must be
-refused and the token's holder let through, and with the row deleted every
-writer refused. So a fence trigger deleted, replaced by another body under
-its name, narrowed to some columns, moved to another table or disabled by
-another trigger (a ``RAISE(IGNORE)`` that fires first) is refused
-(``reason="fence"``, naming the table and action), and a fence re-created
-under other names passes. The verdict is remembered per schema and
-``store_meta`` (some 6 to 9 ms the first time, two reads after). It leaves
+the file's schema with one synthetic row per table, with ``writer_version``
+as recorded, set to a maintenance token and deleted, every fenced table's
+INSERT, UPDATE (column by column) and DELETE must be refused, keeping
+nothing, to every writer but the state's own (a connection that registered
+no function, writers of the versions next to the recorded one, the recorded
+writer, the token's holder), and must go through for the state's own writer
+(the recorded one, the token's holder, nobody). So a fence trigger deleted,
+replaced by another body under its name, narrowed to some columns, moved to
+another table, turned into an ``AFTER`` trigger that raises ``FAIL`` (the
+row stays written) or disabled by another trigger (a ``RAISE(IGNORE)`` that
+fires first) is refused (``reason="fence"``, naming the table and action),
+and a fence re-created under other names passes. The verdict is remembered
+per schema and ``store_meta`` (some 9 to 15 ms the first time, two reads
+after). It leaves
 out: writer versions other than the ones probed, triggers whose effect
 depends on row data (the probe runs on synthetic rows, so that its cost does
 not grow with the store), ``TEMP`` triggers and connection settings, and a
@@ -103,7 +105,7 @@ nothing changed) a store that cannot be written, one another live process
 holds open for writing (``impl.owners``: an old ``SqliteReplica`` between two
 writes holds no SQLite lock, so the exclusive lock alone would not see it),
 and, once locked, a store fenced by a paired migration, no master key, or a
-key its values were not sealed with (``key_problem``).
+key not every one of its sealed values opens under (``key_problem``).
 
 Leaves out on purpose: downgrades (refused), and fencing of schema changes
 (DDL).
@@ -708,53 +710,97 @@ def _fk_violations(conn: sqlite3.Connection) -> list[list[Any]]:
 # The master key, proven on a store without writing it
 
 
-#: How many sealed values ``key_problem`` tries before it judges a key wrong (one that opens proves it).
-KEY_PROOF_VALUES = 8
+#: The tables that hold sealed values (every table with a ``value_enc`` column): the key proof opens them all.
+SEALED_TABLES = tuple(t.name for t in schema.TABLES if "value_enc" in t.c)
 
 
-def key_problem(conn: sqlite3.Connection, master_key: bytes) -> Optional[str]:
+@dataclass(frozen=True)
+class KeyProblem:
+    """Why a master key is refused on a store: ``opened`` of its ``sealed`` values open under the key
+    (``sealed`` is 0 when its key check, not its values, decided)."""
+
+    opened: int
+    sealed: int
+
+    @property
+    def mixed(self) -> bool:
+        """Some values open under the key and some do not: no key is the store's."""
+        return 0 < self.opened < self.sealed
+
+    def __str__(self) -> str:
+        if self.sealed == 0:
+            return "its key check (store_meta.key_check) is another key's"
+        if self.opened == 0:
+            return f"none of the {self.sealed} sealed values opens under it"
+        return (f"{self.opened} of the {self.sealed} sealed values open under it and "
+                f"{self.sealed - self.opened} do not")
+
+
+def _opens(sealer: Any, project: Any, key: Any, revision: Any, generation: Any, ref_json: Any, blob: Any) -> bool:
+    """Whether one stored value opens under ``sealer`` for its record; any malformed column is a value that does
+    not (a blob of another type, a reference that is not JSON or nests too deep)."""
+    from envreplica.impl.sealing import SealError
+
+    try:
+        ref = json.loads(ref_json)
+    except (ValueError, TypeError, RecursionError):
+        return False
+    try:
+        sealer.open(blob, project_id=project, key=key, revision=revision, generation=generation, value_ref=ref)
+    except (SealError, ValueError, TypeError):
+        return False
+    return True
+
+
+def key_problem(conn: sqlite3.Connection, master_key: bytes) -> Optional[KeyProblem]:
     """Why ``master_key`` is not the key the store at ``conn`` was sealed with, or ``None`` (proven, or nothing
     sealed to prove it on). Only reads.
 
     A store of schema version 2 records the key's public check value (``store_meta.key_check``): it must be
-    this key's. An older one records none, so its sealed values decide: up to ``KEY_PROOF_VALUES`` of them
-    (the live ones, then the staged ones) are opened for their records; one that opens proves the key, and
-    when none of those tried opens, the key is not theirs. A store with no sealed value and no key check has
-    nothing a wrong key could make unreadable.
+    this key's. An older one records none, so its sealed values decide, every one of them (``SEALED_TABLES``:
+    the live values and the staged ones, so a replica stopped during its first snapshot is proven on what it
+    staged): the key is proven when each opens under it for its record. When none opens, the key is not the
+    store's. When some open and others do not (values sealed under two keys, or damaged), no key is the
+    store's and every key is refused: a migration would tag the others as this key's, readable under none.
+    A store with no sealed value and no key check has nothing to prove a key on, and nothing a wrong key
+    could make unreadable: any key is accepted (the migration records its check value).
+
+    Cost: one pass over the sealed values, some 20 us each (10,000 values: about 0.2 s; ``python
+    bench/bench_proofs.py``); a migration reads and tags every row anyway. A value whose columns do not parse
+    (a blob of another type, a reference that is not JSON or nests too deep) is one that does not open:
+    nothing here raises on what a store holds. ``tests/test_key_proof_generated.py`` holds it to this rule on
+    generated stores.
     """
-    from envreplica.impl.sealing import SealError, Sealer
+    from envreplica.impl.sealing import Sealer
 
     sealer = Sealer(master_key)
     meta = _meta(conn) or {}
     if meta.get("key_check") is not None:
-        if meta["key_check"] != sealer.rows.key_check:
-            return "its key check (store_meta.key_check) is another key's"
-        return None
-    tried = 0
+        return None if meta["key_check"] == sealer.rows.key_check else KeyProblem(0, 0)
+    opened = sealed = 0
     tables = set(_tables(conn))
-    for table in ("record_values", "stage_values"):
+    for table in SEALED_TABLES:
         if table not in tables:
             continue
-        rows = _run(conn, f"SELECT project_id, key, revision, generation, value_ref_json, value_enc FROM {_q(table)} "
-                          f"LIMIT {KEY_PROOF_VALUES - tried}")
-        for project, key, revision, generation, ref_json, blob in rows:
-            tried += 1
-            try:
-                ref = json.loads(ref_json)
-                sealer.open(bytes(blob), project_id=project, key=key, revision=revision, generation=generation,
-                            value_ref=ref)
-            except (SealError, ValueError, TypeError):
-                continue
-            return None
-        if tried >= KEY_PROOF_VALUES:
-            break
-    if tried:
-        return f"none of the {tried} sealed values tried opens under it"
-    return None
+        rows = conn.execute(f"SELECT project_id, key, revision, generation, value_ref_json, value_enc "
+                            f"FROM {_q(table)}")
+        for row in rows:
+            sealed += 1
+            opened += _opens(sealer, *row)
+    if opened == sealed:
+        return None
+    return KeyProblem(opened, sealed)
 
 
-def refuse_wrong_key(path: Union[str, Path], why: str) -> str:
-    """The one-line message of a key that is not the store's."""
+def refuse_wrong_key(path: Union[str, Path], why: Union[str, KeyProblem]) -> str:
+    """The one-line message of a key that is not the store's (``why``: ``key_problem``'s answer)."""
+    if isinstance(why, KeyProblem) and why.mixed:
+        return (f"{path}: the master key given opens {why.opened} of this store's {why.sealed} sealed values and "
+                f"not the other {why.sealed - why.opened}: they were sealed under another key, or damaged, so no "
+                f"key is the store's, and a migration under this one would tag them as its own and leave them "
+                f"readable under none. Nothing was changed. Move the store aside so that the host creates a new "
+                f"replica and the cloud re-sends a snapshot (or restore a backup whose values all open under "
+                f"one key), then migrate")
     return (f"{path}: the master key given is not the key this store was sealed with ({why}); a migration under "
             f"it would tag every row with the wrong key and leave no value readable under either key. Nothing "
             f"was changed. Set ENVREPLICA_MASTER_KEY or ENVREPLICA_MASTER_KEY_FILE to the key the replica was "

@@ -115,7 +115,8 @@ def test_an_intact_fence_passes_and_leaves_the_store_as_it_was(store):
     assert store.read_bytes() == before
     verdict = FP.probe(_connect(store))
     assert verdict.works and verdict.recorded == str(W.WRITER_VERSION)
-    assert verdict.writers == (None, str(W.WRITER_VERSION - 1), str(W.WRITER_VERSION + 1), str(W.WRITER_VERSION))
+    assert verdict.writers == (None, str(W.WRITER_VERSION - 1), str(W.WRITER_VERSION + 1), str(W.WRITER_VERSION),
+                               FP.PROBE_TOKEN)
 
 
 def test_a_broken_fence_is_probed_without_changing_the_store(store):
