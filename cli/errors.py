@@ -15,7 +15,15 @@ and what to do>``, and exit status 2. Exit statuses of every command:
   ``envreplica <command>: internal error: ...`` saying so;
 * 130: interrupted (Ctrl-C, SIGINT): one line saying so, no traceback (128 +
   SIGINT, as a shell reports it). A replica's committed transactions stay
-  committed; one in progress is rolled back.
+  committed; one in progress is rolled back. From the first line of the
+  ``envreplica`` console entry point (``envreplica.cli.entry``: before any
+  command runs) a Ctrl-C is one line too, and once a command has
+  returned its status, SIGINT and SIGTERM are ignored until the process exits;
+* 143: the paired ``migrate`` and ``recover`` stopped by SIGTERM (128 +
+  SIGTERM). They end on SIGINT or SIGTERM alike (``impl.interrupts``): one line
+  saying what is published and fenced and what completes it, 130 or 143; a
+  signal once their outcome is decided is ignored. Other commands leave
+  SIGTERM to the system (the process ends at once).
 
 A Python traceback is printed only for a bug; ``ENVREPLICA_TRACEBACK=1``
 shows the traceback of a user error too.
@@ -30,12 +38,13 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-__all__ = ["UsageError", "USER_ERROR_EXIT", "INTERNAL_ERROR_EXIT", "INTERRUPTED_EXIT", "guarded", "input_file",
-           "user_errors"]
+__all__ = ["UsageError", "USER_ERROR_EXIT", "INTERNAL_ERROR_EXIT", "INTERRUPTED_EXIT", "TERMINATED_EXIT", "guarded",
+           "input_file", "user_errors"]
 
 USER_ERROR_EXIT = 2
 INTERNAL_ERROR_EXIT = 3
 INTERRUPTED_EXIT = 130  # 128 + SIGINT
+TERMINATED_EXIT = 143  # 128 + SIGTERM: the paired migrate and recover (impl.interrupts.exit_status)
 
 
 class UsageError(Exception):

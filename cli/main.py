@@ -1090,4 +1090,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    from envreplica.cli import entry
+
+    sys.exit(entry(main))

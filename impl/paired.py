@@ -46,10 +46,19 @@ spelling, a symlink, a hard link: compared by device and inode), a missing
 master key or one the stores were not sealed with (``writer.key_problem``), a
 store that cannot be written, a store held open for writing by another live
 process (``impl.owners``; the seed's ``physical_owner_alive``), a request
-edited since published. Mid-protocol, a store another process holds in a
-write transaction (after the busy timeout) or that became read-only stops the
-step before it writes; what is done stays, and the message says what a rerun
-or ``recover`` will do.
+edited since published, a file of the wrong kind at any path it opens (a FIFO,
+a socket, a device, a directory: refused at once, never read), a backup path
+that is not a file of its own (a symlink, a store or another store's backup),
+a file at a new request's backup path that is not its store's source.
+Mid-protocol, a store another process holds in a write transaction (after the
+busy timeout) or that became read-only, a backup path that became unusable, a
+file system fault (``storage_error``: a full disk, an I/O error) stops the
+step before it writes (or rolls it back); what is done stays, and the message
+says what stands and what a rerun or ``recover`` will do
+(``_says_what_stands``). SIGINT and SIGTERM stop it between two atomic writes
+with one line saying the same (``run_command``, ``impl.interrupts``). A refusal
+before anything is written leaves the stores' directory as it was: a store is
+read without leaving a ``-wal`` or ``-shm`` beside it (``_open_reading``).
 
 Leaves out on purpose: child input files (derived from the request, they add
 no fact), the schema bootstrap, and owners this user cannot see in ``/proc``.
@@ -59,21 +68,24 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import fcntl
+import functools
 import hashlib
 import json
 import os
 import socket
 import sqlite3
+import stat
 import sys
 import threading
 import uuid
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import IO, Any, Callable, Iterator, Mapping, Optional, Sequence, Union
+from typing import IO, Any, Callable, Iterator, Mapping, Optional, Sequence, TypeVar, Union, cast
 
-from envreplica.impl import files, owners, schema
+from envreplica.impl import files, interrupts, owners, schema
 from envreplica.impl import writer as W
 
 _REQUEST_SCHEMA = "envreplica/paired-migration@1"
@@ -124,7 +136,8 @@ EXIT_STATUS = {
         "paired_migration_request_changed", "migration_evidence_custody_changed", "invalid_recovery_intent",
         "backup_conflict", "recovery_backup_changed", "request_not_at_home",
         # this implementation's own (the model does not name them)
-        "store_versions_differ", "store_fenced", "invalid_publication", "owners_unobservable"), 2),
+        "store_versions_differ", "store_fenced", "invalid_publication", "owners_unobservable",
+        "backup_path_unusable", "storage_error", "store_unusable"), 2),
     **dict.fromkeys((
         "recovery_selected", "unknown_child_outcome", "completed_migration_changed", "verification_incomplete",
         "backup_exists", "store_under_recovery", "changed_store_has_no_backup", "store_not_original",
@@ -256,61 +269,264 @@ def data_sha256(conn: sqlite3.Connection) -> str:
 
 
 def facts_of(path: Path) -> StoreFacts:
-    conn = W._open_readonly(path)
-    try:
+    with _reading(path) as conn:
         meta = W.read_meta(conn) or {}
         admission, holder = W.admission_of(meta)
         return StoreFacts(W.detect_version(conn), admission, holder, data_sha256(conn), meta.get(RECEIPT),
                           meta.get(W.FENCE_REQUEST) if admission is not None else None)
+
+
+@contextlib.contextmanager
+def _reading(path: Path) -> Iterator[sqlite3.Connection]:
+    """``_open_reading``, closed after the block; a file system fault while it reads (SQLite creates the store's
+    ``-wal`` and ``-shm`` to read a WAL store: a full file system fails there) is ``storage_error`` naming the
+    store, not a traceback."""
+    try:
+        conn = _open_reading(path)
+    except sqlite3.OperationalError as e:
+        raise _reading_fault(e, path) from None
+    try:
+        yield conn
+    except sqlite3.OperationalError as e:
+        if not _storage(e):
+            raise
+        raise _reading_fault(e, path) from None
     finally:
         conn.close()
+
+
+def _reading_fault(error: sqlite3.OperationalError, path: Path) -> PairedRefused:
+    return PairedRefused("storage_error", f"{_storage_fault(error, path)}; it could not be read (SQLite keeps its "
+                                          f"-wal and -shm beside a store it reads)")
+
+
+#: The files SQLite keeps beside a database while it is in use (the write-ahead log and its index, the journal).
+_SIDECARS = ("-wal", "-shm", "-journal")
+
+
+def _open_reading(path: Path) -> sqlite3.Connection:
+    """A connection that reads the store at ``path`` and, once closed, leaves its directory as it found it.
+
+    A read-only connection (``mode=ro``) to a store in WAL mode creates the store's ``-wal`` and ``-shm`` when
+    they are not there, and, being read-only, never removes them: every refusal would leave two files beside
+    the stores. So a WAL store none of whose sidecars is there (no connection has it open: one in WAL mode keeps
+    its ``-wal`` while open) is read through a read-write connection held to ``PRAGMA query_only`` in exclusive
+    locking mode: it keeps the log's index in its own memory (no ``-shm``), creates an empty ``-wal`` (an inode,
+    no data: it works on a full file system too), and, closing as the store's last connection, removes it
+    (SQLite's own rule). Nothing is written to the database (``query_only``; the log is empty). Its lock keeps
+    other connections out only while it reads (they wait their busy timeout). A store in rollback-journal mode,
+    one with a sidecar there already (in use, or left by a crash), or one this user cannot write is read
+    read-only, as before: that creates no file then (the ``-shm`` that is there, SQLite's index of the log, may
+    change; it holds no data). This was chosen over removing the files afterwards by hand, which cannot tell
+    whether another process opened the store meanwhile, and over ``immutable=1``, which reads the main file
+    alone, past a log another process may be writing."""
+    _store_file(path)
+    if _wal_mode(path) and os.access(path, os.W_OK) and \
+            not any(os.path.lexists(f"{path}{suffix}") for suffix in _SIDECARS):
+        conn = sqlite3.connect(f"{Path(path).absolute().as_uri()}?mode=rw", uri=True, isolation_level=None)
+        conn.execute("PRAGMA query_only = ON")
+        conn.execute("PRAGMA locking_mode = EXCLUSIVE")
+        return conn
+    return W._open_readonly(path)
+
+
+def _wal_mode(path: Path) -> bool:
+    """The database at ``path`` says it is in WAL mode (its header's read and write versions are 2)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return False
+    try:
+        header = os.pread(fd, 20, 0)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return len(header) == 20 and header[18:20] == b"\x02\x02"
+
+
+def _kind_words(mode: int) -> str:
+    """What a file of ``mode`` is, in words (for a path that is not the regular file it should be)."""
+    for test, words in ((stat.S_ISREG, "a regular file"), (stat.S_ISLNK, "a symbolic link"),
+                        (stat.S_ISDIR, "a directory"),
+                        (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
+                        (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return words
+    return "not a regular file"
+
+
+def _store_file(path: Path) -> None:
+    """Refuse (``store_unusable``) a store path that holds something other than a regular file: SQLite would open
+    a FIFO and wait for a writer forever. A missing file is left to the caller (SQLite names it)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return
+    if not stat.S_ISREG(mode):
+        raise PairedRefused("store_unusable", f"{path} is {_kind_words(mode)}, not a store's database file; it is "
+                                              f"never opened. Name the store's file (or put the store back "
+                                              f"at that path)")
+
+
+#: The largest publication read (the request, the result, the recovery plan are a few kilobytes).
+_PUBLICATION_LIMIT = 1 << 22
+#: The deepest publication read (envreplica's are 4 deep).
+_PUBLICATION_DEPTH = 32
+_PUT_BACK = "Put back the file as it was published (from where you keep a copy), then run again"
+
+
+def _read_publication(path: Path) -> bytes:
+    """The bytes of the publication at ``path``. A FIFO, a device, a socket or a directory there is refused at
+    once (``invalid_publication``): it is opened without blocking and checked before a byte is read (reading a
+    FIFO would wait for a writer forever)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        raise PairedRefused("invalid_publication", f"{path}: cannot be read ({e.strerror}); nothing was "
+                                                   f"changed. {_PUT_BACK}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise PairedRefused("invalid_publication", f"{path} is {_kind_words(st.st_mode)}, not a publication "
+                                                       f"envreplica wrote; it is never read, and nothing was "
+                                                       f"changed. Move it away (then put back the file that "
+                                                       f"was published there, if one was), then run again")
+        if st.st_size > _PUBLICATION_LIMIT:
+            raise PairedRefused("invalid_publication", f"{path} holds {st.st_size} bytes, more than any "
+                                                       f"publication envreplica writes; nothing was changed. "
+                                                       f"{_PUT_BACK}")
+        chunks = []
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    except OSError as e:
+        raise PairedRefused("invalid_publication", f"{path}: cannot be read ({e.strerror}); nothing was "
+                                                   f"changed. {_PUT_BACK}") from None
+    finally:
+        os.close(fd)
+
+
+def _depth(value: Json) -> int:
+    """How deeply ``value`` nests (without recursion: a hostile file may nest as deep as it likes)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        deepest = max(deepest, level)
+        if isinstance(item, dict):
+            stack.extend((v, level + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, level + 1) for v in item)
+    return deepest
+
+
+def _storage_fault(error: BaseException, where: Union[str, Path, None] = None) -> str:
+    """What a file system fault is, in one clause: the file, the error, and for a full one what frees it."""
+    if isinstance(error, OSError):
+        name = error.filename or where
+        why = error.strerror or type(error).__name__
+        code = errno.errorcode.get(error.errno or 0)
+        what = f"{name}: {why}{f' ({code})' if code else ''}" if name else f"{why}{f' ({code})' if code else ''}"
+        full = error.errno in (errno.ENOSPC, errno.EDQUOT)
+    else:
+        text = " ".join(str(error).split())
+        what = f"{where}: {text}" if where and str(where) not in text else text
+        full = "full" in text.lower() or "no space left" in text.lower()
+    if full:
+        return f"{what}; the file system is full: free space on it"
+    free = _free_bytes(where)
+    return what + (f"; its file system has {free} bytes free: free space on it" if free is not None and
+                   free < _NEARLY_FULL else "")
+
+
+#: Free space under which a fault's message says how little is left (SQLite calls some writes on a full file system
+#: a "disk I/O error").
+_NEARLY_FULL = 1 << 20
+
+
+def _free_bytes(where: Union[str, Path, None]) -> Optional[int]:
+    """The bytes free to this user on the file system of ``where`` (its directory), or ``None``."""
+    if where is None:
+        return None
+    try:
+        st = os.statvfs(Path(where).parent)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
 
 
 def _publish(path: Path, data: Doc, conflict: str) -> None:
     """Publish ``data`` at ``path`` once: the same bytes there are accepted, other bytes refused."""
     body = (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
-    if path.exists():
-        if path.read_bytes() != body:
+    if os.path.lexists(path):
+        if _read_publication(path) != body:
             raise PairedRefused(conflict, f"{path} holds another publication; it is never overwritten")
         return
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except OSError as e:
-        raise PairedRefused("invalid_publication", f"{path.parent}: cannot write {path.name} there "
-                                                   f"({e.strerror}); make the directory writable") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(body)
-            f.flush()
-            os.fsync(f.fileno())
+    try:  # from the temporary file's creation on, whatever stops this (a signal too) removes it
         try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except OSError as e:
+            if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+                raise PairedRefused("invalid_publication", f"{path.parent}: cannot write {path.name} there "
+                                                           f"({e.strerror}); make the directory writable") from None
+            raise PairedRefused("storage_error", f"{_storage_fault(e, path)}; {path.name} was not "
+                                                 f"published") from None
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(body)
+                f.flush()
+                os.fsync(f.fileno())
             os.link(tmp, path)  # atomic, and never over an existing file
         except FileExistsError:
-            if path.read_bytes() != body:
+            if _read_publication(path) != body:
                 raise PairedRefused(conflict, f"{path} holds another publication; it is never overwritten") from None
+        except OSError as e:  # a full file system, an I/O error: nothing is published
+            raise PairedRefused("storage_error", f"{_storage_fault(e, path)}; {path.name} was not "
+                                                 f"published") from None
     finally:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
     W._fsync_dir(path.parent)
 
 
 def _read_json(path: Path) -> Json:
+    """The publication at ``path``, parsed; one that is not JSON (truncated, edited, nested past any publication,
+    not UTF-8) is refused as damaged (``invalid_publication``), saying to put it back."""
+    data = _read_publication(path)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise PairedRefused("invalid_publication", f"{path}: unreadable ({e}); it was not written by envreplica "
-                                                   f"or was damaged since") from None
+        value = json.loads(data.decode("utf-8"))
+    except RecursionError:
+        why = "its JSON nests deeper than Python reads"
+    except ValueError as e:  # also UnicodeDecodeError
+        why = str(e)
+    else:
+        if _depth(value) <= _PUBLICATION_DEPTH:
+            return value
+        why = f"its JSON nests {_depth(value)} deep, deeper than any publication envreplica writes"
+    raise PairedRefused("invalid_publication", f"{path}: unreadable ({why}); it was damaged since it was "
+                                               f"published, or was not written by envreplica; nothing was "
+                                               f"changed. {_PUT_BACK}")
 
 
 @contextlib.contextmanager
 def _installation_lock(request: Path) -> Iterator[None]:
     lock = request.with_name(request.name + ".lock")
     try:
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), 0o600)
     except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO):
+            raise PairedRefused("storage_error", f"{_storage_fault(e, lock)}; the installation lock could not "
+                                                 f"be created") from None
         raise PairedRefused("invalid_publication", f"{lock}: cannot open the installation lock ({e.strerror}); "
-                                                   f"make {lock.parent} writable") from None
+                                                   f"make {lock.parent} writable, or move away what is at that "
+                                                   f"path") from None
     try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise PairedRefused("invalid_publication", f"{lock} is {_kind_words(mode)}, not the installation "
+                                                       f"lock envreplica creates there; move it away, then run "
+                                                       f"again")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -326,6 +542,12 @@ def _installation_lock(request: Path) -> Iterator[None]:
 def _busy(error: sqlite3.Error) -> bool:
     text = str(error).lower()
     return "locked" in text or "busy" in text
+
+
+def _storage(error: sqlite3.Error) -> bool:
+    """SQLite's words for a file system fault: full (``SQLITE_FULL``), an I/O error, a file it cannot open."""
+    text = str(error).lower()
+    return "full" in text or "disk i/o" in text or "unable to open" in text
 
 
 @contextlib.contextmanager
@@ -352,6 +574,9 @@ def _writing(path: Path, token: str, busy_timeout: float, doing: str) -> Iterato
             if "readonly" in str(e).lower():
                 raise PairedRefused("store_read_only", f"{path}: it cannot be written ({e}); stopped before "
                                                        f"{doing}") from None
+            if _storage(e):
+                raise PairedRefused("storage_error", f"{_storage_fault(e, path)}; stopped before {doing} (its "
+                                                     f"transaction rolled back)") from None
             raise
         except BaseException:
             if conn.in_transaction:
@@ -435,6 +660,8 @@ def _usable(paths: Sequence[Path]) -> None:
     """Each path holds an envreplica store (a missing or foreign file is refused before anything is changed)."""
     for p in paths:
         found = files.probe(p)
+        if found.kind is files.PathKind.SPECIAL:
+            _store_file(p)  # a FIFO, a socket, a device: store_unusable, at once
         if found.kind is files.PathKind.MISSING:
             raise files.ReplicaPathError(f"{p}: no such database file; nothing was changed (check the --db paths)")
         if found.kind is not files.PathKind.SQLITE:
@@ -443,6 +670,7 @@ def _usable(paths: Sequence[Path]) -> None:
 
 def _writable(paths: Sequence[Path], then: str) -> None:
     for p in paths:
+        _store_file(p)  # a FIFO opens for writing at once, and SQLite would then wait on it forever
         problem = files.unwritable(p)
         if problem is not None:
             raise PairedRefused("store_read_only", f"{p}: {problem}; {then}. Make it writable for the user that "
@@ -496,8 +724,9 @@ def _store_name(i: int, n: int) -> str:
     return ("run", "resource")[i] if n == 2 else f"store {i}"
 
 
-def where_it_stands(req_path: Path, paths: Sequence[Path]) -> str:
-    """What a refused invocation leaves, and what to run next: the publications there, the fences up."""
+def where_it_stands(req_path: Path, paths: Sequence[Path], then: str = "once that is fixed, ") -> str:
+    """What a refused or interrupted invocation leaves, and what to run next (``then`` leads to it): the
+    publications there, the fences up; a migration or recovery that completed says so."""
     result, recovery, recovery_result = _files(req_path)
     fenced = []
     for p in paths:
@@ -507,18 +736,97 @@ def where_it_stands(req_path: Path, paths: Sequence[Path]) -> str:
             admission = None
         if admission is not None:
             fenced.append(f"{p.name} is fenced for {admission}")
-    if recovery_result.exists():
+    up = f", {', '.join(fenced)}" if fenced else ""
+    if os.path.lexists(recovery_result):
+        if not fenced:
+            return "the recovery completed: its stores are open at their old version; nothing is left to do"
         state, run = "the recovery completed", f"`envreplica recover --request {req_path}` reopens what is fenced"
-    elif recovery.exists():
+    elif os.path.lexists(recovery):
         state, run = "a recovery is selected", f"`envreplica recover --request {req_path}` finishes it"
-    elif result.exists():
+    elif os.path.lexists(result):
+        if not fenced:
+            return "the migration completed: its result is published and no store is fenced; nothing is left to do"
         state, run = "the migration's result is published", f"`envreplica migrate --request {req_path}` finishes it"
-    elif req_path.exists():
+    elif os.path.lexists(req_path):
         state, run = ("the request is published", f"`envreplica migrate --request {req_path}` resumes it (or "
                                                   f"`envreplica recover --request {req_path}` restores the stores)")
+    elif fenced:
+        return (f"{', '.join(fenced)} by the request {req_path}, which is missing: put back the copy of it you "
+                f"kept, at that path; then {_resume(req_path)}")
     else:
         return "nothing was changed"
-    return f"{state}{', ' + ', '.join(fenced) if fenced else ''}; once that is fixed, {run}"
+    return f"{state}{up}; {then}{run}"
+
+
+def _resume(req_path: Union[str, Path]) -> str:
+    return (f"`envreplica migrate --request {req_path}` resumes the migration (or `envreplica recover --request "
+            f"{req_path}` restores the stores)")
+
+
+#: The refusals a step may raise once something is published or fenced: each says what stands and what completes
+#: it (``where_it_stands``, appended by ``_says_what_stands``).
+_SAYS_WHAT_STANDS = ("store_busy", "store_read_only", "physical_owner_alive", "backup_conflict",
+                     "backup_path_unusable", "storage_error", "store_unusable", "invalid_publication")
+
+_NOTED = threading.local()  # the request and stores of the invocation this thread runs, once known
+
+
+def _note(req_path: Path, paths: Sequence[Path]) -> None:
+    """What ``run_command`` reports if a signal stops this invocation: where the request and its stores stand."""
+    _NOTED.where = (req_path, list(paths))
+
+
+def _stands_now() -> str:
+    """``where_it_stands`` of the invocation this thread runs (``_note``), for a signal that stopped it: what
+    completes it, with no refusal to fix first; before its request was known, nothing was changed."""
+    where: Optional[tuple[Path, list[Path]]] = getattr(_NOTED, "where", None)
+    if where is None:
+        return "nothing was changed"
+    req_path, paths = where
+    return where_it_stands(req_path, paths, then="")
+
+
+_Command = TypeVar("_Command", bound=Callable[..., "Outcome"])
+
+
+def _says_what_stands(command: _Command) -> _Command:
+    """``migrate_paired`` or ``recover_paired``, whose refusals say what stands once its request is known
+    (``_note``): a refusal that may come once something is published or fenced (``_SAYS_WHAT_STANDS``) says what
+    stands and what completes it (``where_it_stands``, unless its message says so already), and so does a file
+    system fault (a full disk, an I/O error: an ``OSError``, SQLite's "database or disk is full", "disk I/O
+    error", a file it cannot open), refused as ``storage_error`` instead of escaping as a traceback."""
+
+    @functools.wraps(command)
+    def run(*args: Any, **kwargs: Any) -> Outcome:
+        _NOTED.where = None
+        try:
+            return command(*args, **kwargs)
+        except PairedRefused as e:
+            if e.code not in _SAYS_WHAT_STANDS:
+                raise
+            detail, stands = str(e).split(": ", 1)[1], _stands_said()
+            if stands in detail or (stands == "nothing was changed" and stands in detail.lower()):
+                raise
+            raise PairedRefused(e.code, f"{detail}. {stands}") from None
+        except (OSError, files.ReplicaPathError, files.ReplicaUnavailable) as e:
+            raise PairedRefused("storage_error", f"{_storage_fault(e)}. {_stands_said()}") from None
+        except sqlite3.DatabaseError as e:
+            text = str(e).lower()
+            if not (_storage(e) or "malformed" in text or "not a database" in text):
+                raise  # not the file system's: a bug (exit 3, with its traceback)
+            raise PairedRefused("storage_error", f"{_storage_fault(e)}. {_stands_said()}") from None
+
+    return cast(_Command, run)
+
+
+def _stands_said() -> str:
+    """``where_it_stands`` of the invocation this thread runs (``_note``), for a refusal; before its request was
+    known, nothing was changed."""
+    where: Optional[tuple[Path, list[Path]]] = getattr(_NOTED, "where", None)
+    if where is None:
+        return "nothing was changed"
+    req_path, paths = where
+    return where_it_stands(req_path, paths)
 
 
 # ---------------------------------------------------------------------------
@@ -534,6 +842,7 @@ class Outcome:
     message: str
 
 
+@_says_what_stands
 def migrate_paired(dbs: Sequence[Union[str, Path]], *, request: Union[str, Path, None] = None,
                    backup_dir: Union[str, Path, None] = None, master_key: Optional[bytes] = None,
                    target: int = schema.SCHEMA_VERSION, hook: Hook = _no_hook, busy_timeout: float = 5.0,
@@ -543,9 +852,12 @@ def migrate_paired(dbs: Sequence[Union[str, Path]], *, request: Union[str, Path,
     steps = W.MIGRATIONS if steps is None else steps
     req_path = Path(request).resolve() if request is not None else None
     if not dbs:
-        if req_path is None or not req_path.exists():
+        if req_path is None or not os.path.lexists(req_path):
             raise PairedRefused("no_migration_request", f"{req_path or 'no --request'}: without --db, --request must "
-                                                        f"name a published request (its stores are migrated)")
+                                                        f"name a published request (its stores are migrated); "
+                                                        f"nothing was changed. If it was there (a store says it is "
+                                                        f"fenced by it), put back the copy you kept at that path, "
+                                                        f"then run again")
         dbs = [s["db"] for s in _read_request(req_path)["stores"]]
     if len(dbs) < 2:  # the command never asks it (one --db is the single-store migration)
         raise ValueError("a paired migration takes two or more stores; one alone: writer.migrate")
@@ -559,9 +871,11 @@ def migrate_paired(dbs: Sequence[Union[str, Path]], *, request: Union[str, Path,
                                                   "with, then run it again")
     _writable(paths, "nothing was changed")
     req_path = req_path or default_request(paths, target)
+    _note(req_path, paths)
+    _check_publication_paths(req_path)
     result_path, recovery_path, _ = _files(req_path)
     n = len(paths)
-    restored = req_path.exists()
+    restored = os.path.lexists(req_path)
     if restored:
         req = _read_request(req_path)
         if [s["db"] for s in req["stores"]] != [str(p) for p in paths]:
@@ -569,6 +883,7 @@ def migrate_paired(dbs: Sequence[Union[str, Path]], *, request: Union[str, Path,
                                 f"{req_path} is a request for other stores ({[s['db'] for s in req['stores']]}); "
                                 f"nothing was changed. Give the stores it names, or another --request")
         _prove_key(paths, master_key)
+        _check_backups(req, paths, req_path, then="nothing was changed", fresh=False)
     else:
         facts = [facts_of(p) for p in paths]
         versions = {f.version for f in facts}
@@ -578,8 +893,7 @@ def migrate_paired(dbs: Sequence[Union[str, Path]], *, request: Union[str, Path,
         _drained(paths, "nothing was changed")
         held = [p for p, f in zip(paths, facts) if f.admission is not None]
         if held:
-            raise PairedRefused("store_fenced", f"{W.fenced_message(held[0], files.current_meta(held[0]))} Nothing "
-                                                f"was changed: finish that request first")
+            raise PairedRefused("store_fenced", _fenced_elsewhere(held[0]))
         if len(versions) != 1 or min(versions) < 1 or min(versions) > target:
             raise PairedRefused("store_versions_differ",
                                 f"the stores are at versions {[f.version for f in facts]}: a paired migration "
@@ -588,6 +902,7 @@ def migrate_paired(dbs: Sequence[Union[str, Path]], *, request: Union[str, Path,
         _prove_key(paths, master_key)
         bdir = Path(backup_dir).resolve() if backup_dir is not None else None
         req = new_request(paths, facts, target, bdir, req_path)
+        _check_backups(req, paths, req_path, then="nothing was changed", fresh=True)
     hook("prepare")
     if not restored:
         _publish(req_path, req, "paired_migration_request_conflict")  # retain parent
@@ -600,6 +915,38 @@ def migrate_paired(dbs: Sequence[Union[str, Path]], *, request: Union[str, Path,
         if e.code in ("store_busy", "store_read_only", "physical_owner_alive"):  # said once, with what stands
             raise PairedRefused(e.code, f"{str(e).split(': ', 1)[1]}. {where_it_stands(req_path, paths)}") from None
         raise
+
+
+def _check_publication_paths(req_path: Path) -> None:
+    """Refuse at once (``invalid_publication``, nothing changed) a FIFO, a socket, a device or a directory at the
+    request's path or beside it (its result, recovery and recovery result, its lock): each would be opened later,
+    once something is published or fenced, and a FIFO would be read (or locked) forever."""
+    lock = req_path.with_name(req_path.name + ".lock")
+    for path in (req_path, *_files(req_path), lock):
+        try:
+            mode = os.stat(path).st_mode
+        except OSError:
+            continue  # nothing there (or a dangling link: the file's own reader says so)
+        if not stat.S_ISREG(mode):
+            raise PairedRefused("invalid_publication", f"{path} is {_kind_words(mode)}, not a file envreplica "
+                                                       f"publishes there; it is never opened, and nothing was "
+                                                       f"changed. Move it away (then put back the file that was "
+                                                       f"published there, if one was), then run again")
+
+
+def _fenced_elsewhere(path: Path) -> str:
+    """``store_fenced``: the store is fenced by a request (not this one), and what finishes it; when that request's
+    file is missing, what puts it back."""
+    meta = files.current_meta(path)
+    request_file = meta.get(W.FENCE_REQUEST)
+    if request_file and not os.path.lexists(request_file):
+        kind, holder = W.admission_of(meta)
+        then = _resume(request_file) if kind == "maintenance" else \
+            f"`envreplica recover --request {request_file}` finishes the recovery"
+        return (f"{path}: this store is fenced for {kind} by request {holder}, whose request file {request_file} "
+                f"is missing (moved or deleted); nothing was changed. Put back the copy of that request you kept, "
+                f"at {request_file}; then {then}")
+    return f"{W.fenced_message(path, meta)} Nothing was changed: finish that request first"
 
 
 def _migrate_locked(paths: list[Path], req: Doc, req_path: Path, rid: str, token: str, target: int, steps: Steps,
@@ -645,6 +992,7 @@ def _migrate_locked(paths: list[Path], req: Doc, req_path: Path, rid: str, token
             hook(f"maintenance {_store_name(i, n)}")
         if evidence is None:
             _drained(paths, "stopped before backing up the stores")
+            _check_backups(req, paths, req_path, then="stopped before backing up the stores", fresh=False)
             hook("drain")
             backups = []
             for i, p in enumerate(paths):  # each backup, all before any apply
@@ -695,11 +1043,8 @@ def new_request(paths: Sequence[Path], facts: Sequence[StoreFacts], target: int,
 def _prove_key(paths: Sequence[Path], master_key: bytes) -> None:
     """Refuse, before anything is written, a key that is not the one each store was sealed with."""
     for p in paths:
-        conn = W._open_readonly(p)
-        try:
+        with _reading(p) as conn:
             why = W.key_problem(conn, master_key)
-        finally:
-            conn.close()
         if why is not None:
             raise PairedRefused("master_key_wrong", W.refuse_wrong_key(p, why))
 
@@ -724,22 +1069,116 @@ def _read_evidence(result_path: Path, rid: str) -> Doc:
 
 def _backup(path: Path, backup: Path, source_sha256: str) -> str:
     """The store's backup: written once (kept when there with the original data; anything else refused)."""
-    if backup.exists():
-        conn = W._open_readonly(backup)
-        try:
-            if data_sha256(conn) != source_sha256:
-                raise PairedRefused("backup_conflict", f"{backup} exists and does not hold {path}'s original data; "
-                                                       f"move it aside only once you know what it holds")
-        finally:
-            conn.close()
+    problem = _backup_problem(backup, [path])
+    if problem is not None:
+        raise PairedRefused("backup_path_unusable", f"{backup}, the backup of {path}: {problem}; stopped before "
+                                                    f"backing it up. Move it away")
+    if os.path.lexists(backup):
+        if _file_data_sha256(backup) != source_sha256:
+            raise PairedRefused("backup_conflict", f"{backup} exists and does not hold {path}'s original data; "
+                                                   f"move it aside only once you know what it holds")
         return W._file_sha256(backup)
     src = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
     try:
         if data_sha256(src) != source_sha256:
             raise PairedRefused("unknown_child_outcome", f"{path} changed since the request was prepared")
-        return W.copy_store(src, backup, source_sha256, digest=data_sha256, overwrite=False)
+        try:
+            return W.copy_store(src, backup, source_sha256, digest=data_sha256, overwrite=False)
+        except FileExistsError:  # linked into place never over a file: one appeared there meanwhile
+            raise PairedRefused("backup_conflict", f"{backup} appeared while {path.name}'s backup was written, and "
+                                                   f"was kept; move it aside only once you know what it "
+                                                   f"holds") from None
+        except (OSError, sqlite3.Error, files.ReplicaPathError, files.ReplicaUnavailable, W.MigrationRefused) as e:
+            raise PairedRefused("storage_error", f"{_storage_fault(e, backup)}; {path.name}'s backup was not "
+                                                 f"written") from None
     finally:
         src.close()
+
+
+def _file_data_sha256(path: Path) -> Optional[str]:
+    """``data_sha256`` of the SQLite database at ``path`` (a regular file), or ``None`` when it is not one (a file
+    system fault reading it is ``storage_error``, not an answer)."""
+    try:
+        with _reading(path) as conn:
+            return data_sha256(conn)
+    except (sqlite3.Error, W.WriterVersionError):
+        return None
+
+
+def _backup_problem(backup: Path, stores: Sequence[Path]) -> Optional[str]:
+    """Why ``backup`` cannot take a store's backup (``None``: it can): a symbolic link there (a backup is a file
+    of its own, never a link: one to the store would be "kept" as its own backup, one to nowhere would make the
+    backup land elsewhere), anything but a regular file (a FIFO would be opened and wait forever; a directory,
+    a device, a socket hold no backup), one of ``stores`` itself (a hard link: compared by device and inode), or
+    a directory that is not one."""
+    try:
+        st = os.lstat(backup)
+    except (FileNotFoundError, NotADirectoryError):
+        return _directory_problem(backup.parent)
+    except OSError as e:
+        return f"it cannot be inspected ({e.strerror})"
+    if stat.S_ISLNK(st.st_mode):
+        target = os.readlink(backup)
+        dangling = "" if os.path.exists(backup) else ", which does not exist"
+        return (f"it is a symbolic link (to {target}{dangling}); a backup is a file of its own, written once, never "
+                f"a link to another file")
+    if not stat.S_ISREG(st.st_mode):
+        return f"it is {_kind_words(st.st_mode)}, not a backup"
+    for store in stores:
+        if files.identity(store) == (st.st_dev, st.st_ino):
+            return (f"it is the store {store} itself (a hard link to it): it would be kept as the store's backup, "
+                    f"and no copy of the original would exist")
+    return None
+
+
+def _directory_problem(directory: Path) -> Optional[str]:
+    """Why a backup cannot be created in ``directory`` (``None``: it can; a missing one is created first)."""
+    d = directory
+    while True:
+        try:
+            mode = os.stat(d).st_mode
+            break
+        except (FileNotFoundError, NotADirectoryError):
+            if d.parent == d:
+                return None
+            d = d.parent
+        except OSError as e:
+            return f"its directory {d} cannot be inspected ({e.strerror})"
+    if not stat.S_ISDIR(mode):
+        return f"its directory {d} is {_kind_words(mode)}, not a directory"
+    return None
+
+
+def _check_backups(req: Doc, paths: Sequence[Path], req_path: Path, *, then: str, fresh: bool) -> None:
+    """Each store's backup path can take its backup (``_backup_problem``), and none is a store, a file of the
+    request, or another store's backup (compared by resolved path, and for a file there by device and inode):
+    refused ``backup_path_unusable``, saying ``then``. ``fresh`` (a request not yet published): a file there
+    already must hold its store's source, else ``backup_conflict`` (a published request's rerun keeps or refuses
+    it at its backup step, as the model does)."""
+    lock = req_path.with_name(req_path.name + ".lock")
+    taken = {os.path.realpath(p): f"the store {p}" for p in paths}
+    taken.update({os.path.realpath(f): f"the request's file {f}" for f in (req_path, *_files(req_path), lock)})
+    held: dict[tuple[int, int], str] = {}
+    for i, s in enumerate(req["stores"]):
+        backup, store = Path(s["backup"]), paths[i]
+        real, ident = os.path.realpath(backup), files.identity(backup)
+        problem = _backup_problem(backup, paths)
+        if problem is None and real in taken:
+            problem = f"it is {taken[real]}"
+        if problem is None and ident is not None and ident in held:
+            problem = f"it is {held[ident]} (a hard link to it)"
+        if problem is not None:
+            other = " (or choose another --backup-dir)" if fresh else ""
+            raise PairedRefused("backup_path_unusable", f"{backup}, the backup of {store}: {problem}; {then}. Move "
+                                                        f"it away{other}, then run again")
+        taken[real] = f"the backup of {store}"
+        if ident is not None:
+            held[ident] = f"the backup of {store}"
+            if fresh and _file_data_sha256(backup) != s["data_sha256"]:
+                raise PairedRefused("backup_conflict", f"{backup} exists and does not hold {store}'s original data "
+                                                       f"(the backup it would be); {then}. Move it aside only once "
+                                                       f"you know what it holds (or choose another --backup-dir), "
+                                                       f"then run again")
 
 
 def _apply(path: Path, req: Doc, rid: str, token: str, steps: Steps, master_key: bytes,
@@ -776,17 +1215,21 @@ def _verify(path: Path, target: int) -> None:
 # recover
 
 
+@_says_what_stands
 def recover_paired(request: Union[str, Path], *, hook: Hook = _no_hook, busy_timeout: float = 5.0) -> Outcome:
     """Select the recovery of ``request`` (or resume the selected one): each store the migration changed is
     restored from its backup, an unchanged one is left untouched, and both reopen at their old version."""
     req_path = Path(request).resolve()
     result_path, recovery_path, recovery_result_path = _files(req_path)
-    if not req_path.exists():
+    if not os.path.lexists(req_path):
         raise PairedRefused("no_migration_request", f"{req_path}: no paired migration request there; nothing was "
-                                                    f"changed (give the request file `envreplica migrate` wrote)")
+                                                    f"changed (give the request file `envreplica migrate` wrote; if "
+                                                    f"it was there, and a store says it is fenced by it, put back "
+                                                    f"the copy you kept at that path, then run again)")
     req = _read_request(req_path)
     rid = _request_id(req)
     paths = [Path(s["db"]) for s in req["stores"]]
+    _note(req_path, paths)
     _writable(paths, "nothing was changed")
     plan: Optional[Doc] = None
     if recovery_path.exists():  # restore the selected recovery
@@ -986,20 +1429,44 @@ def _reopen(paths: Sequence[Path], token: str, hook: Hook, busy_timeout: float) 
 
 def run_command(action: Callable[[], Outcome], name: str) -> int:
     """0 done; a refusal's exit status (``exit_status``: 2 could not run as asked, 1 stopped on what the stores
-    hold). Each refusal is one line: its code, the file, and what to do."""
-    try:
-        outcome = action()
-    except PairedRefused as e:
-        print(f"envreplica {name}: refused: {e}", file=sys.stderr)
-        return exit_status(e.code)
-    except W.StoreInUse as e:
-        print(f"envreplica {name}: refused: {e}", file=sys.stderr)
-        return 2
-    except W.MigrationError as e:
-        print(f"envreplica {name}: refused: {e}", file=sys.stderr)
-        return 2 if isinstance(e, W.MigrationRefused) else 1
-    print(outcome.message)
-    return 0
+    hold); 128 + the signal's number (130 SIGINT, 143 SIGTERM) when a signal stopped it before its outcome was
+    decided (``impl.interrupts``: it stops between two atomic writes; once the outcome is decided, a signal is
+    ignored and the outcome stands). Each ends in one line: a refusal's code, the file, and what to do; an
+    interruption's signal and what stands (``where_it_stands``: what is published and fenced, and the command
+    that completes it)."""
+    _NOTED.where = None
+    with interrupts.guard() as guard:
+        try:
+            try:
+                outcome = action()
+            finally:
+                guard.settle()
+        except KeyboardInterrupt as e:  # the guard's Interrupted, or a Ctrl-C where it installs none (a thread)
+            return _interrupted(name, interrupts.signum_of(e))
+        except Exception as e:
+            if guard.stopped:  # the signal's exception turned into another on its way out (an SQLite callback)
+                return _interrupted(name, int(guard.signum or 0))
+            if isinstance(e, PairedRefused):
+                print(f"envreplica {name}: refused: {e}", file=sys.stderr)
+                return exit_status(e.code)
+            if isinstance(e, W.StoreInUse):
+                print(f"envreplica {name}: refused: {e}", file=sys.stderr)
+                return 2
+            if isinstance(e, W.MigrationError):
+                print(f"envreplica {name}: refused: {e}", file=sys.stderr)
+                return 2 if isinstance(e, W.MigrationRefused) else 1
+            raise
+        print(outcome.message)
+        return 0
+
+
+def _interrupted(name: str, signum: int) -> int:
+    """The one line of an invocation a signal stopped, and its exit status."""
+    stands = _stands_now()
+    if stands == "nothing was changed":
+        stands += "; run the same command again to do it"
+    print(f"envreplica {name}: interrupted ({interrupts.name(signum)}): {stands}", file=sys.stderr)
+    return interrupts.exit_status(signum)
 
 
 def cmd_recover(args: argparse.Namespace) -> int:

@@ -1072,8 +1072,8 @@ def copy_store(conn: sqlite3.Connection, target: Path, expected: str, *, digest:
     tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
     from envreplica.impl.files import create_private
 
-    create_private(tmp)  # owner-only, like the store it copies
-    try:
+    try:  # from the temporary file's creation on, whatever stops this (a signal too) removes it
+        create_private(tmp)  # owner-only, like the store it copies
         dst = sqlite3.connect(str(tmp), isolation_level=None)
         try:
             conn.backup(dst)

@@ -65,10 +65,10 @@ MUTANTS: tuple[PairedMutant, ...] = (
       (("        ident = files.identity(path)\n", "        ident = None  # MUTANT: the path alone\n"),), 4),
     M("publish_overwrites", "racing invocations", "a publication replaces what another invocation published "
       "(written over, not refused)", P._publish,
-      (("    if path.exists():\n        if path.read_bytes() != body:\n"
+      (("    if os.path.lexists(path):\n        if _read_publication(path) != body:\n"
         "            raise PairedRefused(conflict, f\"{path} holds another publication; it is never overwritten\")\n"
         "        return\n",
-        "    if path.exists():  # MUTANT: replaced\n        path.unlink()\n"),), 8),
+        "    if os.path.lexists(path):  # MUTANT: replaced\n        path.unlink()\n"),), 8),
     M("request_digest_unchecked", "edited publication", "a request edited since published is read as it is "
       "(its digest not checked)", P._read_request,
       (("or req.get(\"sha256\") != _digest(req) \\\n", "\\\n"),), 10),

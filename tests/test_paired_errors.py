@@ -2,8 +2,11 @@
 byte-compared before and after (docs/migration.md, "What it refuses").
 
 Each refusal before anything is written exits 2 with one line saying what is wrong and what to do, and
-changes no byte of any file; a refusal mid-protocol (a store locked or made read-only after the request was
-published) exits 2 with one line saying what stands and what completes it, and that command does.
+changes no byte of any file: the stores are in WAL mode, as a replica's are, and the comparison takes in every
+file of their directory (the ``-wal`` and ``-shm`` SQLite keeps beside a store in use included), each file's
+mode, and the directory's listing. A refusal mid-protocol (a store locked or made read-only after the request
+was published) exits 2 with one line saying what stands and what completes it, and that command does.
+tests/test_paired_hostile.py holds the rest: FIFOs, full file systems, backups that are the stores, signals.
 """
 
 from __future__ import annotations
@@ -30,14 +33,24 @@ from envreplica.spec.migration import EXIT_STATUS
 import previous_release
 
 
+def to_wal(path: Path) -> Path:
+    """The store at ``path`` in WAL mode, as a replica keeps it (its ``-wal`` and ``-shm`` gone once closed)."""
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA journal_mode=WAL").fetchone()[0] == "wal"
+    conn.close()
+    assert not any(Path(f"{path}{s}").exists() for s in ("-wal", "-shm"))
+    return path
+
+
 class Pair:
-    """Two version-1 stores sealed under ``KEY`` in ``root``, and the command lines that migrate them."""
+    """Two version-1 stores sealed under ``KEY`` in ``root`` (in WAL mode, as a replica's), and the command lines
+    that migrate them."""
 
     def __init__(self, root: Path) -> None:
         root.mkdir(parents=True, exist_ok=True)
         self.root = root
         self.run, self.resource = root / "run.db", root / "resource.db"
-        build_v1(self.run)
+        to_wal(build_v1(self.run))
         shutil.copyfile(self.run, self.resource)
         self.request = P.default_request([self.run, self.resource], W.SCHEMA_VERSION)
 
@@ -45,15 +58,28 @@ class Pair:
     def migrate(self) -> list[str]:
         return ["migrate", "--db", str(self.run), "--db", str(self.resource)]
 
-    def snapshot(self) -> dict[str, bytes]:
-        """Every file under the root, by relative path: its bytes (a symlink: its target)."""
-        out = {}
-        for p in sorted(self.root.rglob("*")):
-            if p.is_symlink():
-                out[str(p.relative_to(self.root))] = os.readlink(p).encode()
-            elif p.is_file():
-                out[str(p.relative_to(self.root))] = p.read_bytes()
-        return out
+    def snapshot(self) -> dict[str, tuple[str, int, bytes]]:
+        """Every file under the root (the stores' ``-wal`` and ``-shm`` too), by relative path: its kind, its mode
+        and its bytes (a symlink: its target; a FIFO or a directory: its kind and mode alone)."""
+        return snapshot(self.root)
+
+
+def snapshot(root: Path) -> dict[str, tuple[str, int, bytes]]:
+    """``Pair.snapshot`` of any directory: the listing, each entry's kind, mode and content."""
+    import stat
+
+    out = {}
+    for p in sorted(root.rglob("*")):
+        st = p.lstat()
+        key = str(p.relative_to(root))
+        if stat.S_ISLNK(st.st_mode):
+            out[key] = ("symlink", 0, os.readlink(p).encode())
+        elif stat.S_ISREG(st.st_mode):
+            out[key] = ("file", stat.S_IMODE(st.st_mode), p.read_bytes())
+        else:
+            out[key] = (stat.S_IFMT(st.st_mode) == stat.S_IFDIR and "directory" or "special",
+                        stat.S_IMODE(st.st_mode), b"")
+    return out
 
 
 def _values_open(path: Path, key: bytes) -> int:
@@ -151,6 +177,46 @@ def test_no_key_is_refused_before_anything_changes(pair, capsys, monkeypatch):
     status, err = _run(pair.migrate, capsys, monkeypatch, key=None)
     assert status == 2 and "master_key_missing" in _one_line(err)
     assert pair.snapshot() == before
+
+
+# ---------------------------------------------------------------------------
+# Refusals after the stores were read: the directory exactly as it was (no -wal or -shm left beside a store)
+
+
+def _single_migrated(path: Path) -> None:
+    W.migrate(path, backup_dir=path.parent / "single", evidence_path=path.parent / "single" / f"{path.name}.json",
+              master_key=KEY)
+
+
+@pytest.mark.parametrize("case", ["master_key_wrong", "store_versions_differ", "content_only_route_required",
+                                  "a foreign SQLite file", "a version-2 store of another key"])
+def test_a_refusal_after_reading_the_stores_leaves_their_directory_as_it_was(case, pair, capsys, monkeypatch):
+    """Reading a WAL store read-only makes SQLite create its -wal and -shm, which a read-only connection never
+    removes: each of these refusals left two files beside each store it had read."""
+    key = KEY
+    if case == "master_key_wrong":
+        key = WRONG_KEY
+    elif case == "store_versions_differ":
+        _single_migrated(pair.resource)
+    elif case == "content_only_route_required":
+        _single_migrated(pair.run)
+        _single_migrated(pair.resource)
+    elif case == "a foreign SQLite file":
+        pair.resource.unlink()
+        conn = sqlite3.connect(pair.resource)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("CREATE TABLE other (x)")
+        conn.commit()
+        conn.close()
+    else:
+        _single_migrated(pair.run)
+        _single_migrated(pair.resource)
+        key = WRONG_KEY
+    assert not list(pair.root.glob("*-wal")) and not list(pair.root.glob("*-shm"))
+    before = pair.snapshot()
+    status, err = _run(pair.migrate, capsys, monkeypatch, key=key)
+    assert status == 2 and "Traceback" not in _one_line(err)
+    assert pair.snapshot() == before, f"a refused migration changed the stores' directory: {err}"
 
 
 # ---------------------------------------------------------------------------
