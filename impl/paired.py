@@ -301,48 +301,13 @@ def _reading_fault(error: sqlite3.OperationalError, path: Path) -> PairedRefused
 
 
 #: The files SQLite keeps beside a database while it is in use (the write-ahead log and its index, the journal).
-_SIDECARS = ("-wal", "-shm", "-journal")
+_SIDECARS = W.SIDECARS
 
 
 def _open_reading(path: Path) -> sqlite3.Connection:
-    """A connection that reads the store at ``path`` and, once closed, leaves its directory as it found it.
-
-    A read-only connection (``mode=ro``) to a store in WAL mode creates the store's ``-wal`` and ``-shm`` when
-    they are not there, and, being read-only, never removes them: every refusal would leave two files beside
-    the stores. So a WAL store none of whose sidecars is there (no connection has it open: one in WAL mode keeps
-    its ``-wal`` while open) is read through a read-write connection held to ``PRAGMA query_only`` in exclusive
-    locking mode: it keeps the log's index in its own memory (no ``-shm``), creates an empty ``-wal`` (an inode,
-    no data: it works on a full file system too), and, closing as the store's last connection, removes it
-    (SQLite's own rule). Nothing is written to the database (``query_only``; the log is empty). Its lock keeps
-    other connections out only while it reads (they wait their busy timeout). A store in rollback-journal mode,
-    one with a sidecar there already (in use, or left by a crash), or one this user cannot write is read
-    read-only, as before: that creates no file then (the ``-shm`` that is there, SQLite's index of the log, may
-    change; it holds no data). This was chosen over removing the files afterwards by hand, which cannot tell
-    whether another process opened the store meanwhile, and over ``immutable=1``, which reads the main file
-    alone, past a log another process may be writing."""
+    """``writer.open_reading`` of a store whose path is checked first (``_store_file``: never a FIFO)."""
     _store_file(path)
-    if _wal_mode(path) and os.access(path, os.W_OK) and \
-            not any(os.path.lexists(f"{path}{suffix}") for suffix in _SIDECARS):
-        conn = sqlite3.connect(f"{Path(path).absolute().as_uri()}?mode=rw", uri=True, isolation_level=None)
-        conn.execute("PRAGMA query_only = ON")
-        conn.execute("PRAGMA locking_mode = EXCLUSIVE")
-        return conn
-    return W._open_readonly(path)
-
-
-def _wal_mode(path: Path) -> bool:
-    """The database at ``path`` says it is in WAL mode (its header's read and write versions are 2)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError:
-        return False
-    try:
-        header = os.pread(fd, 20, 0)
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
-    return len(header) == 20 and header[18:20] == b"\x02\x02"
+    return W.open_reading(path)
 
 
 def _kind_words(mode: int) -> str:

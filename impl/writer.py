@@ -968,8 +968,69 @@ def _open_readonly(path: Path) -> sqlite3.Connection:
     return sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
 
 
+#: The files SQLite keeps beside a database: its write-ahead log and that log's index, or its rollback journal.
+SIDECARS = ("-wal", "-shm", "-journal")
+
+
+def open_reading(path: Path) -> sqlite3.Connection:
+    """A connection that reads the store at ``path`` and, once closed, leaves its directory as it found it.
+
+    A read-only connection (``mode=ro``) to a store in WAL mode creates the store's ``-wal`` and ``-shm`` when
+    they are not there, and, being read-only, never removes them: every refusal would leave two files beside
+    the stores. So a WAL store none of whose sidecars is there (no connection has it open: one in WAL mode keeps
+    its ``-wal`` while open) is read through a read-write connection held to ``PRAGMA query_only`` in exclusive
+    locking mode: it keeps the log's index in its own memory (no ``-shm``), creates an empty ``-wal`` (an inode,
+    no data: it works on a full file system too), and, closing as the store's last connection, removes it
+    (SQLite's own rule). Nothing is written to the database (``query_only``; the log is empty). Its lock keeps
+    other connections out only while it reads (they wait their busy timeout). A store in rollback-journal mode,
+    one with a sidecar there already (in use, or left by a crash), or one this user cannot write is read
+    read-only, as before: that creates no file then (the ``-shm`` that is there, SQLite's index of the log, may
+    change; it holds no data). This was chosen over removing the files afterwards by hand, which cannot tell
+    whether another process opened the store meanwhile, and over ``immutable=1``, which reads the main file
+    alone, past a log another process may be writing."""
+    if _wal_mode(path) and os.access(path, os.W_OK) and \
+            not any(os.path.lexists(f"{path}{suffix}") for suffix in SIDECARS):
+        conn = sqlite3.connect(f"{Path(path).absolute().as_uri()}?mode=rw", uri=True, isolation_level=None)
+        conn.execute("PRAGMA query_only = ON")
+        conn.execute("PRAGMA locking_mode = EXCLUSIVE")
+        return conn
+    return _open_readonly(path)
+
+
+def _wal_mode(path: Path) -> bool:
+    """The database at ``path`` says it is in WAL mode (its header's read and write versions are 2)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return False
+    try:
+        header = os.pread(fd, 20, 0)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return len(header) == 20 and header[18:20] == b"\x02\x02"
+
+
 # ---------------------------------------------------------------------------
 # migrate
+
+
+def _refuse_wrong_key_early(db: Path, master_key: bytes, target: int, steps: Mapping[int, Any]) -> None:
+    """Refuse a key the store was not sealed with before anything opens it for writing: read through
+    ``open_reading`` (which leaves no file behind), so that a refusal leaves every byte as it was, a killed
+    writer's log included (the lock's read-write connection would checkpoint it into the database on close).
+    The same proof runs again under the lock."""
+    conn = open_reading(db)
+    try:
+        version = detect_version(conn)
+        if version >= target or not any(getattr(steps.get(v), "needs_key", False) for v in range(version, target)):
+            return
+        why = key_problem(conn, master_key)
+    finally:
+        conn.close()
+    if why is not None:
+        raise MigrationInputRefused(refuse_wrong_key(db, why))
 
 
 def _default_evidence(db: Path, target: int) -> Path:
@@ -1211,6 +1272,8 @@ def migrate(
     if holders:
         raise StoreInUse(f"{db}: the store is in use ({owners.describe(holders)}); nothing was changed. Stop that process (or wait for it to "
                          f"close the store: envreplica never kills it), then run the migration again")
+    if master_key is not None:  # before the lock, whose read-write connection checkpoints a log when it closes
+        _refuse_wrong_key_early(db, master_key, target, steps)
     started = _now()
     conn = _lock(db, busy_timeout)
     try:

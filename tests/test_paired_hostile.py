@@ -94,8 +94,15 @@ def _backup(pair: Pair, i: int = 0) -> Path:
 
 
 def _socket_at(path: Path) -> socket.socket:
+    """A Unix socket bound at ``path``, bound by its name from its directory: a socket's path is limited to about
+    100 bytes, which a deep temporary directory (pytest's, under xdist) exceeds."""
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.bind(str(path))
+    here = os.getcwd()
+    os.chdir(path.parent)
+    try:
+        s.bind(path.name)
+    finally:
+        os.chdir(here)
     return s
 
 
