@@ -1,4 +1,13 @@
-"""The build's one step beyond pyproject.toml: compile the checker's hot path with mypyc, when it can.
+"""The build's two steps beyond pyproject.toml: find the packages, and compile the checker's hot path with mypyc.
+
+The packages are found, never listed: every folder with an ``__init__.py``
+under a folder that ``[tool.setuptools.package-dir]`` maps (``conformance/``
+is ``envreplica.conformance``, so ``conformance/migration/`` is
+``envreplica.conformance.migration``), at any depth. A subpackage added later
+ships with no edit here; a list by hand once left one out of the wheel
+(issue 40), which the editable install hid. ``tests/test_packaging.py``
+builds the wheel and checks it holds every one.
+
 
 ``spec/compiled.py`` lists the modules and says how they are chosen at run
 time. Here, ``build_ext`` (run by ``pip install``, editable or not, and by
@@ -24,6 +33,7 @@ import shutil
 import sys
 import sysconfig
 import tempfile
+import tomllib
 from pathlib import Path
 
 from setuptools import Extension, setup
@@ -43,6 +53,17 @@ def _compiled_module():  # type: ignore[no-untyped-def]
 
 
 COMPILED = _compiled_module()
+def packages(root: Path = ROOT) -> list[str]:
+    """Every package under the folders ``[tool.setuptools.package-dir]`` maps (import name -> folder): each
+    folder there with an ``__init__.py``, at any depth, named by its import name."""
+    config = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
+    found = []
+    for name, folder in config["tool"]["setuptools"]["package-dir"].items():
+        for init in sorted((root / folder).rglob("__init__.py")):
+            found.append(".".join([name, *init.parent.relative_to(root / folder).parts]))
+    return found
+
+
 #: A stand-in so that setuptools runs build_ext (and tags the wheel for this platform); replaced when it runs.
 PLACEHOLDER = Extension(COMPILED.GROUP + "__mypyc", sources=[], optional=True)
 
@@ -123,4 +144,4 @@ class BuildCompiled(build_ext):
             os.unlink(config.name)
 
 
-setup(ext_modules=[PLACEHOLDER], cmdclass={"build_ext": BuildCompiled})
+setup(packages=packages(), ext_modules=[PLACEHOLDER], cmdclass={"build_ext": BuildCompiled})

@@ -38,7 +38,8 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from envreplica.checker import itf
-from envreplica.cli.errors import INTERRUPTED_EXIT, UsageError, guarded, input_file
+from envreplica.cli.errors import (INTERNAL_ERROR_EXIT, INTERRUPTED_EXIT, USER_ERROR_EXIT, UsageError, guarded,
+                                   input_file)
 from envreplica.checker.coverage import UNREACHABLE, Coverage, print_coverage_table
 from envreplica.checker.run import run
 from envreplica.model.migration import PRESETS as MIGRATION_PRESETS
@@ -158,6 +159,8 @@ def _gate(args, started: float, background: Optional["_BackgroundModelCheck"]) -
     if background is not None:
         console.print("\n[bold]model check[/] (ran beside the lockstep, on the other core):")
         model_rc, output, model_seconds, migration, migration_lockstep = background.join()
+        if model_rc not in (0, 1):  # no verdict: it could not run as asked, or it crashed (not a finding)
+            return _without_verdict(model_rc, output)
         sys.stdout.write(output)
         sys.stdout.flush()
     failed = failed or model_rc != 0
@@ -282,6 +285,26 @@ class _BackgroundModelCheck:
                 self.process.wait()
         if not self.output.closed:
             self.output.close()
+
+
+def _without_verdict(rc: int, output: str) -> int:
+    """The gate's exit status when its model-check process ended with ``rc``, neither 0 (it holds) nor 1 (it
+    found something): its output (``output``) goes to standard error, where its own last line says why (a user
+    error's one line, exit 2; a bug's traceback and one line, exit 3). A process ended by a signal or another
+    status said nothing of it: one line here does (exit 3)."""
+    sys.stdout.flush()
+    sys.stderr.write(output)
+    sys.stderr.flush()
+    if rc in (USER_ERROR_EXIT, INTERNAL_ERROR_EXIT):
+        return rc
+    try:
+        how = f"was ended by {signal.Signals(-rc).name}" if rc < 0 else f"exited with status {rc}"
+    except ValueError:
+        how = f"was ended by signal {-rc}"
+    print(f"envreplica check: internal error: the model check's process {how} before its verdict, so nothing was "
+          f"checked (killed from outside, or out of memory?); run it again, and report it if it recurs",
+          file=sys.stderr)
+    return INTERNAL_ERROR_EXIT
 
 
 def _model_check_in_background(args) -> Optional[_BackgroundModelCheck]:

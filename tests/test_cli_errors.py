@@ -279,6 +279,57 @@ def test_a_bug_is_exit_3_with_its_traceback_and_one_line(monkeypatch, capsys):
     assert err.rstrip().splitlines()[-1].startswith("envreplica check: internal error: KeyError")
 
 
+#: A ``sitecustomize`` that takes ``envreplica.conformance.migration`` away from every process it starts in, as
+#: the wheel that left it out did (issue 40).
+WITHOUT_MIGRATION = """
+import sys
+
+
+class _LeftOut:
+    def find_spec(self, name, path=None, target=None):
+        if name == "envreplica.conformance.migration" or name.startswith("envreplica.conformance.migration."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+
+sys.meta_path.insert(0, _LeftOut())
+"""
+
+
+def test_a_bug_in_the_gates_model_check_process_is_exit_3_not_a_finding(tmp_path):
+    """``check`` runs its model checks (and the migration lockstep) in a second process: a crash there was
+    reported as the gate's FAIL, exit 1, as though the check had found something (issue 40: the wheel without
+    ``envreplica.conformance.migration``). It is exit 3: the traceback, then the one line saying so, last."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(WITHOUT_MIGRATION)
+    proc = envreplica("check", "--bounds", "tiny", "--lockstep-examples", "2", "--no-concurrent", "--migration-bounds",
+                      "none", "--migration-lockstep", "dev", "--migration-lockstep-examples", "1", "--out", "out",
+                      cwd=tmp_path, stdin="", timeout=600, env_extra={"PYTHONPATH": str(site)})
+    assert proc.returncode == 3, (proc.returncode, proc.stdout[-3000:], proc.stderr[-3000:])
+    assert "Traceback" in proc.stderr
+    last = proc.stderr.rstrip().splitlines()[-1]
+    assert last.startswith("envreplica check: internal error: ModuleNotFoundError") and "a bug in envreplica" in last
+    assert "FAIL" not in proc.stdout  # no verdict: nothing was found
+
+
+def test_a_model_check_process_ended_from_outside_is_exit_3_with_one_line(tmp_path, capsys):
+    """A model-check process killed by a signal (out of memory, a kill) left no verdict and no traceback of
+    its own: one line says what ended it; exit 3, not the gate's FAIL."""
+    import tempfile
+
+    from envreplica.cli.main import _BackgroundModelCheck, _without_verdict
+
+    child = _BackgroundModelCheck.__new__(_BackgroundModelCheck)
+    child.started, child.output = time.perf_counter(), tempfile.TemporaryFile(mode="w+", encoding="utf-8")
+    child.process = subprocess.Popen([PY, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"])
+    rc, output, *_ = child.join()
+    assert rc == -signal.SIGKILL
+    assert _without_verdict(rc, output) == 3
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("envreplica check: internal error: the model check's process was ended by SIGKILL")
+
+
 # ---------------------------------------------------------------------------
 # Ctrl-C, FIFOs, files of the wrong kind, a refused file left as it was
 # ---------------------------------------------------------------------------

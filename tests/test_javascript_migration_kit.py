@@ -6,7 +6,10 @@
   fixed`` exits 1 with a shrunk counterexample named as F4, F5 or F6;
 * each broken copy of the seed's file (``adapters/javascript/test/mutants.mjs``) is caught under ``--variant
   seed``: ``CAUGHT_WITHIN`` (at least four, each caught in at most 12 moves) in every run, the rest (found only
-  after tens of examples, or in longer traces) in the nightly profile.
+  after tens of examples, or in longer traces) in the nightly profile;
+* the kit is a package a team installs: packed (``npm pack``), installed into an empty project as its README
+  says, its commands answer ``--help`` (exit 0) and a bad option (one line, exit 2), and the seed's file
+  extracted and gated there through the installed command passes.
 
 Budgets are counts (examples, shrink calls, replays), never seconds.
 """
@@ -16,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -173,3 +177,63 @@ def test_a_migration_of_ones_own_plugs_in_by_its_exports(tmp_path):
         shared.close()
     assert report.ok, report.failure
     assert report.coverage.counts["step"]["complete resource"] + report.coverage.counts["step"]["reopen resource"]
+
+
+def _npm(*args: str, cwd: Path, timeout: int = 900) -> subprocess.CompletedProcess:
+    done = subprocess.run(["npm", *args, "--no-audit", "--no-fund"], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout)
+    assert done.returncode == 0, f"npm {' '.join(args)}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return done
+
+
+@pytest.mark.slow
+def test_the_kit_packs_installs_into_an_empty_project_and_gates_the_seed_there(tmp_path):
+    """As the kit's README has a team do it, outside the repository: ``npm pack``, then in an empty project allow
+    better-sqlite3's install script (the one npm asks about: any other it names fails this test), install the
+    tarball, extract the seed's files with the installed extractor, and gate them with the installed adapter."""
+    require_kit()
+    diff = seed_diff()
+    if diff is None:
+        _unavailable("the reference seed's 001_*.txt is not named: set ENVREPLICA_SEED_MIGRATION_DIFF to it")
+    packed = _npm("pack", "--pack-destination", str(tmp_path), cwd=KIT).stdout.strip().splitlines()[-1]
+    tarball = tmp_path / packed
+    assert tarball.is_file(), packed
+    project = tmp_path / "gate"
+    project.mkdir()
+    _npm("init", "-y", cwd=project)
+    _npm("pkg", "set", "allowScripts.better-sqlite3=true", "--json", cwd=project)
+    installed = _npm("install", str(tarball), cwd=project)
+    said = installed.stdout + installed.stderr
+    assert "install-scripts" not in said, f"npm names an install script the README does not:\n{said[-3000:]}"
+    package = json.loads((project / "node_modules" / "@envreplica" / "migration-kit" / "package.json").read_text())
+    assert "private" not in package and package["exports"]["."]["types"] == "./types/index.d.ts"
+    assert not (project / "node_modules" / "@envreplica" / "migration-kit" / "test").exists()  # not shipped
+
+    bin_dir = project / "node_modules" / ".bin"
+    help_ = subprocess.run([str(bin_dir / "envreplica-migration-adapter"), "--help"], cwd=project,
+                           capture_output=True, text=True, timeout=120)
+    assert help_.returncode == 0 and help_.stdout.startswith("usage: envreplica-migration-adapter --source"), help_
+    for command in ("envreplica-migration-adapter", "envreplica-extract-migration-seed"):
+        bad = subprocess.run([str(bin_dir / command), "--no-such-option"], cwd=project, capture_output=True, text=True,
+                             timeout=120)
+        assert bad.returncode == 2 and bad.stdout == "", (command, bad)
+        assert bad.stderr.count("\n") == 1 and bad.stderr.startswith(f"{command}: "), (command, bad.stderr)
+    # the package's exports, from the project
+    names = subprocess.run(["node", "--input-type=module", "-e",
+                            "const m = await import('@envreplica/migration-kit'); console.log(Object.keys(m).sort().join(' '))"],
+                           cwd=project, capture_output=True, text=True, timeout=120)
+    assert names.returncode == 0 and "runMigrationAdapter" in names.stdout.split(), names
+
+    extracted = subprocess.run([str(bin_dir / "envreplica-extract-migration-seed"), str(diff), "seed"], cwd=project,
+                               capture_output=True, text=True, timeout=120)
+    assert extracted.returncode == 0, extracted.stderr
+    source = project / "seed" / "storage" / "paired-writer-migration.js"
+    assert source.is_file()
+    adapter = shlex.join(["node_modules/.bin/envreplica-migration-adapter", "--source",
+                          "seed/storage/paired-writer-migration.js"])
+    gate = subprocess.run([*ENVREPLICA, "conformance", "--protocol", "migration", "--variant", "seed",
+                           "--max-examples", "3", "--adapter", adapter], cwd=project, capture_output=True, text=True,
+                          timeout=1800)
+    assert gate.returncode == 0, gate.stdout[-3000:] + gate.stderr[-3000:]
+    said = " ".join(gate.stdout.split())
+    assert "PASS: 3 examples" in said and f"paired-writer-migration.js from {source.parent}" in said, said[:3000]

@@ -1,21 +1,42 @@
 #!/usr/bin/env node
-// Extracts the second reference seed's own JavaScript from its diff: `node scripts/extract-seed.mjs SEED_DIFF OUT_DIR`.
+// Extracts the second reference seed's own JavaScript from its diff:
+//   envreplica-extract-migration-seed SEED_DIFF OUT_DIR     (in a checkout: node scripts/extract-seed.mjs ...)
 //
 // The seed is a diff of an npm package (`package/dist/...`). A file the diff adds whole (one hunk
 // `@@ -0,0 +1,N @@`) is written to OUT_DIR/<its path under package/dist>, e.g. OUT_DIR/storage/writer-contract.js,
 // exactly: its N `+` lines without the `+`, each ending in a newline (the last one too, unless the diff says
 // "\ No newline at end of file"). A change to a file the diff does not show
 // whole (any other hunk, e.g. paths.js) is reported on stderr and not written: the kit cannot rebuild it.
-// Exit 0 when at least storage/paired-writer-migration.js was written, 1 otherwise.
+// Exit 0 when at least storage/paired-writer-migration.js was written, 1 otherwise; 2 (one line on stderr) when
+// it cannot run as asked (a missing argument, a diff it cannot read, an OUT_DIR it cannot write).
 import fs from "node:fs";
 import path from "node:path";
+import { UsageError, command, readCommandLine } from "../src/cli.mjs";
 
-const [diffPath, outDir] = process.argv.slice(2);
-if (!diffPath || !outDir) {
-    process.stderr.write("usage: extract-seed.mjs SEED_DIFF OUT_DIR\n");
-    process.exit(2);
-}
-const lines = fs.readFileSync(diffPath, "utf8").split("\n");
+const NAME = "envreplica-extract-migration-seed";
+const USAGE = `usage: ${NAME} SEED_DIFF OUT_DIR`;
+const HELP = `${USAGE}
+
+Writes each file the reference seed's diff (its 001_*.txt) adds whole to OUT_DIR, at its path under the
+package's dist/ (OUT_DIR/storage/paired-writer-migration.js and the others beside it), byte for byte. A file
+the diff changes only in part is named on standard error and not written. Then:
+
+  envreplica-migration-adapter --source OUT_DIR/storage/paired-writer-migration.js
+`;
+
+const [diffPath, outDir, text] = await command(NAME, () => {
+    const { positionals } = readCommandLine(process.argv.slice(2), { options: {}, usage: USAGE, help: HELP, positionals: true });
+    if (positionals.length !== 2)
+        throw new UsageError(`${positionals.length < 2 ? "missing" : "too many"} arguments: give the seed's diff and the folder to write into; ${USAGE}`);
+    const [diff, out] = positionals;
+    try {
+        return [diff, out, fs.readFileSync(diff, "utf8")];
+    }
+    catch (error) {
+        throw new UsageError(`${diff}: cannot read it (${error.code ?? error.message}); name the reference seed's 001_*.txt`);
+    }
+});
+const lines = text.split("\n");
 const HUNK = /^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@/;
 const PREFIX = "package/dist/";
 const files = []; // {name, hunks: [{header, whole, count, body: []}]}
