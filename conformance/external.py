@@ -1,7 +1,10 @@
 """A ``Driver`` for an implementation in another process: the adapter protocol over pipes.
 
 ``SubprocessDriver(command)`` starts ``command`` (split with ``shlex``, no
-shell) with its standard input and output as pipes and speaks
+shell) with its standard input and output as pipes, in the caller's working
+directory (where the command was written) and with the caller's environment
+less its ``ENVREPLICA_*`` variables (``hermetic.child_env``: none of them
+reaches a process under test; ``env`` replaces it), and speaks
 docs/protocol.md section 5: one request as one JSON line, one response line
 back, in order. A reader thread turns the output into lines, so every wait
 for a response has a timeout (the first response of a process at least
@@ -78,7 +81,7 @@ import threading
 import time
 from typing import IO, Any, Optional, Sequence, Union
 
-from envreplica.conformance import answers
+from envreplica.conformance import answers, hermetic
 from envreplica.conformance.readback import STATE_TABLES
 
 __all__ = ["AdapterError", "ProtocolBreak", "SubprocessDriver", "DEFAULT_TIMEOUT", "START_TIMEOUT", "StateProbe", "STATE_ID_BASE",
@@ -229,7 +232,8 @@ class SubprocessDriver:
         try:
             self.proc = subprocess.Popen(
                 self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                cwd=cwd, env=env,  # buffered pipes: an unbuffered readline reads a byte per system call
+                cwd=cwd, env=hermetic.child_env() if env is None else env,
+                # buffered pipes: an unbuffered readline reads a byte per system call
             )
         except OSError as error:
             raise AdapterError(f"could not start the adapter {self.command!r}: {error}") from None

@@ -239,7 +239,10 @@ def run_lockstep(
     ``impl_factory`` None: the SQLite implementation in a scratch directory removed afterwards.
 
     The driver is built once and reused across examples (each example starts
-    with a ``reset``); it is rebuilt when it raised (a dead process). With
+    with a ``reset``); it is rebuilt when an in-process driver raised, or an
+    adapter's answer broke its definition. An adapter that broke (died,
+    stalled, an unreadable line, another id) ends the run instead
+    (``LockstepReport.adapter_failure``). With
     ``out_dir`` the shrunk failing example is written there as
     ``lockstep-VARIANT.jsonl`` and ``lockstep-VARIANT.itf.json``.
     ``settings`` defaults to ``lockstep_settings("dev")``; whatever is given,

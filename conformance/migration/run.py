@@ -29,6 +29,7 @@ import hypothesis
 from hypothesis import HealthCheck, Phase, Verbosity
 from hypothesis.stateful import run_state_machine_as_test
 
+from envreplica.conformance import hermetic
 from envreplica.conformance.external import AdapterFailure
 from envreplica.conformance.lockstep import literals
 from envreplica.conformance.lockstep.run import _shrink_budget
@@ -154,8 +155,17 @@ def run_migration_lockstep(profile: str = "ci", *, max_examples: Optional[int] =
                            minimize_replays: Optional[int] = None) -> MigrationLockstepReport:
     """Hold ``impl.paired`` (or ``shared``'s implementation: an ``AdapterShared``) to ``model.migration`` for
     ``profile``'s budget, a failure shrunk within ``shrink_calls`` and ``minimize_replays`` (default
-    ``SHRINK_CALLS`` and ``MINIMIZE_REPLAYS``, read when it runs); the report."""
+    ``SHRINK_CALLS`` and ``MINIMIZE_REPLAYS``, read when it runs); the report. Hermetic: this process's
+    ``ENVREPLICA_*`` variables are set aside while it runs (``conformance.hermetic``)."""
     settings = migration_settings(profile, max_examples=max_examples, step_count=step_count)
+    with hermetic.scrubbed_environ():  # thread invocations read this process's environment: none of the caller's
+        return _lockstep(profile, settings=settings, modes=modes, out_dir=out_dir, shared=shared,
+                         shrink_calls=shrink_calls, minimize_replays=minimize_replays)
+
+
+def _lockstep(profile: str, *, settings: hypothesis.settings, modes: Optional[Sequence[tuple[Mode, int]]],
+         out_dir: Optional[Path], shared: Optional[World], shrink_calls: Optional[int],
+         minimize_replays: Optional[int]) -> MigrationLockstepReport:
     own = shared is None
     shared = Shared() if shared is None else shared
     run = _Run(profile, modes or getattr(shared, "modes", None) or PROFILE_MODES.get(profile, PROFILE_MODES["ci"]),
