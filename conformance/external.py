@@ -129,7 +129,9 @@ class AdapterFailure(BaseException):
 #: or the migration's protocol nests ten deep; Python's own parser gives up near a thousand).
 MAX_NESTING = 100
 
-_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+# Built from str: a bytes literal of this module would join the lockstep's pool of drawn literals
+# (``lockstep.literals``), and one of a block's length would change the examples every run draws.
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"'.encode(), re.S)
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 
 
@@ -171,7 +173,7 @@ def decode_line(line: bytes) -> Any:
     return response
 
 
-def _shown(line: bytes, width: int = 120) -> str:
+def _shown(line: bytes, width: int = 160) -> str:
     """A line as the messages show it: its first ``width`` bytes (as a bytes literal), and its length if longer."""
     line = line.rstrip(b"\n")
     return repr(line[:width]) + (f"... ({len(line):,} bytes)" if len(line) > width else "")
