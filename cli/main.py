@@ -34,6 +34,7 @@ from typing import Optional
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -366,6 +367,10 @@ def _print_lockstep(report, out=console) -> None:
         return
     if tables:
         out.print(f"  {tables}", highlight=False, markup=False)
+    if getattr(report, "adapter_failure", None):
+        out.print(f"[bold red]ADAPTER FAILED[/] after {report.examples:,} examples, {report.steps:,} steps: nothing "
+                  f"after it was judged: {escape(report.adapter_failure)}", highlight=False)
+        return
     out.print(f"[bold red]DIVERGENCE[/] under variant {report.variant}: first seen after {report.found_after_examples} "
               f"examples ({report.found_after_seconds or 0:.1f} s, {report.found_steps} steps), shrunk to "
               f"{report.shrunk_steps} steps in {report.seconds:.1f} s in all")
@@ -390,6 +395,12 @@ def _outputs_writable(*files: Optional[str]) -> None:
             raise PermissionError(13, "its directory is not writable", file)
 
 
+def _adapter_rule(section: str = "5.1") -> str:
+    """What an adapter must do, said after "the adapter broke ...": the rule and what to do."""
+    return (f"an adapter answers every request with one line on standard output, a JSON object carrying the "
+            f"request's id (docs/protocol.md section {section}); fix the adapter and run the gate again")
+
+
 def _started_adapter(command: str, timeout: float):
     """The adapter, started and answering a ``reset`` with one JSON line (the lockstep's first driver), or
     ``UsageError`` (exit 2): a gate that could not run is not a divergence. What it answers is the lockstep's
@@ -403,7 +414,8 @@ def _started_adapter(command: str, timeout: float):
     except AdapterError as error:
         if driver is not None:
             driver.close()
-        raise UsageError(f"the adapter could not be run, so nothing was checked: {error}") from None
+        raise UsageError(f"the adapter could not be run, so nothing was checked: it broke on its first request "
+                         f"(`reset`): {error}; {_adapter_rule()}") from None
     return driver
 
 
@@ -422,9 +434,10 @@ def _migration_conformance(args) -> int:
     variant = MigrationVariant(args.variant)
     _outputs_writable(args.junit, getattr(args, "report", None))
     try:
-        shared = AdapterShared(args.adapter, variant, timeout=max(args.timeout, 30.0))
+        shared = AdapterShared(args.adapter, variant, timeout=args.timeout)
     except AdapterBroken as error:
-        raise UsageError(f"the adapter could not be run, so nothing was checked: {error}") from None
+        raise UsageError(f"the adapter could not be run, so nothing was checked: it broke on its first request "
+                         f"(`hello`): {error}; {_adapter_rule('11')}") from None
     decl = shared.decl
     fixes = ", ".join(sorted(f.value for f in shared.cfg.fixes)) or "none"
     faults = ", ".join(sorted(f.value for f in decl.faults)) or "none"
@@ -445,7 +458,8 @@ def _migration_conformance(args) -> int:
                       f"{report.moves_per_second:,.1f} moves/s; coverage {reached}/{total} required items"
                       + (f" (not reached at this budget: {', '.join(missing)})" if missing else ""), highlight=False)
     elif harness:
-        console.print(f"[bold red]ADAPTER FAILED[/]: nothing after it was judged: {report.divergence}", highlight=False)
+        console.print(f"[bold red]ADAPTER FAILED[/]: nothing after it was judged: {escape(report.divergence or '')}",
+                      highlight=False)
     else:
         console.print(f"[bold red]DIVERGENCE[/] ({report.key}) after {report.found_after_examples} examples"
                       + (f": {report.finding}" if report.finding else ""), highlight=False)
@@ -474,7 +488,10 @@ def _migration_conformance(args) -> int:
 
         page = write_migration_report(Path(args.report), report, decl, variant, args.adapter, shared.required)
         console.print(f"report: {page}")
-    if harness:  # one line on stderr, exit 2: a gate that could not run is not a divergence
+    if report.adapter_failure:  # one line on stderr, exit 2: an adapter that broke is not a divergence
+        raise UsageError(f"{report.adapter_failure}; nothing after it was judged (not a verdict); "
+                         f"{_adapter_rule('11')}")
+    if harness:
         raise UsageError(f"the adapter failed during the run, so nothing after it was judged: {report.divergence}")
     return 0 if report.ok else 1
 
@@ -487,7 +504,7 @@ def cmd_conformance(args) -> int:
         return _migration_conformance(args)
 
     from envreplica.conformance.drivers import ModelDriver
-    from envreplica.conformance.external import AdapterError, SubprocessDriver
+    from envreplica.conformance.external import AdapterError, AdapterFailure, SubprocessDriver
     from envreplica.conformance.junit import JUnitCase, case_from_report, write_junit
     from envreplica.conformance.lockstep import (
         format_steps,
@@ -516,17 +533,28 @@ def cmd_conformance(args) -> int:
             requests = read_requests(path)
             if not requests or not isinstance(requests[0], dict) or requests[0].get("op") != "reset":
                 requests = [{"id": 0, "op": "reset"}] + requests  # every trace starts from a fresh replica
+            name = f"trace {path.name}"
             try:
                 if impl is None:
-                    impl = SubprocessDriver(args.adapter, timeout=args.timeout)
-                steps, divergence = replay_steps(requests, impl, ModelDriver(variant))
-            except AdapterError as error:
-                steps, divergence = [], {"index": 0, "reason": str(error)}
+                    try:
+                        impl = SubprocessDriver(args.adapter, timeout=args.timeout)
+                    except AdapterError as error:
+                        raise AdapterFailure(f"the start of the adapter for saved trace {path.name}", str(error))
+                steps, divergence = replay_steps(requests, impl, ModelDriver(variant),
+                                                 adapter_failures=f"saved trace {path.name}")
+            except AdapterFailure as broke:  # the run stops: the cases so far, this one an error; exit 2
+                if impl is not None:
+                    impl.close()
+                cases.append(JUnitCase(name=name, classname="envreplica.conformance.traces",
+                                       seconds=time.perf_counter() - started, failure=str(broke),
+                                       message=str(broke), error=True))
+                if args.junit:
+                    console.print(f"JUnit XML written to [bold]{write_junit(args.junit, cases)}[/]")
+                raise UsageError(f"{broke}; nothing after it was judged (not a verdict); {_adapter_rule()}") from None
             if impl is not None and not impl.alive:
                 impl.close()
                 impl = None
             seconds = time.perf_counter() - started
-            name = f"trace {path.name}"
             if divergence is None:
                 console.print(f"[green]agree[/]   {path} ({len(steps)} requests)")
                 summary.add_row(name, _verdict(True), "", str(len(steps)), "", f"{seconds:.1f}")
@@ -558,7 +586,8 @@ def cmd_conformance(args) -> int:
             unused.close()
     _print_lockstep(report)
     failed = failed or not report.ok
-    summary.add_row(f"lockstep {variant.value}", _verdict(report.ok), f"{report.examples:,}", f"{report.steps:,}",
+    verdict = "[bold red]ADAPTER FAILED[/]" if report.adapter_failure else _verdict(report.ok)
+    summary.add_row(f"lockstep {variant.value}", verdict, f"{report.examples:,}", f"{report.steps:,}",
                     f"{report.steps_per_second:,.0f}", f"{report.seconds:.1f}")
     cases.append(case_from_report(f"lockstep[{variant.value}]", report))
     missing = print_coverage(report.coverage, console, title="lockstep coverage")
@@ -573,6 +602,8 @@ def cmd_conformance(args) -> int:
         from envreplica.report import write_conformance_report
 
         console.print(f"report written to [bold]{write_conformance_report(args, report, cases)}[/]")
+    if report.adapter_failure:  # one line on stderr, exit 2: an adapter that broke is not a divergence
+        raise UsageError(f"{report.adapter_failure}; nothing after it was judged (not a verdict); {_adapter_rule()}")
     console.print("[bold red]FAIL[/]: the implementation parts from the model" if failed
                   else f"[bold green]PASS[/]: the implementation agrees with the model (variant {variant.value})")
     return 1 if failed else 0

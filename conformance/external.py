@@ -1,7 +1,10 @@
 """A ``Driver`` for an implementation in another process: the adapter protocol over pipes.
 
 ``SubprocessDriver(command)`` starts ``command`` (split with ``shlex``, no
-shell) with its standard input and output as pipes and speaks
+shell) with its standard input and output as pipes, in the caller's working
+directory (where the command was written) and with the caller's environment
+less its ``ENVREPLICA_*`` variables (``hermetic.child_env``: none of them
+reaches a process under test; ``env`` replaces it), and speaks
 docs/protocol.md section 5: one request as one JSON line, one response line
 back, in order. A reader thread turns the output into lines, so every wait
 for a response has a timeout (the first response of a process at least
@@ -10,9 +13,17 @@ the process's standard error is kept (its last lines) to explain a failure.
 
 Failures raise ``AdapterError`` (a ``RuntimeError``) with what happened and
 what the process said on standard error: the process could not start, died
-(with its exit status), took longer than the timeout to answer, or wrote a
-line that is not a JSON object. After any of these the process can no
-longer be trusted to stay in step, so the lockstep starts a fresh one.
+(with its exit status), took longer than the timeout to answer, wrote a
+line that is not UTF-8, not JSON, not a JSON object, or nested deeper than
+``MAX_NESTING`` arrays and objects (read with a depth guard: no answer of
+either protocol nests ten deep, and a deeper one is refused before it is
+parsed, never a ``RecursionError``), or answered with an id other than its
+request's (section 5.1: a request with an integer id is answered with that
+id; ``null`` for any other). ``error.request`` is the number of the request
+to this process (from 1). After any of these the process can no longer be
+trusted to stay in step: a conformance run stops there (``AdapterFailure``),
+exit 2 from the command line, naming the move that broke; it is never a
+divergence, and the adapter is never restarted to go on.
 
 **Every answer is held to its op's response definition** (docs/protocol.md
 section 9; ``conformance.answers``): a ``page`` answer must be a
@@ -63,13 +74,14 @@ from __future__ import annotations
 import collections
 import json
 import queue
+import re
 import shlex
 import subprocess
 import threading
 import time
 from typing import IO, Any, Optional, Sequence, Union
 
-from envreplica.conformance import answers
+from envreplica.conformance import answers, hermetic
 from envreplica.conformance.readback import STATE_TABLES
 
 __all__ = ["AdapterError", "ProtocolBreak", "SubprocessDriver", "DEFAULT_TIMEOUT", "START_TIMEOUT", "StateProbe", "STATE_ID_BASE",
@@ -86,6 +98,91 @@ _EOF = object()
 
 class AdapterError(RuntimeError):
     """The external adapter did not answer a request with one JSON line."""
+
+    #: The request to this process it failed on (from 1; 0: before any, e.g. it could not start).
+    request: int = 0
+
+
+class AdapterFailure(BaseException):
+    """An adapter failed mid-run (an ``AdapterError`` that is not a ``ProtocolBreak``, or, for the migration
+    protocol, an error answer): nothing after it can be judged, so the run stops at once, exit 2.
+
+    A ``BaseException`` on purpose, like ``KeyboardInterrupt``: Hypothesis takes every ``Exception`` raised in
+    an example for a failure to shrink and replay, and replaying examples on an adapter that broke gives
+    answers that depend on when it broke, not on the example (Hypothesis's "Flaky" verdict, exit 1). This one
+    passes through Hypothesis untouched to the run, which reports it (``LockstepReport.adapter_failure``,
+    ``MigrationLockstepReport.adapter_failure``). ``where`` names the move (or step, or request) that broke,
+    ``what`` what broke, ``request`` the request to the adapter process (from 1; 0: unknown)."""
+
+    def __init__(self, where: str, what: str, request: int = 0) -> None:
+        super().__init__(where, what, request)
+        self.where = where
+        self.what = what
+        self.request = request
+
+    def __str__(self) -> str:
+        counted = f", request {self.request} to the adapter process" if self.request else ""
+        return f"the adapter broke on {self.where}{counted}: {self.what}"
+
+
+#: How deep an answer line may nest arrays and objects before it is refused unread (no answer of the replica's
+#: or the migration's protocol nests ten deep; Python's own parser gives up near a thousand).
+MAX_NESTING = 100
+
+# Built from str: a bytes literal of this module would join the lockstep's pool of drawn literals
+# (``lockstep.literals``), and one of a block's length would change the examples every run draws.
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"'.encode(), re.S)
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+def nesting_depth(line: bytes, most: int = MAX_NESTING) -> int:
+    """How deep ``line`` nests arrays and objects (strings left out), counted up to ``most`` + 1 at most:
+    a guard that runs before the line is parsed. A line with ``most`` brackets or fewer is not scanned."""
+    if line.count(b"[") + line.count(b"{") <= most:
+        return 0
+    depth = 0
+    for byte in _JSON_STRING.sub(b"", line).translate(None, _NOT_BRACKETS):
+        if byte in b"[{":
+            depth += 1
+            if depth > most:
+                return depth
+        else:
+            depth -= 1
+    return 0
+
+
+def decode_line(line: bytes) -> Any:
+    """One answer line as JSON, or ``AdapterError`` saying what is wrong with it: not UTF-8, nested deeper than
+    ``MAX_NESTING`` (refused before it is parsed), not JSON, not a JSON object."""
+    shown = _shown(line)
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise AdapterError(f"the adapter wrote a line that is not UTF-8 (byte 0x{line[error.start]:02x} at "
+                           f"offset {error.start}): {shown}") from None
+    if nesting_depth(line) > MAX_NESTING:
+        raise AdapterError(f"the adapter wrote a line nested deeper than {MAX_NESTING} arrays and objects, "
+                           f"left unread (no answer of the protocol nests ten deep): {shown}")
+    try:
+        response = json.loads(text)
+    except (ValueError, RecursionError):
+        raise AdapterError(f"the adapter wrote a line that is not JSON: {shown} (one JSON object per line is "
+                           f"expected on standard output; logs belong on standard error)") from None
+    if not isinstance(response, dict):
+        raise AdapterError(f"the adapter answered {shown}, not a JSON object")
+    return response
+
+
+def _shown(line: bytes, width: int = 160) -> str:
+    """A line as the messages show it: its first ``width`` bytes (as a bytes literal), and its length if longer."""
+    line = line.rstrip(b"\n")
+    return repr(line[:width]) + (f"... ({len(line):,} bytes)" if len(line) > width else "")
+
+
+def expected_id(request: Any) -> Any:
+    """The id an answer to ``request`` carries (section 5.1): its integer ``id``, else ``null``."""
+    rid = request.get("id") if isinstance(request, dict) else None
+    return rid if type(rid) is int else None
 
 
 class ProtocolBreak(AdapterError):
@@ -137,7 +234,8 @@ class SubprocessDriver:
         try:
             self.proc = subprocess.Popen(
                 self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                cwd=cwd, env=env,  # buffered pipes: an unbuffered readline reads a byte per system call
+                cwd=cwd, env=hermetic.child_env() if env is None else env,
+                # buffered pipes: an unbuffered readline reads a byte per system call
             )
         except OSError as error:
             raise AdapterError(f"could not start the adapter {self.command!r}: {error}") from None
@@ -196,7 +294,16 @@ class SubprocessDriver:
         return None if line is _EOF else line
 
     def handle(self, request: Any) -> dict:
-        """Send one request line; return the decoded response line."""
+        """Send one request line; return the decoded response line (``AdapterError``, its ``request`` the
+        number of this request, when the adapter does not answer it with one)."""
+        attempted = self.requests + 1
+        try:
+            return self._exchange(request)
+        except AdapterError as error:
+            error.request = error.request or attempted
+            raise
+
+    def _exchange(self, request: Any) -> dict:
         data = (json.dumps(request, separators=(",", ":"), ensure_ascii=True) + "\n").encode("utf-8")
         if self.proc.poll() is not None:
             raise self._died("waiting for a request")
@@ -216,14 +323,12 @@ class SubprocessDriver:
                 f"{data[:200].decode('utf-8', 'replace').rstrip()}): {self.command}") from None
         if line is _EOF:
             raise self._died("answering a request")
-        try:
-            response = json.loads(line)
-        except ValueError:
-            raise AdapterError(
-                f"the adapter wrote a line that is not JSON: {line[:200]!r} (one JSON object per line is "
-                f"expected on standard output; logs belong on standard error)") from None
-        if not isinstance(response, dict):
-            raise AdapterError(f"the adapter answered {line[:200]!r}, not a JSON object")
+        response = decode_line(line)
+        want = expected_id(request)
+        if want is not None and (type(response.get("id")) is not int or response["id"] != want):
+            raise AdapterError(f"the answer's id is {json.dumps(response.get('id'))[:40]}, expected {want} (section "
+                               f"5.1: an answer carries its request's integer id; the adapter is out of step): "
+                               f"{self.command}")
         if self.check_answers:
             self._hold(request, response)
         return response

@@ -4,8 +4,9 @@ One ``<testsuite>`` per file; one ``<testcase>`` per run (a lockstep run under
 one variant, or the replay of one saved trace). A failing case holds a
 ``<failure>`` whose ``message`` is the divergence in one line and whose text
 is the readable shrunk trace (and where the JSON-lines / ITF files were
-written). Written with ``xml.etree.ElementTree``; the coverage table goes in
-``<system-out>`` of the suite.
+written). A run whose adapter broke (``adapter_failure``: no verdict) is an
+``<error>``, not a ``<failure>``. Written with ``xml.etree.ElementTree``; the
+coverage table goes in ``<system-out>`` of the suite.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ def case_from_report(name: str, report, classname: str = "envreplica.conformance
         if getattr(report, "itf_path", None) is not None:
             failure += f"\nITF trace: {report.itf_path}"
     return JUnitCase(name=name, classname=classname, seconds=report.seconds, failure=failure,
-                     message=getattr(report, "divergence", None) if not report.ok else None, output=output)
+                     message=getattr(report, "divergence", None) if not report.ok else None, output=output,
+                     error=bool(getattr(report, "adapter_failure", None)))  # the adapter broke: not a verdict
 
 
 def _clean(text: str) -> str:

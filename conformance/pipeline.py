@@ -20,7 +20,8 @@ count: one JSON object per line; its ``id`` the request's integer ``id``
 ``envreplica replay`` numbers steps; ``error.index`` is 0-based), what was
 expected and what came, and the end of the adapter's standard error: the
 adapter died or closed its output before answering every request, answered
-out of order (a wrong ``id``), wrote a line that is not a JSON object, or
+out of order (a wrong ``id``), wrote a line that is not a JSON object (or
+one nested deeper than ``external.MAX_NESTING``, refused unread), or
 gave no answer for ``timeout`` seconds. The process is killed on any of
 these.
 
@@ -61,7 +62,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence, Union
 
-from envreplica.conformance.external import DEFAULT_TIMEOUT, AdapterError, SubprocessDriver
+from envreplica.conformance.external import (DEFAULT_TIMEOUT, MAX_NESTING, AdapterError, SubprocessDriver,
+                                             nesting_depth)
 
 __all__ = ["PipelineResult", "pipelined", "round_trip", "DEFAULT_WINDOW", "AdapterError"]
 
@@ -111,9 +113,12 @@ def _error(index: int, total: int, text: str, command: str, stderr: str = "") ->
 
 def _decode(line: bytes, request: Any, index: int, total: int, command: str, stderr) -> dict:
     """One answer line, held to section 5's framing: a JSON object carrying the request's id."""
+    if nesting_depth(line) > MAX_NESTING:  # refused unread: never a RecursionError
+        raise _error(index, total, f"the answer nests deeper than {MAX_NESTING} arrays and objects: "
+                                   f"{_brief(line)!r} (no answer of the protocol nests ten deep)", command, stderr())
     try:
         response = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise _error(index, total, f"the answer is not JSON: {_brief(line)!r} (section 5: one JSON object per "
                                    f"line on standard output; logs belong on standard error)",
                      command, stderr()) from None

@@ -11,7 +11,11 @@ tests. The item runs the lockstep of ``envreplica.conformance.lockstep``
 (what ``envreplica conformance --adapter CMD`` runs) against
 ``SubprocessDriver(CMD)``: it passes when the implementation agrees with the
 model; it fails with the shrunk divergence as readable steps and the paths of
-its JSON-lines and ITF traces (no Python traceback: ``repr_failure``).
+its JSON-lines and ITF traces (no Python traceback: ``repr_failure``). An
+adapter that breaks (it dies, stalls past the timeout, writes a line that is
+not a JSON object, answers another id) fails it at once with one paragraph
+naming the step that broke ("ADAPTER FAILED"): nothing after it is judged or
+shrunk.
 
 The items are added by ``pytest_collection_modifyitems`` (``tryfirst``, so
 ``-k`` / ``-m`` / ``--deselect`` still apply to them) under a ``Collector``
@@ -167,7 +171,8 @@ class ConformanceItem(pytest.Item):
                            ("seconds", round(report.seconds, 3))):
             self.user_properties.append((f"envreplica_{key}", value))
         missing = report.coverage.unreached()
-        verdict = "no divergence" if report.ok else "ADAPTER ERROR" if _never_ran(report) else "DIVERGENCE"
+        verdict = ("no divergence" if report.ok else "ADAPTER ERROR" if _never_ran(report)
+                   else "ADAPTER FAILED" if report.adapter_failure else "DIVERGENCE")
         summary = (f"{self.nodeid}: {verdict} in {report.examples:,} "
                    f"examples, {report.steps:,} steps ({report.steps_per_second:,.0f} steps/s, "
                    f"{report.seconds:.1f} s); coverage: {len(missing)} reachable items not reached")
@@ -184,6 +189,9 @@ class ConformanceItem(pytest.Item):
         if _never_ran(report):
             return (f"the adapter could not be run (variant {report.variant}), so nothing was compared: "
                     f"{report.divergence}\n  command: {command}")
+        if report.adapter_failure:  # it broke mid-run: not a verdict, nothing after it judged or shrunk
+            return (f"the adapter broke (variant {report.variant}), so nothing after it was judged: "
+                    f"{report.adapter_failure}\n  command: {command}")
         lines = [f"the implementation parts from the envreplica model (variant {report.variant}): "
                  f"{report.divergence}"]
         if report.found_after_examples is not None:
@@ -228,7 +236,8 @@ class ConformanceItem(pytest.Item):
 
 def _never_ran(report) -> bool:
     """The adapter failed before answering anything (it could not start, or died at once)."""
-    return not report.ok and report.steps == 0 and (report.divergence or "").startswith("AdapterError")
+    return not report.ok and report.steps == 0 and (bool(getattr(report, "adapter_failure", None))
+                                                    or (report.divergence or "").startswith("AdapterError"))
 
 
 def write_html_report(path: Path, report, command: str, variant: str, timeout: float) -> str:

@@ -334,13 +334,14 @@ def test_receipt_macs_are_held_as_names(tmp_path):
     assert divergence is None, divergence
 
 
-def test_adapter_without_state_falls_back_to_responses(tmp_path, monkeypatch, capsys):
+def test_adapter_without_state_falls_back_to_responses(tmp_path, capsys):
     """Without the test key the adapter answers ``state`` unsupported: the run holds its responses only,
-    and says so."""
+    and says so. Its key is in its command: the caller's exported one would not reach it (docs/gate.md)."""
     from envreplica.conformance.lockstep import lockstep_settings, run_lockstep
 
-    monkeypatch.setenv("ENVREPLICA_MASTER_KEY", bytes(range(7, 39)).hex())
-    command = f"{PY} -m envreplica.conformance.adapter --impl sqlite --db {shlex.quote(str(tmp_path / 'k.db'))}"
+    key = bytes(range(7, 39)).hex()
+    command = (f"env ENVREPLICA_MASTER_KEY={key} {PY} -m envreplica.conformance.adapter --impl sqlite "
+               f"--db {shlex.quote(str(tmp_path / 'k.db'))}")
     with SubprocessDriver(command) as driver:
         answer = driver.handle({"id": 1, "op": "state"})
     assert answer["ok"] is False and answer["error"]["type"] == "unsupported"

@@ -102,6 +102,16 @@ def test_a_line_that_is_not_json_is_caught():
         pipelined(listy, REQUESTS)
 
 
+def test_an_answer_nested_100000_deep_is_refused_unread():
+    """JSON nested 100,000 arrays deep: refused before it is parsed (never a ``RecursionError``), both ways."""
+    deep = _fake("if n == 3: print('{\"id\": %d, \"ok\": true, \"result\": %s%s}' % (req['id'], '[' * 100000, "
+                 "']' * 100000), flush=True)\nelse: answer(req['id'])")
+    with pytest.raises(AdapterError, match=r"request #3 of 40: the answer nests deeper than 100 arrays"):
+        pipelined(deep, REQUESTS)
+    with pytest.raises(AdapterError, match=r"request #3 of 40: the adapter wrote a line nested deeper than 100"):
+        round_trip(deep, REQUESTS)
+
+
 def test_silence_times_out_and_extra_answers_are_caught():
     silent = _fake("if n == 2: __import__('time').sleep(60)\nanswer(req['id'])")
     with pytest.raises(AdapterError, match=r"request #2 of 40: no answer within 0.5 s"):

@@ -122,6 +122,23 @@ def test_divergent_adapter_fails_with_the_shrunk_steps(project, tmp_path):
     assert result.ret == pytest.ExitCode.TESTS_FAILED
 
 
+def test_an_adapter_that_breaks_mid_run_fails_naming_the_step(project):
+    """An adapter that exits at its first ``delivery`` (``tests/broken_adapters.py``): the item fails at once with
+    one paragraph naming the step and what broke, not as a divergence, never Hypothesis's "Flaky"."""
+    proxy = Path(__file__).with_name("broken_adapters.py")
+    command = shlex.join([sys.executable, str(proxy), "exit", "op:delivery", "--", sys.executable, "-m",
+                          "envreplica.cli.main", "adapter", "--impl", "model"])
+    result = project.runpytest_subprocess("-p", "no:cacheprovider", "--envreplica-adapter", command,
+                                          "--envreplica-max-examples", "6", "test_own.py::test_own")
+    out = result.stdout.str()
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([
+        "the adapter broke (variant fixed), so nothing after it was judged: the adapter broke on step #* "
+        "(`delivery`) of example *, request * to the adapter process: the adapter exited with status 1*",
+        "*envreplica::conformance?fixed?: ADAPTER FAILED in * examples*"])
+    assert "Traceback" not in out and "Flaky" not in out and "DIVERGENCE" not in out, out
+
+
 def test_items_follow_selection_and_variants(project):
     args = ("-p", "no:cacheprovider", "--collect-only", "-q", "--envreplica-adapter", OWN_ADAPTER,
             "--envreplica-variant", "fixed", "--envreplica-variant", "seed")
@@ -141,7 +158,7 @@ def test_adapter_that_cannot_start_fails_in_one_paragraph(project):
                                           "--envreplica-max-examples", "3", "test_own.py::test_own")
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["the adapter could not be run (variant fixed), so nothing was compared: "
-                                 "AdapterError: could not start the adapter '/nonexistent/adapter'*",
+                                 "*could not start the adapter '/nonexistent/adapter'*",
                                  "*envreplica::conformance?fixed?: ADAPTER ERROR in 0 examples*"])
     assert "Traceback" not in result.stdout.str()
 

@@ -140,13 +140,20 @@ def _check_tables(model: Any, impl: Any, probe: Any) -> Optional[str]:
     """An external implementation's tables (its ``state`` answer) against the model's, table by table.
 
     ``probe`` is the run's ``external.StateProbe`` (None: not an external
-    implementation, or state checks off). A dead or garbled adapter is a
+    implementation, or state checks off). An adapter that does not answer
+    with one JSON object line (``external.AdapterError``: it died, stalled,
+    wrote a line it should not) raises it, for the caller to stop the run
+    (``external.AdapterFailure``); any other failure of the read is a
     divergence, not a harness crash.
     """
+    from envreplica.conformance.external import AdapterError
+
     if probe is None:
         return None
     try:
         return probe.check(model, impl)
+    except AdapterError:
+        raise
     except Exception as error:
         return f"state request failed: {type(error).__name__}: {error}"
 

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from envreplica.conformance.drivers import Driver
-from envreplica.conformance.external import GENERATED_EXTENSIONS, StateProbe, probe_extensions
+from envreplica.conformance.external import (GENERATED_EXTENSIONS, AdapterError, AdapterFailure, ProtocolBreak,
+                                             StateProbe, probe_extensions)
 from envreplica.conformance.lockstep.coverage import LockstepCoverage
 from envreplica.spec.variants import Variant
 
@@ -85,15 +86,30 @@ class _Run:
         return "tables: read back in process from the implementation's replica after each step"
 
     def driver(self) -> Driver:
+        """The implementation's driver, built when there is none (the first example, or after ``discard``).
+        An external adapter that cannot be started, or breaks on the extension probe, is ``AdapterFailure``:
+        the run stops."""
         if self._driver is None:
-            driver = self.impl_factory()
+            try:
+                driver = self.impl_factory()
+            except AdapterError as error:
+                raise AdapterFailure(f"the start of an adapter process for example {self.examples + 1}", str(error),
+                                     error.request) from None
             if getattr(driver, "state_by_request", False):
                 self.external = self.state_check
                 if not self._probed:  # out of band, before its first example (which starts with a reset)
                     try:
                         self.offers = probe_extensions(driver)
                         self._probed = True
-                    except Exception:  # a dead adapter: its first step reports it (with its standard error)
+                    except ProtocolBreak:  # an answer the generated steps will hold to its definition
+                        pass
+                    except AdapterError as error:
+                        with contextlib.suppress(Exception):
+                            getattr(driver, "close")()  # a SubprocessDriver (``state_by_request``) closes
+                        raise AdapterFailure("the extension probe (`reset`, `ready`, `diagnostics`, a `page` with "
+                                             "`crashAfterCommit`) before the first example", str(error),
+                                             error.request) from None
+                    except Exception:  # the probe's own trouble: the extensions are generated, and held as asked
                         pass
             self._driver = driver
         return self._driver

@@ -6,6 +6,14 @@ implementation; the responses must agree and the state checks pass
 (``compare``). ``_TracingModel`` is the model driver reporting each gate
 move for coverage. How a run is set up, shrunk, minimized and reported is
 in ``run``.
+
+An external adapter that breaks (``external.AdapterError`` other than a
+``ProtocolBreak``: it died, stalled past the timeout, wrote a line that is
+not a JSON object, answered another id) on a step or on the ``state`` read
+after one raises ``external.AdapterFailure`` naming the step and example:
+the run stops there (``run.run_lockstep``), never a divergence, and the
+adapter is not restarted. An answer that breaks its op's definition
+(``ProtocolBreak``) is the implementation's answer: a divergence.
 """
 
 from __future__ import annotations
@@ -20,7 +28,7 @@ import hypothesis
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 
 from envreplica.conformance.drivers import CRASH_FIELD, OPS, ModelDriver
-from envreplica.conformance.external import ProtocolBreak
+from envreplica.conformance.external import AdapterError, AdapterFailure, ProtocolBreak
 from envreplica.conformance.lockstep.compare import _check_state, _check_tables, change_mark, compare_responses
 from envreplica.conformance.lockstep.context import _Run
 from envreplica.conformance.lockstep.coverage import (
@@ -222,10 +230,23 @@ class LockstepMachine(RuleBasedStateMachine):
 
     def _check_tables(self) -> Optional[str]:
         """An external implementation's tables against the model's (out of band: not a step)."""
-        reason = _check_tables(self.model, self.impl, self.ctx.probe(self.impl))
+        try:
+            reason = _check_tables(self.model, self.impl, self.ctx.probe(self.impl))
+        except AdapterError as error:
+            last = self.steps[-1]["request"] if self.steps else {}
+            raise self._adapter_broke(error, f"the `state` read after {self._step_name(len(self.steps), last)}")
         if reason is not None and getattr(self.impl, "alive", True) is False:
             self.impl_dead = True
         return reason
+
+    def _step_name(self, number: int, request: Any) -> str:
+        op = request.get("op") if isinstance(request, dict) else None
+        return f"step #{number} (`{op}`) of example {self.ctx.examples + 1}"
+
+    def _adapter_broke(self, error: AdapterError, where: str) -> AdapterFailure:
+        """The adapter broke at ``where``: not trusted again (the run stops; the teardown asks it nothing)."""
+        self.impl_dead = True
+        return AdapterFailure(where, str(error), error.request)
 
     def _ffwd_scales(self) -> tuple[int, ...]:
         """How far this example's fast-forwards may go: past 100 and past 1,000 only while this run has
@@ -289,6 +310,8 @@ class LockstepMachine(RuleBasedStateMachine):
             diverging = broke.diverging(model_response)
             self.impl_dead = self.impl_dead or diverging is None
             impl_response = diverging or {"driver-error": f"{type(broke).__name__}: {broke}"}
+        except AdapterError as error:  # an adapter that broke: the run stops here (exit 2), not a divergence
+            raise self._adapter_broke(error, self._step_name(len(self.steps) + 1, request)) from None
         except Exception as error:
             self.impl_dead = True  # a driver that raised is not trusted again: the next example starts a fresh one
             impl_response = {"driver-error": f"{type(error).__name__}: {error}"}

@@ -12,6 +12,14 @@ and ``DATA_GUARD_SECONDS`` only stop a hang.
 All are read here when a run needs them: patch them on this module
 (``envreplica.conformance.lockstep.run``).
 ``replay_steps`` / ``replay_requests`` send saved requests to both sides.
+
+An external adapter that breaks (``external.AdapterFailure``: it died,
+stalled, wrote a line that is not a JSON object, answered another id; the
+machine raises it, and Hypothesis lets it through) stops the run where it
+broke, whether Hypothesis was generating or shrinking, or the step deletion
+or the data pass replaying: ``LockstepReport.adapter_failure`` names the step
+and what broke (exit 2 from the command line); nothing is shrunk or replayed
+after it, and a divergence seen before it is named beside it.
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ from hypothesis import HealthCheck, Phase, Verbosity
 from hypothesis.stateful import run_state_machine_as_test
 
 from envreplica.conformance.drivers import Driver, ModelDriver
-from envreplica.conformance.external import ProtocolBreak, StateProbe
+from envreplica.conformance.external import AdapterError, AdapterFailure, ProtocolBreak, StateProbe
 from envreplica.conformance.lockstep import literals, rename
 from envreplica.conformance.lockstep.compare import _check_state, _check_tables, _roundtrip, compare_responses
 from envreplica.conformance.lockstep.context import _Run
@@ -210,6 +218,8 @@ class LockstepReport:
     extensions: str = ""
     checks: int = 0  # state read-backs compared with the model's
     checks_skipped: int = 0  # read-backs skipped because neither side had written since the last
+    #: The adapter broke (``external.AdapterFailure``): where and what, one line; the run stopped there.
+    adapter_failure: Optional[str] = None
 
     @property
     def steps_per_second(self) -> float:
@@ -229,7 +239,10 @@ def run_lockstep(
     ``impl_factory`` None: the SQLite implementation in a scratch directory removed afterwards.
 
     The driver is built once and reused across examples (each example starts
-    with a ``reset``); it is rebuilt when it raised (a dead process). With
+    with a ``reset``); it is rebuilt when an in-process driver raised, or an
+    adapter's answer broke its definition. An adapter that broke (died,
+    stalled, an unreadable line, another id) ends the run instead
+    (``LockstepReport.adapter_failure``). With
     ``out_dir`` the shrunk failing example is written there as
     ``lockstep-VARIANT.jsonl`` and ``lockstep-VARIANT.itf.json``.
     ``settings`` defaults to ``lockstep_settings("dev")``; whatever is given,
@@ -247,9 +260,30 @@ def run_lockstep(
                 run_state_machine_as_test(machine, settings=_effective_settings(settings))
         except Exception as exc:  # a divergence, a driver crash, or Flaky
             error = exc
-        return _report(run, error, started)
+        except AdapterFailure as broke:  # the adapter broke: nothing after it is judged, nothing shrunk
+            return _broken_report(run, broke, started)
+        try:
+            return _report(run, error, started)
+        except AdapterFailure as broke:  # it broke while the divergence was being minimized
+            return _broken_report(run, broke, started)
     finally:
         run.close()
+
+
+def _broken_report(run: _Run, broke: AdapterFailure, started: float) -> LockstepReport:
+    """The report of a run the adapter stopped: no verdict; where it broke and what broke, and a divergence
+    seen before it (its first, unshrunk trace, when ``out_dir`` was given)."""
+    text = str(broke)
+    if run.failure is not None:
+        text += f" (a divergence was seen before it broke, not shrunk: {run.failure['reason']}"
+        text += f"; its trace: {run.trace_path})" if run.trace_path is not None else ")"
+    report = LockstepReport(ok=False, examples=run.examples, steps=run.steps, seconds=time.perf_counter() - started,
+                            coverage=run.coverage, variant=run.variant.value, tables=run.tables(),
+                            extensions=run.extensions(), checks=run.checks, checks_skipped=run.checks_skipped,
+                            failure=text, divergence=text, adapter_failure=text)
+    if run.first_failure is not None:
+        report.found_after_examples, report.found_after_seconds, report.found_steps = run.first_failure
+    return report
 
 
 def _report(run: _Run, error: Optional[BaseException], started: float) -> LockstepReport:
@@ -464,7 +498,8 @@ def _replay_candidate(run: _Run, requests: list, quiet: Collection) -> Optional[
     try:
         impl = run.driver()
         got, divergence = replay_steps(requests, impl, ModelDriver(run.variant), variant=run.variant,
-                                       state_check=run.state_check, probe=run.probe(impl), defer=quiet)
+                                       state_check=run.state_check, probe=run.probe(impl), defer=quiet,
+                                       adapter_failures="a replay while shrinking")
     except Exception:
         run.discard()
         return None
@@ -735,11 +770,16 @@ def _shrink_data(run: _Run, steps: list, reason: str, quiet: Collection) -> tupl
 
 def replay_steps(requests: Sequence[Any], impl: Driver, model: Driver, *, variant: Optional[Variant] = None,
                  state_check: bool = True, stop: bool = True,
-                 probe: Optional[StateProbe] = None, defer: Collection = ()) -> tuple[list[dict], Optional[dict]]:
+                 probe: Optional[StateProbe] = None, defer: Collection = (),
+                 adapter_failures: Optional[str] = None) -> tuple[list[dict], Optional[dict]]:
     """Send each request to both drivers; (steps so far, first divergence or None).
 
     The state checks after a request whose ``id`` is in ``defer`` (a fast-forward's deliveries) wait
     for the next request checked; the last request always is.
+
+    An external adapter that breaks (``external.AdapterError``, not a ``ProtocolBreak``) is a divergence
+    (its step answered ``driver-error``), unless ``adapter_failures`` names the replay (``"saved trace
+    x.jsonl"``): it then raises ``external.AdapterFailure`` naming the step of that replay.
 
     An external implementation (``state_by_request``) has its tables read with
     the ``state`` op after each step and held table by table against the
@@ -753,10 +793,16 @@ def replay_steps(requests: Sequence[Any], impl: Driver, model: Driver, *, varian
     first = None
     for index, request in enumerate(requests, 1):
         m = model.handle(_roundtrip(request))
+        op = request.get("op") if isinstance(request, dict) else None
         try:
             i = impl.handle(_roundtrip(request))
         except ProtocolBreak as broke:  # an answer that breaks its definition: a divergence from the model's first
             i = broke.diverging(m) or {"driver-error": f"{type(broke).__name__}: {broke}"}
+        except AdapterError as error:
+            if adapter_failures:
+                raise AdapterFailure(f"step #{index} (`{op}`) of {adapter_failures}", str(error),
+                                     error.request) from None
+            i = {"driver-error": f"{type(error).__name__}: {error}"}
         except Exception as error:
             i = {"driver-error": f"{type(error).__name__}: {error}"}
         steps.append({"request": request, "model": m, "impl": i})
@@ -767,7 +813,13 @@ def replay_steps(requests: Sequence[Any], impl: Driver, model: Driver, *, varian
         if reason is None and checked:
             reason = _check_state(model, impl, variant, state_check)
         if reason is None and checked and "driver-error" not in i:
-            reason = _check_tables(model, impl, probe)
+            try:
+                reason = _check_tables(model, impl, probe)
+            except AdapterError as error:
+                if adapter_failures:
+                    raise AdapterFailure(f"the `state` read after step #{index} (`{op}`) of {adapter_failures}",
+                                         str(error), error.request) from None
+                reason = f"state request failed: {type(error).__name__}: {error}"
         if reason is not None and first is None:
             first = {"index": index, "request": request, "model": m, "impl": i, "reason": reason}
             if stop:

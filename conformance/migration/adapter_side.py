@@ -8,6 +8,12 @@ read as the lockstep's ``Outcome``, ``observe`` after every move read as the ``O
 compared with. The numbers of the live invocations and the last step each took are the harness's own (from
 the events), as ``RealSide`` keeps them.
 
+An adapter that fails (it exits, stalls past the timeout, writes a line that is not a JSON object, answers
+another id or an error, or an answer the harness cannot read) is broken for the rest of the run, never
+restarted; the real side raises ``AdapterFailure`` naming the move (``move #3 (`invoke migrate`) of example
+1``), which stops the run at once: Hypothesis does not shrink it, minimization does not replay it
+(``run.run_migration_lockstep``), and the command line answers exit 2.
+
 Leaves out on purpose: what the adapter does to answer (its files, processes, kills): only its answers count.
 """
 
@@ -15,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from envreplica.conformance.external import AdapterError, SubprocessDriver
+from envreplica.conformance.external import AdapterError, AdapterFailure, SubprocessDriver
 from envreplica.conformance.migration.coverage import required_for
 from envreplica.conformance.migration.invocations import HarnessError
 from envreplica.conformance.migration.observe import Observation, Outcome
@@ -39,7 +45,23 @@ _SWARM_FAULTS = {"input": mm.Fault.INPUT, "lock": mm.Fault.LOCK, "read-only": mm
 
 
 class AdapterBroken(HarnessError):
-    """The adapter failed or broke the protocol: nothing was judged (exit 2 from the command line)."""
+    """The adapter failed or broke the protocol: nothing was judged (exit 2 from the command line).
+    ``request``: the request to the adapter process it broke on (from 1; 0: it could not start)."""
+
+    def __init__(self, why: str, request: int = 0) -> None:
+        super().__init__(why)
+        self.request = request
+
+
+def move_words(request: dict[str, Any]) -> str:
+    """A request as the messages name a move: its op and its values (``invoke migrate``, ``step 0``,
+    ``write 1``, ``readOnly run on``, ``edit backup run``)."""
+    words = [str(request.get("op"))]
+    for key, value in request.items():
+        if key in ("op", "id", "mode"):
+            continue
+        words.append(("on" if value else "off") if isinstance(value, bool) else str(value))
+    return " ".join(words)
 
 
 class AdapterShared:
@@ -80,11 +102,11 @@ class AdapterShared:
             raise self._broke(str(error)) from None
         return self.driver
 
-    def _broke(self, why: str) -> "AdapterBroken":
+    def _broke(self, why: str, request: Optional[int] = None) -> "AdapterBroken":
         """The adapter is broken for the rest of the run (never restarted: what it answers then would be judged
-        against a world it does not have), so every later request fails the same way (Hypothesis's shrinking then
-        sees the same failure, not a flaky one)."""
-        self.broken = AdapterBroken(why)
+        against a world it does not have), so every later request fails the same way. ``request``: the request
+        it broke on (default: the last one sent)."""
+        self.broken = AdapterBroken(why, self.ids if request is None else request)
         if self.driver is not None:
             self.driver.close()
             self.driver = None
@@ -99,7 +121,7 @@ class AdapterShared:
         try:
             response = driver.handle({"id": self.ids, **request})
         except AdapterError as error:
-            raise self._broke(str(error)) from None
+            raise self._broke(str(error), error.request or self.ids) from None
         if response.get("id") != self.ids:
             raise self._broke(f"the adapter answered id {response.get('id')!r} to request {self.ids} "
                               f"({request.get('op')})")
@@ -149,16 +171,33 @@ class AdapterSide:
         self.last: dict[int, str] = {}
         self.started = 0
         self.messages: dict[int, str] = {}
-        shared.ask({"op": "reset"})
+        self.example = shared.examples  # this example's number in the run (from 1)
+        self.moves = 0  # moves sent so far
+        self.named = ""  # the last move, as the messages name it
+        self._ask({"op": "reset"}, f"the `reset` that starts example {self.example}")
+
+    def _ask(self, request: dict[str, Any], where: str) -> Any:
+        """``shared.ask(request)``; a broken adapter is ``AdapterFailure`` naming ``where`` (the run stops)."""
+        try:
+            return self.shared.ask(request)
+        except AdapterBroken as broken:
+            raise AdapterFailure(where, str(broken), broken.request) from None
+
+    def _unreadable(self, error: ProtocolError, where: str) -> AdapterFailure:
+        broken = self.shared._broke(str(error))
+        return AdapterFailure(where, str(broken), broken.request)
 
     def apply(self, move: Move) -> Outcome:
         action = move.action
         mode = self.shared.mode_name(move.mode) if isinstance(action, mm.Invoke) else None
         request = request_of(action, mode)
+        self.moves += 1
+        self.named = f"move #{self.moves} (`{move_words(request)}`) of example {self.example}"
+        answer = self._ask(request, self.named)
         try:
-            outcome, message = outcome_of(request, self.shared.ask(request))
+            outcome, message = outcome_of(request, answer)
         except ProtocolError as error:
-            raise self.shared._broke(str(error)) from None
+            raise self._unreadable(error, self.named) from None
         if isinstance(action, mm.Invoke):
             self.last[self.started] = ""
             self.started += 1
@@ -176,13 +215,15 @@ class AdapterSide:
         return self.messages.get(pid, "")
 
     def observe(self) -> Observation:
+        where = f"the `observe` after {self.named}"
+        answer = self._ask({"op": "observe"}, where)
         try:
-            return observation_of(self.shared.ask({"op": "observe"}), tuple(sorted(self.last.items())))
+            return observation_of(answer, tuple(sorted(self.last.items())))
         except ProtocolError as error:
-            raise self.shared._broke(str(error)) from None
+            raise self._unreadable(error, where) from None
 
     def close(self) -> None:
         pass  # the next example's reset starts afresh; the run closes the adapter
 
 
-__all__ = ["AdapterBroken", "AdapterShared", "AdapterSide"]
+__all__ = ["AdapterBroken", "AdapterShared", "AdapterSide", "move_words"]

@@ -115,7 +115,7 @@ class Shared:
         # sockets want a short path (108 bytes): a directory of their own in the temporary directory
         self.runners = Runners(S.owned_dir(SOCKETS_PREFIX))
         self.template = Template(self.fast_root / "template")
-        self.writer = WriterProcess()
+        self.writer = WriterProcess(self.runners.scratch)
         self.read_only_problem = read_only_works(self.disk_root)
         self.examples = 0
         self.memo: dict[str, str] = {}

@@ -13,6 +13,12 @@ told to go on (``impl.paired.STEP_PROTOCOL``). Three ways to run one (``Mode``):
 ``Invocation.go`` lets it take its next step and returns what happened (``Event``): a step taken, or the end
 with its exit status and standard error. ``Invocation.kill`` crashes it where it waits.
 
+Hermetic (``conformance.hermetic``): an invocation gets none of the caller's ``ENVREPLICA_*`` variables, only
+those the harness sets (its step socket, its master key); a process starts in the run's scratch directory, not
+the caller's (``python -m`` would import an ``envreplica/`` found there). A thread shares this process's
+environment: the run sets the caller's aside for its whole length (``run.run_migration_lockstep``), and each
+thread's start does too.
+
 Leaves out on purpose: a crash inside a step (between two writes of one step: each step's writes are one
 transaction or one atomic file operation, so the boundaries are the only places a crash leaves something
 new), and timing: every wait has a hang guard in seconds (``HANG_GUARD_SECONDS``), never a verdict.
@@ -34,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Optional
 
+from envreplica.conformance import hermetic
 from envreplica.impl import paired
 
 #: Seconds any wait for an invocation may take before the harness calls it hung (a guard, never a verdict).
@@ -130,7 +137,7 @@ class Runners:
         if self._zygote is None or self._zygote.poll() is not None:
             self._zygote = subprocess.Popen([sys.executable, "-m", "envreplica.conformance.migration.zygote"],
                                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                            env=_child_env({}))
+                                            env=_child_env({}), cwd=self.scratch)
         return self._zygote
 
     def start(self, mode: Mode, argv: list[str], env: dict[str, str]) -> "Invocation":
@@ -141,10 +148,8 @@ class Runners:
 
 
 def _child_env(extra: dict[str, str]) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("ENVREPLICA_MASTER_KEY", "ENVREPLICA_PAIRED_"))}
-    env.update(extra)
-    return env
+    """An invocation's environment: none of the caller's ``ENVREPLICA_*`` (``hermetic``), then ``extra``."""
+    return hermetic.child_env(extra)
 
 
 class Invocation:
@@ -184,7 +189,8 @@ class Invocation:
         else:
             with open(self._stdout, "wb") as out, open(self._stderr, "wb") as err:
                 self._proc = subprocess.Popen([sys.executable, "-m", "envreplica.cli.main", *argv],
-                                              env=_child_env(env), stdin=subprocess.DEVNULL, stdout=out, stderr=err)
+                                              env=_child_env(env), cwd=runners.scratch, stdin=subprocess.DEVNULL,
+                                              stdout=out, stderr=err)
             self.pid = self._proc.pid
             self._accept()
             self._expect_ready()
@@ -195,7 +201,8 @@ class Invocation:
         from envreplica.cli.main import main
 
         streams = thread_streams()
-        saved = {k: os.environ.get(k) for k in (*env, "ENVREPLICA_MASTER_KEY", "ENVREPLICA_MASTER_KEY_FILE")}
+        aside = hermetic.caller_keys()  # none of this process's ENVREPLICA_* while the thread starts
+        saved = {k: os.environ.get(k) for k in (*env, *aside)}
         result = self._thread_result
         buffer = io.StringIO()
         result["stderr"] = buffer
@@ -220,7 +227,7 @@ class Invocation:
                 streams[0].buffers.pop(ident, None)
                 streams[1].buffers.pop(ident, None)
 
-        for k in ("ENVREPLICA_MASTER_KEY", "ENVREPLICA_MASTER_KEY_FILE"):
+        for k in aside:
             os.environ.pop(k, None)
         os.environ.update(env)
         try:

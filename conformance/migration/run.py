@@ -8,6 +8,11 @@ in this process where that keeps the divergence (``MINIMIZE_REPLAYS`` replays in
 was run, what was reached (``MigrationCoverage``), how fast, and the divergence as a numbered trace (written
 as JSON lines with ``out_dir``). ``replay_moves`` replays a trace on fresh sides.
 
+An adapter that breaks (``adapter_side``: ``AdapterFailure``, which Hypothesis lets through) stops the run
+where it broke, whether Hypothesis was generating, shrinking, or minimization replaying: the report's
+``adapter_failure`` names the move and what broke (exit 2 from the command line), nothing is shrunk or
+replayed after it, and a divergence seen before it is named beside it (``key`` ``"harness"``).
+
 Leaves out on purpose: Hypothesis's example database (a run is a function of its profile and the code), and
 the clock in any verdict (the seconds in the report are figures).
 """
@@ -24,6 +29,8 @@ import hypothesis
 from hypothesis import HealthCheck, Phase, Verbosity
 from hypothesis.stateful import run_state_machine_as_test
 
+from envreplica.conformance import hermetic
+from envreplica.conformance.external import AdapterFailure
 from envreplica.conformance.lockstep import literals
 from envreplica.conformance.lockstep.run import _shrink_budget
 from envreplica.conformance.migration.coverage import REQUIRED, MigrationCoverage
@@ -97,6 +104,8 @@ class MigrationLockstepReport:
     records: list[dict[str, Any]] = field(default_factory=list)
     tour_examples: int = 0  # explicit examples of the coverage tour played first (``tour``), among ``examples``
     tour_moves: int = 0  # their moves, among ``moves``
+    #: the adapter broke (``AdapterFailure``): where and what, one line; the run stopped there (key "harness")
+    adapter_failure: Optional[str] = None
 
     @property
     def moves_per_second(self) -> float:
@@ -155,8 +164,17 @@ def run_migration_lockstep(profile: str = "ci", *, max_examples: Optional[int] =
     """Hold ``impl.paired`` (or ``shared``'s implementation: an ``AdapterShared``) to ``model.migration`` for
     ``profile``'s budget, a failure shrunk within ``shrink_calls`` and ``minimize_replays`` (default
     ``SHRINK_CALLS`` and ``MINIMIZE_REPLAYS``, read when it runs); the report. ``tour`` (default: the profile's,
-    ``tour.TOUR_PROFILES``) plays the coverage tour first; ``collect`` gets each example's moves."""
+    ``tour.TOUR_PROFILES``) plays the coverage tour first; ``collect`` gets each example's moves. Hermetic: this
+    process's ``ENVREPLICA_*`` variables are set aside while it runs (``conformance.hermetic``)."""
     settings = migration_settings(profile, max_examples=max_examples, step_count=step_count)
+    with hermetic.scrubbed_environ():  # thread invocations read this process's environment: none of the caller's
+        return _lockstep(profile, settings=settings, modes=modes, out_dir=out_dir, shared=shared,
+                         shrink_calls=shrink_calls, minimize_replays=minimize_replays)
+
+
+def _lockstep(profile: str, *, settings: hypothesis.settings, modes: Optional[Sequence[tuple[Mode, int]]],
+         out_dir: Optional[Path], shared: Optional[World], shrink_calls: Optional[int],
+         minimize_replays: Optional[int]) -> MigrationLockstepReport:
     own = shared is None
     shared = Shared() if shared is None else shared
     run = _Run(profile, modes or getattr(shared, "modes", None) or PROFILE_MODES.get(profile, PROFILE_MODES["ci"]),
@@ -165,6 +183,7 @@ def run_migration_lockstep(profile: str = "ci", *, max_examples: Optional[int] =
     started = time.perf_counter()
     error: Optional[BaseException] = None
     played: Optional[Tour] = None
+    broke: Optional[AdapterFailure] = None
     try:
         try:
             if tour if tour is not None else profile in TOUR_PROFILES:
@@ -173,15 +192,22 @@ def run_migration_lockstep(profile: str = "ci", *, max_examples: Optional[int] =
                 run_state_machine_as_test(machine, settings=settings)
         except Exception as exc:  # a divergence, or the harness failed
             error = exc
-        report = MigrationLockstepReport(ok=error is None, examples=run.examples, moves=run.moves, seconds=0.0,
-                                         coverage=run.coverage, profile=profile)
+        except AdapterFailure as failure:  # the adapter broke: nothing after it is judged, nothing shrunk
+            broke = failure
+        report = MigrationLockstepReport(ok=error is None and broke is None, examples=run.examples, moves=run.moves,
+                                         seconds=0.0, coverage=run.coverage, profile=profile)
         if played is not None:
             report.tour_examples, report.tour_moves = len(played.examples), played.moves
         if shared.read_only_problem is not None:
             report.unavailable.append(f"fault: read-only, fault: writable ({shared.read_only_problem})")
         report.unavailable += shared.unavailable
         if error is not None:
-            _explain(report, run, error, out_dir, minimize_replays)
+            try:
+                _explain(report, run, error, out_dir, minimize_replays)
+            except AdapterFailure as failure:  # broke while minimization replayed the divergence
+                broke = failure
+        if broke is not None:
+            _adapter_broke(report, run, broke)
         report.seconds = time.perf_counter() - started
         return report
     finally:
@@ -202,6 +228,21 @@ def _play_tour(run: _Run) -> Tour:
         finally:
             run.end_example(example)
     return found
+
+
+def _adapter_broke(report: MigrationLockstepReport, run: _Run, broke: AdapterFailure) -> None:
+    """The report of a run the adapter stopped: no verdict, the move that broke and what broke; a divergence
+    seen before it, named (its moves were not minimized: that needs the adapter)."""
+    text = str(broke)
+    if run.failure is not None:
+        moves, key, reason = run.failure
+        text += f" (a divergence was seen before it broke, not minimized: {key}: {reason})"
+    report.ok = False
+    report.key = "harness"
+    report.adapter_failure = report.divergence = text
+    report.failure = text
+    report.finding = None
+    report.lines, report.records, report.trace_path = [], [], None
 
 
 def _explain(report: MigrationLockstepReport, run: _Run, error: BaseException, out_dir: Optional[Path],

@@ -23,9 +23,12 @@ import json
 import re
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Optional
 
+from envreplica.conformance import hermetic
 from envreplica.conformance.migration.disk import KEY, WRONG_KEY, Disk
 from envreplica.conformance.migration.invocations import Event, Invocation, Mode, Runners
 from envreplica.conformance.migration.observe import Observation, Outcome, from_model, model_outcome
@@ -124,11 +127,14 @@ def refusal_code(stderr: str) -> Optional[str]:
 
 
 class WriterProcess:
-    """The foreign writer (``conformance.migration.writer``), one process for a run, reset between examples."""
+    """The foreign writer (``conformance.migration.writer``), one process for a run, reset between examples: in
+    ``cwd`` (the run's scratch directory; default the system's temporary directory), with none of the caller's
+    ``ENVREPLICA_*`` variables (``conformance.hermetic``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, cwd: Optional[Path] = None) -> None:
         self.proc = subprocess.Popen([sys.executable, "-m", "envreplica.conformance.migration.writer"],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                     env=hermetic.child_env(), cwd=cwd or tempfile.gettempdir())
         self.count = 0
 
     def ask(self, **request: object) -> dict:

@@ -1,0 +1,142 @@
+"""The gate's verdict on a broken adapter: exit 2, one line naming the move that broke and what broke.
+
+Each case runs ``envreplica conformance`` (a process of its own: its exit status and standard error are what a
+user sees) on a working adapter of one protocol (``envreplica adapter --impl model``, ``envreplica adapter
+--protocol migration --impl model``) behind ``tests/broken_adapters.py``, which breaks it in one way (it exits,
+writes a line that is not JSON or not UTF-8, answers with another id, stalls past ``--timeout``, or answers
+with JSON nested 100,000 deep) at one request: the first, a later one every run reaches (the replica's first
+``delivery``, the migration's first foreign ``write``), or one drawn from a seed. The gate must stop there:
+exit 2, one line on standard error that names the move (or request) and what broke, no traceback, no
+Hypothesis "Flaky" anywhere, never exit 1 (a broken adapter is not a divergence). With ``--junit`` the run's
+case is an error, not a failure; ``--report`` and ``--out`` are written or left alone, never a crash.
+
+Budgets are counts (``--max-examples``); the one clock here is the feature under test: a stall is bounded by
+``--timeout`` (asserted with a wide margin).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import shlex
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+import broken_adapters as B
+
+ENVREPLICA = [sys.executable, "-m", "envreplica.cli.main"]
+PROXY = Path(__file__).with_name("broken_adapters.py")
+#: The working adapters, per protocol.
+WORKING = {
+    "replica": [sys.executable, "-m", "envreplica.cli.main", "adapter", "--impl", "model"],
+    "migration": [sys.executable, "-m", "envreplica.cli.main", "adapter", "--protocol", "migration", "--impl", "model"],
+}
+#: A request every run of either protocol reaches at these budgets, after the first example has begun.
+LATER = {"replica": "op:delivery", "migration": "op:write"}
+#: What the first request of each protocol is (the replica's gate starts its adapter with a ``reset``).
+FIRST_OP = {"replica": "reset", "migration": "hello"}
+#: Examples per run: enough that ``LATER`` and every ``random`` position are reached.
+EXAMPLES = {"replica": "6", "migration": "4"}
+#: The per-response timeout given to every run (seconds); a stall ends the run within ``STALL_BOUND``.
+TIMEOUT = 2.0
+STALL_BOUND = 60.0
+#: What the one line must say broke, per break.
+SAYS = {
+    "exit": r"exited with status 1",
+    "not-json": r"not JSON",
+    "not-utf8": r"not UTF-8",
+    "other-id": r"the answer's id is \d+, expected \d+",
+    "stall": rf"did not answer within {TIMEOUT:g} s",
+    "deep": r"nested deeper than \d+",
+}
+#: Seeds of the random positions (one per break: each a request no test chose).
+SEEDS = {"exit": 11, "not-json": 12, "not-utf8": 13, "other-id": 14, "stall": 15, "deep": 16}
+
+
+def broken(protocol: str, how: str, when: str) -> str:
+    return shlex.join([sys.executable, str(PROXY), how, when, "--", *WORKING[protocol]])
+
+
+def gate(protocol: str, adapter: str, tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProcess, float]:
+    started = time.perf_counter()
+    done = subprocess.run([*ENVREPLICA, "conformance", "--protocol", protocol, "--adapter", adapter,
+                           "--max-examples", EXAMPLES[protocol], "--timeout", f"{TIMEOUT:g}",
+                           "--out", str(tmp_path / "out"), *extra],
+                          capture_output=True, text=True, timeout=600)  # a safety net only
+    return done, time.perf_counter() - started
+
+
+def assert_broken_verdict(done: subprocess.CompletedProcess, says: str, names: str) -> str:
+    """Exit 2, one line on stderr saying ``says`` and naming ``names``; no traceback, no Flaky; the line."""
+    shown = f"exit {done.returncode}\n--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-3000:]}"
+    assert done.returncode == 2, shown
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, shown
+    line = lines[0]
+    assert line.startswith("envreplica conformance: "), shown
+    assert "Traceback" not in done.stderr + done.stdout, shown
+    assert "Flaky" not in done.stderr + done.stdout and "DIVERGENCE" not in done.stdout, shown
+    assert "RecursionError" not in line, shown
+    assert re.search(says, line), (says, shown)
+    assert re.search(names, line), (names, shown)
+    return line
+
+
+def _cases():
+    for protocol in ("replica", "migration"):
+        for how in B.BREAKS:
+            # a stall at the very first request waits START_TIMEOUT (120 s: an adapter may compile at start)
+            whens = ["at:1"] if how != "stall" else []
+            whens += [LATER[protocol], f"random:{SEEDS[how]}"]
+            for when in whens:
+                yield pytest.param(protocol, how, when, id=f"{protocol}-{how}-{when}")
+
+
+@pytest.mark.parametrize("protocol, how, when", list(_cases()))
+def test_a_broken_adapter_is_exit_2_naming_the_move(protocol, how, when, tmp_path):
+    done, seconds = gate(protocol, broken(protocol, how, when), tmp_path)
+    kind, value = B.position(when)
+    if kind == "at" and value == 1:
+        names = rf"`{FIRST_OP[protocol]}`"
+    elif kind == "op":
+        names = rf"#\d+ \(`{value}\b"  # the move or step, by its number and its op
+    else:
+        names = rf"request {value} to the adapter process"
+    assert_broken_verdict(done, SAYS[how], names)
+    if how == "stall":
+        assert seconds < STALL_BOUND, seconds
+
+
+@pytest.mark.parametrize("protocol", ["replica", "migration"])
+def test_an_adapter_that_exits_at_start_is_exit_2(protocol, tmp_path):
+    done, _ = gate(protocol, broken(protocol, "exit", "start"), tmp_path)
+    assert_broken_verdict(done, "exited with status 1", "could not be run")
+    assert "exits before reading anything" in done.stderr  # its standard error, quoted
+
+
+@pytest.mark.parametrize("protocol", ["replica", "migration"])
+def test_the_outputs_of_a_broken_run_are_written_and_its_junit_case_is_an_error(protocol, tmp_path):
+    """``--junit``, ``--report`` and ``--out`` on a run whose adapter breaks mid-run (deeply nested JSON on a
+    move every run reaches): the JUnit case is an error with the line's reason; the HTML page is written; no
+    crash."""
+    junit, page = tmp_path / "gate.xml", tmp_path / "gate.html"
+    done, _ = gate(protocol, broken(protocol, "deep", LATER[protocol]), tmp_path, "--junit", str(junit),
+                   "--report", str(page))
+    line = assert_broken_verdict(done, SAYS["deep"], rf"`{B.position(LATER[protocol])[1]}\b")
+    suite = ET.parse(junit).getroot()
+    suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+    assert suite is not None and suite.get("errors") == "1" and suite.get("failures") == "0", junit.read_text()
+    error = suite.find("testcase").find("error")
+    assert error is not None and "nested deeper than" in (error.get("message") or ""), junit.read_text()
+    assert page.is_file() and "nested deeper than" in page.read_text(), line
+
+
+def test_the_random_positions_are_spread():
+    """The seeds' positions differ (the random cases do not all break at one request)."""
+    positions = {random.Random(seed).randint(*B.RANDOM_RANGE) for seed in SEEDS.values()}
+    assert len(positions) >= 4, positions
