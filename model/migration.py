@@ -79,6 +79,10 @@ class BackupReading(enum.Enum):
     """What a child's ``backup()`` does when its backup file exists already (the seed does not show it)."""
 
     KEEP = "keep"  # keeps the backup there (a backup is written once): what the seed needs
+    #: ``KEEP``, and a store no longer its prepared source (written after the request, before its fence) is not
+    #: backed up but refused (``unknown_child_outcome``): the implementation's (its backups are checked against the
+    #: request's source digests); the seed's stand-in backs up what is there
+    KEEP_SOURCE = "keep-source"
     OVERWRITE = "overwrite"  # copies the store again over it
     REFUSE = "refuse"  # refuses (the rerun cannot go on; recovery must)
 
@@ -718,6 +722,9 @@ def backup(cfg: MigrationBounds, st: MigrationState, proc: Proc, i: int) -> tupl
     if not _drained(st):
         return _refuse(st, proc, Refusal.DRAIN)
     store = st.stores[i]
+    if store.backup is None and cfg.reading.backup is BackupReading.KEEP_SOURCE \
+            and image_of(store) != _intent(proc).sources[i]:
+        return _refuse(st, proc, Refusal.UNKNOWN_CHILD_OUTCOME)
     if store.backup is None or cfg.reading.backup is BackupReading.OVERWRITE:
         st = _store(st, i, backup=image_of(store), backup_edited=False)
     elif cfg.reading.backup is BackupReading.REFUSE:

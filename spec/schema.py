@@ -587,7 +587,8 @@ def _migration_adapter() -> dict[str, JSON]:
     d["MigrationHello"] = _obj({
         "protocol": {"const": "envreplica-migration/1"}, "implementation": {"type": "string"},
         "steps": {"type": "array", "items": step, "minItems": 1},
-        "readings": _obj({"backup": {"enum": ["keep", "overwrite", "refuse"]}, "apply": {"enum": ["skip", "again"]},
+        "readings": _obj({"backup": {"enum": ["keep", "keep-source", "overwrite", "refuse"]},
+                          "apply": {"enum": ["skip", "again"]},
                           "reconcile": {"enum": ["receipt", "exact"]}, "lock": {"enum": ["wait", "refuse"]}}),
         "evidence": {"enum": ["after-maintenance", "before-maintenance"]},
         "faults": {"type": "array", "items": {"enum": ["input", "lock", "read-only", "edit", "move-away"]}},

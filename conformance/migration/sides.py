@@ -46,7 +46,8 @@ FINAL = frozenset({Pc.COMPLETE_RESOURCE.value, Pc.REOPEN_RESOURCE.value})
 #: crashes, writes and faults bounded only so that an example stays finite.
 LOCKSTEP_BOUNDS = mm.MigrationBounds(
     "lockstep", migrations=8, recoveries=6, crashes=6, writes=6, fixes=frozenset(mm.Fix),
-    reading=mm.Reading(lock=mm.LockReading.REFUSE), faults=frozenset(mm.Fault), fault_actions=8)
+    reading=mm.Reading(backup=mm.BackupReading.KEEP_SOURCE, lock=mm.LockReading.REFUSE), faults=frozenset(mm.Fault),
+    fault_actions=8)
 
 
 @dataclass(frozen=True)

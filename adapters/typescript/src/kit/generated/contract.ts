@@ -1720,7 +1720,7 @@ export interface MigrationHello {
    */
   steps: [string, ...string[]];
   readings: {
-    backup: "keep" | "overwrite" | "refuse";
+    backup: "keep" | "keep-source" | "overwrite" | "refuse";
     apply: "skip" | "again";
     reconcile: "receipt" | "exact";
     lock: "wait" | "refuse";
