@@ -11,17 +11,26 @@ closure has a budget of ``CLOSURE_FACTOR`` times the reached states: past
 it, the check stops (``checker.liveness.ClosureBudgetExceeded``) rather
 than run on.
 
+Each violation's and each stuck state's shortest path is written as an ITF trace
+(``write_trace``, ``ENCODER``: ``checker.itf``'s, with ``#meta.protocol``
+``migration``): the state's variables are ``MIGRATION_VARS``, each step's
+action its kind (``mbt::actionTaken``) and fields (``mbt::nondetPicks``,
+``MIGRATION_PICKS``); ``action_of`` reads an action back from them.
+
 Leaves out on purpose: symmetry (the two stores are not interchangeable: the
 seed orders them) and parallel search (the state spaces are small).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from functools import partial
-from typing import Callable, Optional
+from pathlib import Path
+from typing import Any, Callable, Optional, cast
 
+from envreplica.checker import itf
 from envreplica.checker.bfs import Model, Result, Violation, check
 from envreplica.checker.liveness import ClosureBudgetExceeded, Liveness, closure_budget, stuck_states
 from envreplica.model import migration as mm
@@ -161,3 +170,74 @@ def _result(result: object) -> str:
     if isinstance(result, spec.Done):
         return f"done ({result.note})" if result.note else "done"
     return type(result).__name__.lower()
+
+
+# ---------------------------------------------------------------------------
+# Traces: ITF
+# ---------------------------------------------------------------------------
+
+#: The protocol's name in an ITF trace's ``#meta.protocol``.
+PROTOCOL = "migration"
+#: A state's variables (``MigrationState``'s fields, each as ``itf.to_itf`` writes it).
+MIGRATION_VARS = ("stores", "files", "procs", "migrations", "recoveries", "crashes", "original", "faults")
+#: Every argument an action may have (``mbt::nondetPicks``): the fields of ``model.migration``'s actions, and
+#: ``mode``, how the lockstep ran an invocation (``conformance.migration.invocations.Mode``).
+MIGRATION_PICKS = ("role", "fault", "pid", "store", "version", "doc", "mode")
+#: Each action's class by its kind (``mbt::actionTaken``).
+ACTIONS: dict[str, type] = {cls.kind: cls for cls in (
+    mm.Invoke, mm.Step, mm.Crash, mm.Connect, mm.Write, mm.Disconnect, mm.Lock, mm.Unlock, mm.ReadOnly,
+    mm.Writable, mm.Edit, mm.MoveAway, mm.Repair)}
+#: The enum of each action field that holds one.
+_FIELD_ENUMS: dict[str, type] = {"role": mm.Role, "fault": mm.InputFault, "doc": mm.Doc}
+
+
+def state_vars(st: mm.MigrationState) -> dict[str, Any]:
+    """A state's variables as ITF values."""
+    return {name: itf.to_itf(getattr(st, name)) for name in MIGRATION_VARS}
+
+
+def action_json(action: mm.Action) -> dict[str, Any]:
+    """An action as JSON: its ``kind`` and its fields (enums as their values)."""
+    out: dict[str, Any] = {"kind": action.kind}
+    for name, value in vars(action).items():
+        out[name] = value.value if hasattr(value, "value") else value
+    return out
+
+
+def action_from_json(data: dict[str, Any]) -> mm.Action:
+    """The inverse of ``action_json`` (other keys, such as a lockstep move's ``mode``, are not the action's)."""
+    cls = ACTIONS[data["kind"]]
+    fields = {f.name for f in dataclasses.fields(cls)}
+    args = {name: _FIELD_ENUMS[name](value) if name in _FIELD_ENUMS and value is not None else value
+            for name, value in data.items() if name in fields}
+    return cast(mm.Action, cls(**args))
+
+
+def action_picks(action: mm.Action) -> dict[str, Any]:
+    """An action's fields as ITF values (``mbt::nondetPicks``); a field that is None is not picked."""
+    return {name: itf.to_itf(value) for name, value in vars(action).items() if value is not None}
+
+
+def action_of(kind: str, picks: dict[str, Any]) -> mm.Action:
+    """The action of ``mbt::actionTaken`` ``kind`` with ``picks`` (``itf.picks_of``: the ``Some`` picks)."""
+    if kind not in ACTIONS:
+        raise ValueError(f"mbt::actionTaken {kind!r} is not an action of the migration model "
+                         f"({', '.join(ACTIONS)})")
+    return action_from_json({"kind": kind, **picks})
+
+
+def result_text(result: object) -> str:
+    """A step's result in words (``refused CODE``, ``done``, ``landed``, ``crashed``)."""
+    return _result(result)
+
+
+#: The migration's ITF writing (``checker.itf.write_steps``).
+ENCODER = itf.Encoder(PROTOCOL, MIGRATION_VARS, MIGRATION_PICKS, state_vars, lambda a: a.kind, action_picks,
+                      action_json, result_text, describe=lambda a, before: mm.describe_action(a, before))
+
+
+def write_trace(path: Path, violation: Violation, meta: Optional[dict[str, Any]] = None) -> Path:
+    """Write a violation's (or a stuck state's) path as an ITF trace; ``meta`` names the property, bounds, suite
+    and variant (``#meta.violated``, ``bounds``, ``suite``, ``variant``)."""
+    return itf.write_steps(path, ENCODER, violation.steps, f"{violation.prop.name}: {violation.prop.statement}",
+                           meta)

@@ -2,7 +2,8 @@
 
 ``check`` is the full gate: it model-checks a named bounds suite under a
 variant (the invariant table and the coverage table; each property's
-shortest counterexample written as an ITF trace; a violation, or a
+shortest counterexample written as an ITF trace, the paired writer
+migration's too, each with its HTML page beside it; a violation, or a
 "sometimes" property never witnessed, fails), then runs the lockstep of
 ``conformance.lockstep`` against the built-in SQLite implementation
 (``ci``-sized, crashes after any commit included), then the concurrent
@@ -12,8 +13,9 @@ and prints one summary table with
 one exit status (``--model-only`` skips both, ``--no-concurrent`` the last). ``conformance --adapter COMMAND``
 holds any implementation speaking docs/protocol.md section 5 against the
 model: saved traces first (``--traces DIR``), then generated ones; a
-divergence is printed as the shrunk readable steps and written as JSON lines
-and ITF (``--out``), optionally as JUnit XML (``--junit``), and exits 1.
+divergence is printed as the shrunk readable steps, named as the finding one
+fix explains, and written as JSON lines and ITF (``--out``, its page beside
+it), optionally as JUnit XML (``--junit``), and exits 1.
 ``simulate`` takes seeded random walks with the gate moved by the
 ``transitions`` machine. ``diagram`` draws the gate machine from the declared table, a trace's gate path
 highlighted. ``replay`` reruns a trace and shows where it parts: an ITF trace on
@@ -143,6 +145,7 @@ def _gate(args, started: float, background: Optional["_BackgroundModelCheck"]) -
             out_dir=Path(args.out),
         )
         _print_lockstep(report)
+        _page_beside(report.itf_path, args)
         missing = print_coverage(report.coverage, console, title="lockstep coverage")
         summary.add_row("lockstep", f"SQLite vs model: {report.examples:,} examples, {report.steps:,} steps, "
                                     f"{report.steps_per_second:,.0f} steps/s", _verdict(report.ok),
@@ -243,6 +246,7 @@ class _BackgroundModelCheck:
         argv += ["--ray", args.ray] if args.ray else []
         argv += ["--symmetry"] if getattr(args, "symmetry", False) else []
         argv += ["--report", args.report] if getattr(args, "report", None) else []  # the child saves its record
+        argv += ["--no-trace-pages"] if getattr(args, "no_trace_pages", False) else []
         code = "import sys; from envreplica.cli.main import main; sys.exit(main(sys.argv[1:]))"
         env = dict(os.environ, COLUMNS=os.environ.get("COLUMNS", str(console.width)))
         self.process = subprocess.Popen([sys.executable, "-c", code, *argv], stdout=self.output,
@@ -401,6 +405,19 @@ def _adapter_rule(section: str = "5.1") -> str:
             f"request's id (docs/protocol.md section {section}); fix the adapter and run the gate again")
 
 
+def _page_beside(trace, args) -> None:
+    """The page of a trace ``--out`` wrote, written beside it (``NAME.html``), unless ``--no-trace-pages``."""
+    if trace is None or getattr(args, "no_trace_pages", False):
+        return
+    from envreplica.report.run import write_beside
+
+    page, problem = write_beside(Path(trace))
+    if page is not None:
+        console.print(f"  page written to [bold]{page}[/] (envreplica report)", highlight=False)
+    else:
+        console.print(f"  [yellow]no page written[/] beside {trace}: {problem}", highlight=False)
+
+
 def _started_adapter(command: str, timeout: float):
     """The adapter, started and answering a ``reset`` with one JSON line (the lockstep's first driver), or
     ``UsageError`` (exit 2): a gate that could not run is not a divergence. What it answers is the lockstep's
@@ -461,11 +478,14 @@ def _migration_conformance(args) -> int:
         console.print(f"[bold red]ADAPTER FAILED[/]: nothing after it was judged: {escape(report.divergence or '')}",
                       highlight=False)
     else:
-        console.print(f"[bold red]DIVERGENCE[/] ({report.key}) after {report.found_after_examples} examples"
-                      + (f": {report.finding}" if report.finding else ""), highlight=False)
-        print(report.failure)
+        console.print(f"[bold red]DIVERGENCE[/] ({report.key}) after {report.found_after_examples} examples",
+                      highlight=False)
+        print(report.failure)  # its first line names the finding, when one explains it
         if report.trace_path is not None:
             console.print(f"trace: {report.trace_path}")
+        if report.itf_path is not None:
+            console.print(f"ITF trace: {report.itf_path} (envreplica report {report.itf_path})")
+            _page_beside(report.itf_path, args)
     console.print("coverage:", highlight=False)
     for group, item, n in report.coverage.rows():
         need = item in shared.required.get(group, frozenset())
@@ -585,6 +605,7 @@ def cmd_conformance(args) -> int:
         for unused in first_driver:
             unused.close()
     _print_lockstep(report)
+    _page_beside(report.itf_path, args)
     failed = failed or not report.ok
     verdict = "[bold red]ADAPTER FAILED[/]" if report.adapter_failure else _verdict(report.ok)
     summary.add_row(f"lockstep {variant.value}", verdict, f"{report.examples:,}", f"{report.steps:,}",
@@ -630,6 +651,9 @@ def _migration_lockstep(args) -> dict:
         print(report.failure)
         if report.trace_path is not None:
             console.print(f"trace: {report.trace_path}")
+        if report.itf_path is not None:
+            console.print(f"ITF trace: {report.itf_path}")
+            _page_beside(report.itf_path, args)
     what = (f"paired migration vs model: {report.examples:,} examples, {report.moves:,} moves, "
             f"{report.moves_per_second:,.0f} moves/s, coverage {reached}/{total}")
     return {"status": 0 if report.ok else 1, "what": what, "seconds": round(report.seconds, 3)}
@@ -668,6 +692,7 @@ def _migration_check(args, name: str, gate: bool = False) -> int:
             console.print(f"[bold red]VIOLATED[/] {prop_name} at bounds {r.bounds.name}, {violation.length} steps: "
                           f"{violation.prop.statement}", highlight=False)
             console.print("\n".join(cm.trace_lines(violation)), highlight=False, markup=False)
+            _migration_trace(args, name, variant, r.bounds.name, prop_name, violation)
         if r.stuck is not None:
             assert r.liveness is not None  # a stuck state's path is searched for after the liveness check
             name_, sentence = spec.RECOVERABLE
@@ -675,6 +700,7 @@ def _migration_check(args, name: str, gate: bool = False) -> int:
                           f"reached states from which no rerun or recovery settles; the shortest path to one, "
                           f"{r.stuck.length} steps: {sentence}", highlight=False)
             console.print("\n".join(cm.trace_lines(r.stuck)), highlight=False, markup=False)
+            _migration_trace(args, name, variant, r.bounds.name, name_, r.stuck)
     verdicts = Table(title="properties of the paired writer migration (spec.migration)")
     for col in ("property", "kind", "verdict", "statement"):
         verdicts.add_column(col)
@@ -700,6 +726,20 @@ def _migration_check(args, name: str, gate: bool = False) -> int:
     else:
         console.print("[bold red]FAIL[/]: the paired writer migration")
     return 0 if result.ok else 1
+
+
+def _migration_trace(args, suite_name: str, variant, bounds: str, prop: str, violation) -> None:
+    """A migration counterexample (or a stuck state's path) written as an ITF trace to ``--out``, its page beside."""
+    from envreplica.checker import migration as cm
+
+    path = cm.write_trace(Path(args.out) / f"migration-{variant.value}-{bounds}-{prop}.itf.json", violation,
+                          {"variant": variant.value, "suite": suite_name, "bounds": bounds, "violated": prop})
+    console.print(f"  trace written to [bold]{path}[/] (envreplica report {path})", highlight=False)
+    _page_beside(path, args)
+    if getattr(args, "report", None):  # the gate's page shows it beside the replica's counterexamples
+        from envreplica.report.run import add_trace
+
+        add_trace(args.report, path)
 
 
 def _model_check(args) -> int:
@@ -755,7 +795,9 @@ def _model_check(args) -> int:
             if record is not None:
                 record.add_trace(path)
             console.print(f"  trace written to [bold]{path}[/]  (envreplica replay {path}; "
-                          f"envreplica diagram --trace {path})\n")
+                          f"envreplica diagram --trace {path})")
+            _page_beside(path, args)
+            console.print()
     console.print(summary)
     console.print(f"visited sets of 64-bit fingerprints: estimated probability that two distinct states "
                   f"shared one (and a state went unexplored) {collision:.1e} (TLC's states x transitions / 2^64)")
@@ -806,6 +848,7 @@ def cmd_simulate(args) -> int:
                              f"{name}: {violation.prop.statement}", {"variant": variant.value, "bounds": bounds.name,
                                                                      "violated": name, "ackPageBytes": bounds.ack_page_bytes})
             console.print(f"  walk written to [bold]{path}[/]")
+            _page_beside(path, args)
     console.print(table)
     return 1 if failed else 0
 
@@ -944,8 +987,10 @@ def cmd_report(args) -> int:
     """One trace file (a counterexample, a lockstep divergence) as one self-contained HTML page."""
     from envreplica.report import ReportInputError, write_trace_report
 
-    out = Path(args.output) if args.output else Path(Path(args.file).name.split(".")[0] + ".html")
+    from envreplica.report.run import page_path_of
+
     input_file(Path(args.file), "an .itf.json trace, or a lockstep .jsonl with its .itf.json beside it")
+    out = Path(args.output) if args.output else page_path_of(Path(args.file))  # beside the trace
     try:
         path = write_trace_report(Path(args.file), out, adapter=args.adapter, timeout=args.timeout)
     except ReportInputError as error:
@@ -1037,7 +1082,10 @@ def main(argv=None) -> int:
                         "default: check; none: skip it)")
     c.add_argument("--migration-lockstep-examples", type=int, default=None, metavar="N",
                    help="override the migration lockstep profile's example count")
-    c.add_argument("--out", default="out/traces", help="where counterexample traces go")
+    c.add_argument("--out", default="out/traces",
+                   help="where counterexample and divergence traces go (ITF, each with its page beside it)")
+    c.add_argument("--no-trace-pages", action="store_true",
+                   help="do not write NAME.html beside each trace --out writes (envreplica report FILE does later)")
     c.add_argument("--quiet", action="store_true", help="no progress bar")
     c.add_argument("--model-only", action="store_true", help="the model check only (skip the lockstep)")
     c.add_argument("--lockstep-profile", default="ci", choices=["dev", "ci", "nightly"],
@@ -1079,7 +1127,10 @@ def main(argv=None) -> int:
     k.add_argument("--steps", type=int, default=None, help="steps per generated trace (default: the profile's)")
     k.add_argument("--traces", help="a directory of saved *.jsonl traces to replay first")
     k.add_argument("--junit", help="write a JUnit XML report to this file")
-    k.add_argument("--out", default="out/conformance", help="where a divergence's trace files go")
+    k.add_argument("--out", default="out/conformance",
+                   help="where a divergence's trace files go (JSON lines and ITF, the ITF's page beside it)")
+    k.add_argument("--no-trace-pages", action="store_true",
+                   help="do not write NAME.html beside the divergence's ITF trace (envreplica report FILE does later)")
     k.add_argument("--timeout", type=float, default=30.0,
                    help="seconds to wait for each response (an adapter process's first answer: at least 120, for an "
                         "adapter that compiles at start)")
@@ -1094,7 +1145,8 @@ def main(argv=None) -> int:
     m.add_argument("--depth", type=int, default=60)
     m.add_argument("--seed", type=int, default=0)
     m.add_argument("--engine", default="machine", choices=["machine", "table"], help="what moves the gate")
-    m.add_argument("--out", default="out/traces")
+    m.add_argument("--out", default="out/traces", help="where a violating walk's ITF trace goes (its page beside it)")
+    m.add_argument("--no-trace-pages", action="store_true", help="do not write NAME.html beside each trace")
     m.set_defaults(func=cmd_simulate)
     d = sub.add_parser("diagram", help="draw the gate machine from the declared table")
     d.add_argument("--format", default="svg", choices=["svg", "png", "dot"])
@@ -1109,11 +1161,11 @@ def main(argv=None) -> int:
                    help="variant for a .jsonl replay (default: fixed)")
     r.add_argument("--adapter", help="for a .jsonl replay: an adapter command instead of the built-in SQLite")
     r.set_defaults(func=cmd_replay)
-    rp = sub.add_parser("report", help="a trace (a counterexample, or a lockstep divergence) as one "
-                                       "self-contained HTML page to step through")
-    rp.add_argument("file", help="an .itf.json trace (envreplica check / conformance), or a lockstep .jsonl "
-                                 "beside its .itf.json")
-    rp.add_argument("-o", "--output", help="the HTML file to write (default: NAME.html here)")
+    rp = sub.add_parser("report", help="a trace (a counterexample, or a lockstep divergence, of any protocol) as "
+                                       "one self-contained HTML page to step through")
+    rp.add_argument("file", help="an .itf.json trace (envreplica check / conformance, any protocol: its "
+                                 "#meta.protocol says which), or a lockstep .jsonl beside its .itf.json")
+    rp.add_argument("-o", "--output", help="the HTML file to write (default: NAME.html beside the trace)")
     rp.add_argument("--adapter", help="for a lockstep divergence: replay it on this adapter command too, to show "
                                       "the implementation's tables beside the model's (needs its 'state' op: "
                                       "--test-key)")

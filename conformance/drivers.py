@@ -111,7 +111,7 @@ from __future__ import annotations
 import os
 import re
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, Union, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Protocol, Union, runtime_checkable
 
 from envreplica.model.actions import (
     Begin,
@@ -157,7 +157,7 @@ from envreplica.spec.domain import (
     StagedRef,
     ValueRef,
 )
-from envreplica.spec.variants import Variant
+from envreplica.spec.variants import Finding, Variant
 
 if TYPE_CHECKING:
     from envreplica.impl.replica import SqliteReplica
@@ -504,8 +504,10 @@ def model_diagnosis(st: State, project_ids, cfg: ModelConfig) -> Optional[Diagno
 class ModelDriver(_BaseDriver):
     """The model of ``envreplica.model`` behind the adapter protocol."""
 
-    def __init__(self, variant: Union[str, Variant] = Variant.FIXED) -> None:
+    def __init__(self, variant: Union[str, Variant] = Variant.FIXED, left_out: Iterable[Finding] = ()) -> None:
         self.variant = Variant(variant)
+        #: fixes of the variant the model runs without (``ModelConfig.left_out``): naming a divergence's finding
+        self.left_out = frozenset(Finding(f) for f in left_out)
         self._lives = 0  # bumped by every restart and reset: detects lost operations
         self._last_drop = OPERATION_LOST_RESTART
         self._reset(None)
@@ -514,7 +516,7 @@ class ModelDriver(_BaseDriver):
 
     def _reset(self, config: Any) -> None:
         ack, _key_hex, prefix = parse_config(config)
-        self.cfg = ModelConfig(variant=self.variant, ack_page_bytes=ack, prefix=prefix)
+        self.cfg = ModelConfig(variant=self.variant, ack_page_bytes=ack, prefix=prefix, left_out=self.left_out)
         self.state: State = INITIAL
         #: (parameter name, legacy version or None) -> what a read of it answers
         self.store: dict[tuple[str, Optional[int]], Answer] = {}

@@ -7,11 +7,23 @@ with ``-p envreplica``; ``-p no:envreplica`` turns it off). Without
 
 With it, the session gets one test item per ``--envreplica-variant`` (default
 ``fixed``), ``envreplica::conformance[VARIANT]``, beside the project's own
-tests. The item runs the lockstep of ``envreplica.conformance.lockstep``
-(what ``envreplica conformance --adapter CMD`` runs) against
-``SubprocessDriver(CMD)``: it passes when the implementation agrees with the
-model; it fails with the shrunk divergence as readable steps and the paths of
-its JSON-lines and ITF traces (no Python traceback: ``repr_failure``). An
+tests. The item runs the lockstep of the protocol the adapter speaks
+(``--envreplica-protocol``: the replica's, ``envreplica.conformance.lockstep``
+against ``SubprocessDriver(CMD)``, what ``envreplica conformance --adapter CMD``
+runs; or the paired writer migration's, ``envreplica.conformance.migration``
+through ``AdapterShared(CMD)``, what ``conformance --protocol migration`` runs):
+it passes when the implementation agrees with the model; it fails with the
+shrunk divergence as readable steps, the finding it is when one explains it,
+and the paths of its JSON-lines and ITF traces (no Python traceback:
+``repr_failure``).
+
+With ``--envreplica-replay FILE`` (a saved ITF trace, or a directory of them;
+repeatable), each trace is one more item, ``envreplica::replay[NAME]``: its
+actions, read from ``mbt::actionTaken`` and ``mbt::nondetPicks``
+(``envreplica.conformance.replay``), go through the adapter beside the model,
+as a quint-connect driver replays a Quint trace; it passes when they agree at
+every step (the variant: ``--envreplica-variant`` when given, one item each,
+else the trace's own). An
 adapter that breaks (it dies, stalls past the timeout, writes a line that is
 not a JSON object, answers another id) fails it at once with one paragraph
 naming the step that broke ("ADAPTER FAILED"): nothing after it is judged or
@@ -25,8 +37,11 @@ like any test, with the run's examples, steps and seconds as properties.
 
 Options (``pytest --help``, group "envreplica conformance gate"):
 
-* ``--envreplica-adapter CMD``: the adapter command (docs/protocol.md section 5);
-* ``--envreplica-variant NAME``: the model variant (repeatable; default ``fixed``);
+* ``--envreplica-adapter CMD``: the adapter command (docs/protocol.md section 5, or 11);
+* ``--envreplica-protocol replica|migration``: which protocol it speaks (default ``replica``);
+* ``--envreplica-variant NAME``: the model variant (repeatable; default ``fixed``; the migration's: ``seed``
+  or ``fixed``);
+* ``--envreplica-replay FILE``: replay a saved ITF trace (or each in a directory) through the adapter;
 * ``--envreplica-profile dev|ci|nightly``: the example budget (default ``ci``);
 * ``--envreplica-max-examples N``, ``--envreplica-steps N``: override the profile's;
 * ``--envreplica-timeout SECONDS``: per response (default 30);
@@ -53,10 +68,12 @@ from typing import Any, Optional
 
 import pytest
 
-__all__ = ["ConformanceItem", "EnvreplicaCollector", "ConformanceFailed"]
+__all__ = ["ConformanceItem", "EnvreplicaCollector", "ConformanceFailed", "ReplayItem"]
 
 PROFILES = ("dev", "ci", "nightly")
 VARIANTS = ("fixed", "seed", "fix-f1")  # model.state.Variant's values (not imported here: see above)
+PROTOCOLS = ("replica", "migration")
+MIGRATION_VARIANTS = ("fixed", "seed")  # model.migration.MigrationVariant's values
 
 _NOTES = pytest.StashKey[list]()  # lines for the terminal summary
 
@@ -66,9 +83,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--envreplica-adapter", metavar="CMD", default=None,
                     help="hold this adapter command (docs/protocol.md section 5) against the envreplica model: "
                          "adds the test items envreplica::conformance[VARIANT]")
+    group.addoption("--envreplica-protocol", default="replica", choices=PROTOCOLS,
+                    help="which protocol the adapter speaks: the replica's (docs/protocol.md section 5; default) or "
+                         "the paired writer migration's (section 11)")
     group.addoption("--envreplica-variant", action="append", default=None, choices=VARIANTS, metavar="NAME",
                     help=f"model variant to hold the adapter against, repeatable (one item each): "
-                         f"{', '.join(VARIANTS)} (default: fixed)")
+                         f"{', '.join(VARIANTS)} (default: fixed; the migration's: seed or fixed)")
+    group.addoption("--envreplica-replay", action="append", default=None, metavar="FILE",
+                    help="replay a saved ITF trace (envreplica check / conformance --out), or each *.itf.json of a "
+                         "directory, through the adapter beside the model: one item envreplica::replay[NAME] each "
+                         "(repeatable)")
     group.addoption("--envreplica-profile", default="ci", choices=PROFILES,
                     help="example budget of the lockstep: dev, ci or nightly (default: ci)")
     group.addoption("--envreplica-max-examples", type=int, default=None, metavar="N",
@@ -87,6 +111,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "envreplica: a conformance run of the envreplica gate (--envreplica-adapter)")
     config.stash[_NOTES] = []
+    protocol = config.getoption("envreplica_protocol", default="replica")
+    variants = config.getoption("envreplica_variant", default=None) or []
+    if protocol == "migration" and any(v not in MIGRATION_VARIANTS for v in variants):
+        raise pytest.UsageError(f"--envreplica-protocol migration takes --envreplica-variant seed or fixed, not "
+                                f"{', '.join(v for v in variants if v not in MIGRATION_VARIANTS)} (the replica's)")
+    replays = config.getoption("envreplica_replay", default=None) or []
+    if replays and _adapter(config) is None:
+        raise pytest.UsageError("--envreplica-replay replays a trace through an adapter: give --envreplica-adapter "
+                                "CMD too")
+    for given in replays:
+        if not Path(given).exists():
+            raise pytest.UsageError(f"--envreplica-replay {given}: no such file or directory; give an .itf.json trace "
+                                    f"(envreplica check / conformance --out writes them) or a directory of them")
 
 
 def _adapter(config: pytest.Config) -> Optional[str]:
@@ -112,15 +149,31 @@ class EnvreplicaCollector(pytest.Collector):
     """The parent of the conformance items: not a file, nothing to read."""
 
     def collect(self) -> list:
-        variants = self.config.getoption("envreplica_variant") or ["fixed"]
+        given = self.config.getoption("envreplica_variant")
         seen: list[str] = []
-        for v in variants:
+        for v in given or ["fixed"]:
             if v not in seen:
                 seen.append(v)
-        return [ConformanceItem.from_parent(self, name=f"conformance[{v}]", variant=v) for v in seen]
+        items: list = [ConformanceItem.from_parent(self, name=f"conformance[{v}]", variant=v) for v in seen]
+        for trace in _replay_files(self.config):
+            for v in (seen if given else [None]):
+                name = f"replay[{trace.name}{'-' + v if v and len(seen) > 1 else ''}]"
+                items.append(ReplayItem.from_parent(self, name=name, trace=trace, variant=v))
+        return items
 
     def reportinfo(self):
         return self.path, None, "envreplica"
+
+
+def _replay_files(config: pytest.Config) -> list[Path]:
+    """The traces ``--envreplica-replay`` names: each file, and each ``*.itf.json`` of each directory."""
+    out: list[Path] = []
+    for given in config.getoption("envreplica_replay") or []:
+        path = Path(given)
+        for trace in (sorted(path.glob("*.itf.json")) if path.is_dir() else [path]):
+            if trace not in out:
+                out.append(trace)
+    return out
 
 
 class ConformanceFailed(Exception):
@@ -158,6 +211,8 @@ class ConformanceItem(pytest.Item):
         config = self.config
         command = _adapter(config)
         assert command is not None, "items are collected only when --envreplica-adapter names a command"
+        if config.getoption("envreplica_protocol") == "migration":
+            return self._run_migration(command)
         profile = config.getoption("envreplica_profile")
         timeout = config.getoption("envreplica_timeout")
         settings = lockstep_settings(profile, max_examples=config.getoption("envreplica_max_examples"),
@@ -184,6 +239,60 @@ class ConformanceItem(pytest.Item):
         self._write_html_report(report)
         if not report.ok:
             raise ConformanceFailed(self._failure_text(report, command))
+
+    def _run_migration(self, command: str) -> None:
+        """The migration lockstep through the adapter (``envreplica conformance --protocol migration``)."""
+        from envreplica.conformance.migration.adapter_side import AdapterBroken, AdapterShared
+        from envreplica.conformance.migration.run import run_migration_lockstep
+        from envreplica.model.migration import MigrationVariant
+
+        config = self.config
+        profile = config.getoption("envreplica_profile")
+        print(f"envreplica migration lockstep: {command!r} against the migration model (variant {self.variant}, "
+              f"profile {profile})")
+        try:
+            shared = AdapterShared(command, MigrationVariant(self.variant),
+                                   timeout=max(config.getoption("envreplica_timeout"), 30.0))
+        except AdapterBroken as error:
+            config.stash[_NOTES].append(f"{self.nodeid}: ADAPTER ERROR: {error}")
+            raise ConformanceFailed(f"the adapter could not be run (protocol migration, variant {self.variant}), so "
+                                    f"nothing was compared: {error}\n  command: {command}") from None
+        try:
+            report = run_migration_lockstep(profile, max_examples=config.getoption("envreplica_max_examples"),
+                                            step_count=config.getoption("envreplica_steps"),
+                                            out_dir=self._out_dir(), shared=shared)
+        finally:
+            shared.close()
+        for key, value in (("examples", report.examples), ("moves", report.moves),
+                           ("seconds", round(report.seconds, 3))):
+            self.user_properties.append((f"envreplica_{key}", value))
+        harness = report.key == "harness"
+        reached, total = report.coverage.reached(shared.required)
+        verdict = "no divergence" if report.ok else "ADAPTER ERROR" if harness else "DIVERGENCE"
+        summary = (f"{self.nodeid}: {verdict} in {report.examples:,} examples, {report.moves:,} moves "
+                   f"({report.moves_per_second:,.1f} moves/s, {report.seconds:.1f} s); coverage {reached}/{total} "
+                   f"required items")
+        config.stash[_NOTES].append(summary)
+        print(summary)
+        target = config.getoption("envreplica_report")
+        if target:
+            note = write_migration_html_report(Path(target), report, shared, self.variant, command)
+            print(note)
+            config.stash[_NOTES].append(note)
+        if harness:
+            raise ConformanceFailed(f"the adapter failed during the run (protocol migration, variant "
+                                    f"{self.variant}), so nothing after it was judged: {report.divergence}\n"
+                                    f"  command: {command}")
+        if not report.ok:
+            lines = [f"the implementation parts from the envreplica migration model (variant {self.variant}): "
+                     f"{report.divergence}", "", (report.failure or "").rstrip()]
+            if report.trace_path is not None:
+                lines += ["", f"trace (JSON lines): {report.trace_path}"]
+            if report.itf_path is not None:
+                lines += [f"ITF trace: {report.itf_path}",
+                          f"  replay: pytest --envreplica-adapter {shlex.quote(command)} --envreplica-protocol "
+                          f"migration --envreplica-replay {shlex.quote(str(report.itf_path))}"]
+            raise ConformanceFailed("\n".join(lines))
 
     def _failure_text(self, report, command: str) -> str:
         if _never_ran(report):
@@ -234,6 +343,53 @@ class ConformanceItem(pytest.Item):
         return self.path, None, f"envreplica::{self.name}"
 
 
+class ReplayItem(pytest.Item):
+    """One saved trace replayed through the adapter beside the model (``envreplica.conformance.replay``)."""
+
+    def __init__(self, *, trace: Path, variant: Optional[str], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.trace = trace
+        self.variant = variant  # None: the trace's own
+        self.add_marker("envreplica")
+
+    def runtest(self) -> None:
+        from envreplica.conformance.external import AdapterError
+        from envreplica.conformance.migration.adapter_side import AdapterBroken
+        from envreplica.conformance.replay import TraceNotReplayable, replay
+
+        config = self.config
+        command = _adapter(config)
+        assert command is not None, "items are collected only when --envreplica-adapter names a command"
+        try:
+            result = replay(self.trace, command, self.variant, config.getoption("envreplica_timeout"),
+                            protocol=config.getoption("envreplica_protocol"))
+        except TraceNotReplayable as error:
+            raise ConformanceFailed(f"the trace cannot be replayed through an adapter: {error}") from None
+        except (AdapterError, AdapterBroken) as error:
+            raise ConformanceFailed(f"the adapter could not be run, so nothing was compared: {error}\n"
+                                    f"  command: {command}") from None
+        summary = (f"{self.nodeid}: {'agrees' if result.ok else 'DIVERGENCE'} replaying {result.replayed} of "
+                   f"{result.actions} actions of {self.trace} ({result.protocol}, variant {result.variant})")
+        config.stash[_NOTES].append(summary)
+        print(summary)
+        for line in result.skipped:
+            print(f"  not replayed: {line}")
+        if result.ok:  # a failure shows the steps in its report
+            print(result.text)
+        else:
+            raise ConformanceFailed(f"the implementation parts from the envreplica model replaying {self.trace} "
+                                    f"({result.protocol}, variant {result.variant}): {result.divergence}\n\n"
+                                    f"{result.text}")
+
+    def repr_failure(self, excinfo, style=None):
+        if isinstance(excinfo.value, ConformanceFailed):
+            return excinfo.value.text
+        return super().repr_failure(excinfo, style=style)
+
+    def reportinfo(self):
+        return self.path, None, f"envreplica::{self.name}"
+
+
 def _never_ran(report) -> bool:
     """The adapter failed before answering anything (it could not start, or died at once)."""
     return not report.ok and report.steps == 0 and (bool(getattr(report, "adapter_failure", None))
@@ -269,12 +425,31 @@ def write_html_report(path: Path, report, command: str, variant: str, timeout: f
     return f"envreplica: HTML report written to {written or path}"
 
 
+def write_migration_html_report(path: Path, report, shared, variant: str, command: str) -> str:
+    """The HTML page of one migration lockstep run at ``path`` (``report.migration.write_migration_report``, the
+    page of ``envreplica conformance --protocol migration --report``); one line saying what happened (as
+    ``write_html_report``: the verdict does not depend on the page)."""
+    try:
+        from envreplica.model.migration import MigrationVariant
+        from envreplica.report.migration import write_migration_report
+    except ImportError as error:
+        return (f"envreplica: --envreplica-report {path} not written: the report generator "
+                f"(envreplica.report) is not available in this installation ({error})")
+    try:
+        written = write_migration_report(path, report, shared.decl, MigrationVariant(variant), command,
+                                         shared.required)
+    except Exception as error:  # the report is a by-product: say what went wrong, keep the verdict
+        return f"envreplica: --envreplica-report {path} not written: {type(error).__name__}: {error}"
+    return f"envreplica: HTML report written to {written}"
+
+
 def pytest_report_header(config: pytest.Config) -> Optional[str]:
     command = _adapter(config)
     if command is None:
         return None
     variants = ", ".join(config.getoption("envreplica_variant") or ["fixed"])
-    return f"envreplica: adapter {command!r}, variant {variants}, profile {config.getoption('envreplica_profile')}"
+    return (f"envreplica: adapter {command!r}, protocol {config.getoption('envreplica_protocol')}, variant "
+            f"{variants}, profile {config.getoption('envreplica_profile')}")
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:

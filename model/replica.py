@@ -37,7 +37,9 @@ caller restarts it: ``actions.run_until_crash``). Read-only transactions
 (the before-reads, a page's final read) carry no marker.
 
 Variant ``fixed`` differs from ``seed`` only where ``docs/findings.md`` says,
-each difference marked ``# FIX(Fn)``.
+each difference marked ``# FIX(Fn)`` and taken when ``has_fix`` says the
+variant has that fix (``ModelConfig.left_out`` leaves one out: naming a
+divergence's finding, never the checker's).
 
 Leaves out on purpose: notifications (``noteProjectEnv*``: they wake the ready
 wait, which ``is_ready`` states as a predicate), timestamps, and frame
@@ -76,6 +78,7 @@ from envreplica.model.state import (
     StageRow,
     State,
     StoredValue,
+    has_fix,
 )
 from envreplica.spec.domain import (
     INSTALLED,
@@ -117,7 +120,7 @@ from envreplica.spec.domain import (
 from envreplica.spec.frozen import replace
 from envreplica.spec.gate import MachineGate, Trigger, fire
 from envreplica.spec import wire
-from envreplica.spec.variants import Variant
+from envreplica.spec.variants import Finding
 
 R = RefusalCode
 
@@ -289,7 +292,7 @@ def _retain_stage_state(
         order = state_order(incoming, current)
         if order is Order.OLDER or order is Order.CONFLICT:
             mat = stored.mat
-            if cfg.variant is Variant.FIXED:  # FIX(F2)
+            if has_fix(cfg, Finding.F2):  # FIX(F2)
                 #: a retained record is re-judged under the kept epochs:
                 # if it must now be withheld, its value goes.
                 desired = desired_materialization(current, epochs)
@@ -369,7 +372,7 @@ def _still_awaits_value(cfg: ModelConfig, st: State, row: Union[LiveRow, StageRo
     other kept epochs (and a re-page or commit) inside the read window can
     make the same record withheld, and the seed then installs onto it.
     """
-    if cfg.variant is Variant.SEED:
+    if not has_fix(cfg, Finding.F1):
         return True
     return (
         row.mat.kind is MatKind.UNAVAILABLE
@@ -390,7 +393,7 @@ def stored_text(cfg: ModelConfig, value: str) -> str:
     a low one is a pair, one character, as in JavaScript. FIX(F3): ``fixed``
     keeps the text exactly.
     """
-    if cfg.variant is Variant.FIXED or _SURROGATE.search(value) is None:  # FIX(F3)
+    if has_fix(cfg, Finding.F3) or _SURROGATE.search(value) is None:  # FIX(F3)
         return value
     out, i, n = [], 0, len(value)
     while i < n:
@@ -983,7 +986,8 @@ def is_ready(st: State) -> bool:
 
 def _snapshot(st: State, project_ids: Sequence[str], cfg: Optional[ModelConfig] = None) -> Optional[Snapshot]:
     a = st.authority
-    rejudge = cfg is not None and cfg.variant is Variant.FIXED
+    # the defence in depth of the fixes of F1 and F2 (both in ``fixed``, not in ``fix-f1``)
+    rejudge = cfg is not None and has_fix(cfg, Finding.F1) and has_fix(cfg, Finding.F2)
     if not a.gate.activated or not a.gate.is_open or a.attempt_id is not None:
         return None
     requested = list(project_ids)

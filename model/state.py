@@ -33,6 +33,7 @@ from envreplica.spec.domain import (
 )
 from envreplica.spec.frozen import Frozen, HashOnce
 from envreplica.spec.gate import Gate
+from envreplica.spec.variants import FIXES, Finding
 from envreplica.spec.variants import Variant as Variant  # re-exported: the model's variants are the contract's
 
 
@@ -57,6 +58,14 @@ class ModelConfig(Frozen):
     ack_page_bytes: int = DEFAULT_ACK_PAGE_BYTES  # acknowledgement size bound
     prefix: str = DEFAULT_PREFIX  # parameter-name prefix of the value store
     gate_engine: GateEngine = GateEngine.TABLE  # how the gate moves (same table either way)
+    #: fixes of the variant left out (never the checker's: naming a divergence's finding replays it on the model
+    #: with one fix left out, ``conformance.lockstep.findings``)
+    left_out: frozenset[Finding] = frozenset()
+
+
+def has_fix(cfg: ModelConfig, finding: Finding) -> bool:
+    """Whether the model runs ``finding``'s fix (``# FIX(Fn)``): the variant fixes it and it is not left out."""
+    return finding in FIXES[cfg.variant] and finding not in cfg.left_out
 
 
 @dataclass(frozen=True, slots=True, eq=False)

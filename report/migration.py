@@ -1,41 +1,235 @@
-"""The migration lockstep's report page (``envreplica conformance --protocol migration --report FILE``).
+"""The paired writer migration's traces in a report: its counterexamples, its lockstep's divergences, its run page.
 
-Models: one self-contained HTML page (``templates/migration.html.j2``, the report's style inline): the verdict,
-what the adapter declared and the bounds it was held to, the divergence as a numbered trace (each move with the
-model's and the implementation's answers, the move that parts marked, both observations where the files
-differ), the finding it is when one fix of F4 to F6 explains it, and the coverage against what was required.
+Models: the migration's page section (``traces.READERS["migration"]``): an ITF trace of protocol ``migration``
+(``checker.migration.write_trace``: a model-checker counterexample; ``conformance.migration.traces.write_itf``:
+a lockstep divergence) as the same ``TraceView`` the replica's traces give, so that the page is the same kind:
+the broken property or the divergence first (with the finding it is), then the steps (each move, the seed's
+step it takes, what the model answered and, where it differs, the implementation), what each step changed in
+the state's tables (``stores``, ``files``, ``invocations``, ``counters``), and, at a divergence, both sides'
+observations of the files side by side. ``write_migration_report`` writes the run page of ``envreplica
+conformance --protocol migration --report FILE``: the verdict, the figures, what the adapter declared, the
+divergence, the coverage after.
 
-Leaves out on purpose: stepping through states (the replica's page does it from ITF traces; the migration's
-trace is short and read as a table), and anything fetched when the page is opened.
+Where a counterexample breaks is found, not assumed: its actions are replayed on the model at its bounds
+(``#meta.suite``, ``bounds``, ``variant``) and the property evaluated along them, as ``report.breaks`` does for
+the replica; a stuck state (``every_state_recoverable``) is the trace's last.
+
+Leaves out on purpose: a diagram (the migration has no gate machine: each invocation's step is in the steps'
+table), and replaying a divergence on the implementation (the lockstep recorded both observations where they
+differ).
 """
 
 from __future__ import annotations
 
-import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Optional
 
-from envreplica.report.html import _asset, environment
+from envreplica.report import tables as T
+from envreplica.report.traces import Divergence, StepView, TraceView
+from envreplica.report.values import flatten, one_line, pretty
+
+#: The stores' names, by index (``spec.migration.STORES``).
+STORE_NAMES = ("run", "resource")
+_ACTION_TAKEN = "mbt::actionTaken"
+
+
+def _tables(state: dict) -> T.Tables:
+    """The tables of one state: each store, the published files, each live invocation, the counters."""
+    tables: T.Tables = {}
+    stores = state.get("stores")
+    if isinstance(stores, list):
+        tables["stores"] = {(STORE_NAMES[i] if i < len(STORE_NAMES) else f"#{i}",): dict(flatten(s))
+                            for i, s in enumerate(stores)}
+    if "files" in state:
+        tables["files"] = {("published",): dict(flatten(state["files"]))}
+    procs = state.get("procs")
+    if isinstance(procs, list):
+        tables["invocations"] = {(f"{p.get('role', '?')}#{p.get('pid', '?')}",):
+                                 dict(flatten({k: v for k, v in p.items() if k not in ("pid", "role")}))
+                                 for p in procs if isinstance(p, dict)}
+    counters = {k: state[k] for k in ("migrations", "recoveries", "crashes", "faults", "original") if k in state}
+    if counters:
+        tables["counters"] = {("counters",): dict(flatten(counters))}
+    return tables
+
+
+def _observation_tables(obs: Any) -> T.Tables:
+    """An observation (``conformance.migration.observe.Observation.to_json``) as tables: each store, then what
+    is published."""
+    if not isinstance(obs, dict):
+        return {}
+    stores = obs.get("stores") or []
+    return {"stores": {(STORE_NAMES[i] if i < len(STORE_NAMES) else f"#{i}",): dict(flatten(s))
+                       for i, s in enumerate(stores)},
+            "published": {("files",): dict(flatten({k: v for k, v in obs.items() if k != "stores"}))}}
+
+
+def _fences(state: dict) -> Optional[str]:
+    """Each store's admission after a step ("run maintenance, resource open")."""
+    stores = state.get("stores")
+    if not isinstance(stores, list):
+        return None
+    return ", ".join(f"{STORE_NAMES[i] if i < len(STORE_NAMES) else i} {s.get('admission')}"
+                     for i, s in enumerate(stores) if isinstance(s, dict))
+
+
+def _property(name: str) -> tuple[str, str, Any]:
+    """(kind, statement, the property or None) of a migration property's name."""
+    from envreplica.spec import migration as spec
+
+    for prop in (*spec.INVARIANTS, *spec.STEP_PROPERTIES):
+        if prop.name == name:
+            return prop.kind, prop.statement, prop
+    if name == spec.RECOVERABLE[0]:
+        return "bounded liveness", spec.RECOVERABLE[1], None
+    return "?", "", None
+
+
+def _breaks(doc: dict, meta: dict) -> tuple[Optional[int], str]:
+    """The step at which the counterexample's property first fails, and the sentence saying so (or why no step
+    is marked)."""
+    from envreplica.checker import migration as cm
+    from envreplica.model import migration as mm
+
+    name = str(meta.get("violated") or "")
+    kind, statement, prop = _property(name)
+    last = len(doc["states"]) - 1
+    if kind == "bounded liveness":
+        return last, (f"the state after step #{last} is stuck: {statement} (the checker's liveness check found "
+                      f"none of the operator's reruns settles from it)")
+    if prop is None:
+        return None, f"{name or 'the trace'} names no safety property of the migration model: no step is marked"
+    try:
+        cfg = next(b for b in mm.suite(str(meta["suite"]), mm.MigrationVariant(meta["variant"]))
+                   if b.name == meta["bounds"])
+        st = mm.init(cfg)
+        for i, state in enumerate(doc["states"]):
+            action_data = (state.get("#meta") or {}).get("action")
+            if action_data is not None:
+                action = cm.action_from_json(action_data)
+                before = st
+                st, result = mm.next_state(cfg, st, action)
+                if prop.kind == "step" and not prop.check(before, action, result, st):
+                    return i, f"step #{i} ({action.kind}) breaks the step property {name}: {statement}"
+            if cm.state_vars(st) != {k: state.get(k) for k in cm.MIGRATION_VARS}:
+                return None, (f"replayed on this model, the trace's state #{i} differs (another model version?): "
+                              f"no step is marked")
+            if prop.kind == "invariant" and not prop.check(st):
+                return i, (f"the state after step #{i} is the first to violate the invariant {name}: {statement}"
+                           if i else f"the initial state violates the invariant {name}: {statement}")
+    except (KeyError, ValueError, TypeError, StopIteration) as error:
+        return None, (f"the trace's actions could not be replayed on the model ({type(error).__name__}: {error}): "
+                      f"no step is marked")
+    return None, f"replayed on this model, no step of the trace breaks {name}: no step is marked"
+
+
+def _labelled(view: TraceView) -> TraceView:
+    """``view`` with the migration's words for the page's columns: the seed's step, the stores' fences, a move."""
+    view.function_header, view.gate_header, view.gate_word = "seed step", "fences after", "fences"
+    view.request_word, view.answers_word = "move", "answers"
+    return view
+
+
+def read_trace(path: Path, doc: dict, meta: dict, impl_factory: Optional[Callable[[], Any]],
+               prefix: str) -> TraceView:
+    """The migration's reader (``traces.READERS``): a counterexample, or a lockstep divergence."""
+    states = doc["states"]
+    lockstep = "implementation" in (doc.get("vars") or []) or "implementation" in states[-1]
+    tables = [_tables(st) for st in states]
+    parting = next((i for i, st in enumerate(states) if st.get("agree") is False), len(states) - 1) \
+        if lockstep else None
+    steps = []
+    for i, st in enumerate(states):
+        smeta = st.get("#meta") if isinstance(st.get("#meta"), dict) else {}
+        action = smeta.get("action") if isinstance(smeta.get("action"), dict) else None
+        kind = str(st.get(_ACTION_TAKEN) or (action or {}).get("kind") or ("init" if i == 0 else "?"))
+        params = {k: v for k, v in (action or {}).items() if k != "kind"}
+        result = st.get("model") if lockstep else smeta.get("result")
+        impl = st.get("implementation") if lockstep else None
+        steps.append(StepView(
+            index=i, action=kind, seed=smeta.get("step") or None, seed_note="",
+            summary=one_line(params) if action else "", params=pretty(params) if action else "",
+            result=str(result or ""), result_full=pretty(result) if result else "", gate=_fences(st),
+            diff=T.diff(tables[i - 1] if i else None, tables[i]),
+            impl_result=str(impl) if lockstep and i and impl != result else None,
+            agree=st.get("agree") if isinstance(st.get("agree"), bool) else None,
+            parting=lockstep and i == parting))
+    if not lockstep:
+        name = str(meta.get("violated") or "")
+        kind, statement, _ = _property(name)
+        at, note = _breaks(doc, meta)
+        if at is not None and at < len(steps):
+            steps[at].breaks = True
+        return _labelled(TraceView(
+            str(path), "counterexample", f"counterexample: {name or meta.get('description') or path.name}", meta,
+            [(name, kind, statement, "violated")] if name else [], steps, None, final=T.full(tables[-1]),
+            prefix=prefix, breaks_at=at, breaks_note=note))
+    assert parting is not None
+    steps[parting].breaks = True
+    at = states[parting]
+    smeta = at.get("#meta") if isinstance(at.get("#meta"), dict) else {}
+    reason = str(meta.get("description", "")).removeprefix("migration lockstep divergence: ")
+    model, impl = str(at.get("model", "")), str(at.get("implementation", ""))
+    compared, model_tables, note = None, None, ""
+    if smeta.get("modelObservation") is not None:
+        compared = T.compare(_observation_tables(smeta["modelObservation"]),
+                             _observation_tables(smeta.get("implementationObservation")))
+        note = "what each side holds after the step: the files as the lockstep observes them"
+    else:
+        model_tables = T.full(tables[parting])
+        note = "the answers part (the files were not compared after this step): the model's state after it is shown"
+    divergence = Divergence(parting, reason, pretty(smeta.get("action")),
+                            [T.FieldDiff("outcome", model, impl, model != impl)], compared, note, model_tables)
+    fixes = ", ".join(meta.get("fixes") or []) or "none"
+    verdicts = [("migration lockstep", "model vs implementation", f"bounds {meta.get('cfg', '?')} (fixes: {fixes}): "
+                 f"every answer and the files equal", "diverged")]
+    return _labelled(TraceView(
+        str(path), "divergence", f"migration lockstep divergence: {path.name}", meta, verdicts, steps, None,
+        final=T.full(tables[-1]), divergence=divergence, prefix=prefix, breaks_at=parting,
+        breaks_note=f"the implementation parts from the model at step #{parting}",
+        finding=str(meta.get("finding") or "")))
 
 
 def write_migration_report(out: Path, report: Any, decl: Any, variant: Any, adapter: str,
                            required: dict[str, frozenset[str]]) -> Path:
-    """Write the page for ``report`` (a ``MigrationLockstepReport``) to ``out``; the path written."""
-    rows = []
-    for i, line in enumerate(report.lines):
-        record = report.records[i] if i < len(report.records) else {}
-        parts = " | implementation " in line
-        rows.append({"n": i + 1, "line": line, "parts": parts or i == len(report.lines) - 1 and not report.ok,
-                     "model_state": record.get("model_state"),
-                     "implementation_state": record.get("implementation_state")})
-    coverage = [{"group": g, "item": item, "count": n, "required": item in required.get(g, frozenset())}
-                for g, item, n in report.coverage.rows()]
+    """Write the page of one ``conformance --protocol migration`` run (``report``, a ``MigrationLockstepReport``)
+    to ``out``: the same kind of page as the replica's run (``run.RunView``): its verdict, figures and what the
+    adapter declared, then the divergence (its ITF trace, ``report.itf_path``), then the coverage."""
+    from envreplica.report.html import write_page
+    from envreplica.report.run import RunView, _traces
+
+    harness = report.key == "harness"
+    verdict = "PASS" if report.ok else "ADAPTER FAILED" if harness else "FAIL"
+    reached, total = report.coverage.reached(required)
+    view = RunView(title=f"envreplica conformance --protocol migration --variant {variant.value}",
+                   command=f"envreplica conformance --protocol migration --adapter {adapter!r} "
+                           f"--variant {variant.value}",
+                   failed=not report.ok,
+                   stages=[("migration lockstep", f"{decl.implementation} against the migration model",
+                            verdict, f"{report.seconds:.1f}")])
+    view.figures = [{"examples": report.examples, "moves": report.moves,
+                     "moves/s": round(report.moves_per_second, 1), "seconds": round(report.seconds, 2),
+                     "profile": report.profile, "shrunk to": report.shrunk_moves or "",
+                     "coverage": f"{reached}/{total} required items"}]
+    faults = ", ".join(sorted(f.value for f in decl.faults)) or "none"
+    view.notes.append(f"the adapter declared: readings {decl.reading}; evidence of a rerun checked "
+                      f"{'before' if decl.evidence_first else 'after'} maintenance; faults {faults}; "
+                      f"{len(decl.steps)} steps it pauses at; exit statuses "
+                      f"{'compared' if decl.exit_status else 'not compared'}; modes {', '.join(decl.modes)}")
+    if not report.ok:
+        view.notes.append(f"{'the adapter failed' if harness else 'divergence'}: {report.divergence}")
     missing = report.coverage.unreached(required)
-    page = environment().get_template("migration.html.j2").render(
-        title=f"envreplica conformance --protocol migration --variant {variant.value}",
-        css=_asset("report.css"), report=report, decl=decl, variant=variant.value, adapter=adapter, rows=rows,
-        coverage=coverage, missing=missing, reached=report.coverage.reached(required),
-        generated=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(page, encoding="utf-8")
-    return out
+    if missing:
+        view.notes.append(f"not reached at this budget: {', '.join(missing)}")
+    rows = [(g, item if item in required.get(g, frozenset()) else f"{item} (not required)", n)
+            for g, item, n in report.coverage.rows()]
+    view.coverage.append(("migration lockstep coverage (required items, and the others)", rows))
+    itf_path = getattr(report, "itf_path", None)
+    traces, notes = _traces([(itf_path, None)] if not report.ok and itf_path is not None else [])
+    view.notes += notes
+    if not report.ok and not harness and itf_path is None:
+        view.notes.append("no ITF trace was written (give --out): the divergence is not shown step by step")
+    return write_page(Path(out), view.title, traces, view)
+
+
+__all__ = ["read_trace", "write_migration_report"]

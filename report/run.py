@@ -84,6 +84,19 @@ class ModelCheckRecord:
         return self.path
 
 
+def add_trace(report: str, path) -> bool:
+    """Add a counterexample another stage of the same process wrote (the migration's model check, after the
+    replica's saved its record) to the record beside ``report``; False when there is no record to add it to."""
+    sidecar = _sidecar(report)
+    try:
+        data = json.loads(sidecar.read_text())
+    except (OSError, ValueError):
+        return False
+    data.setdefault("traces", []).append(str(path))
+    sidecar.write_text(json.dumps(data))
+    return True
+
+
 def _model_part(view: RunView, report: str) -> list[str]:
     """Fill ``view`` from the model check's record; the counterexample files."""
     from envreplica.spec import properties as P
@@ -188,6 +201,27 @@ def _sqlite_factory(variant: str):
         return driver
 
     return make
+
+
+def page_path_of(trace: Path) -> Path:
+    """Where a trace's page goes unless told otherwise: beside it, ``NAME.html`` for ``NAME.itf.json`` (or a
+    lockstep's ``NAME.jsonl``)."""
+    trace = Path(trace)
+    for suffix in (".itf.json", ".jsonl", ".json"):
+        if trace.name.endswith(suffix):
+            return trace.with_name(trace.name[: -len(suffix)] + ".html")
+    return trace.with_name(trace.name + ".html")
+
+
+def write_beside(trace: Path) -> tuple[Optional[Path], str]:
+    """The page of a trace a run wrote (``check`` / ``conformance --out``), written beside it (``page_path_of``):
+    (the page, "") or (None, why it was not written). The page is a by-product of the run: what kept it from
+    being written is said, never raised, so the run's verdict stands. A lockstep divergence's page shows the
+    model's tables (``envreplica report FILE --adapter COMMAND`` replays it on the implementation too)."""
+    try:
+        return write_trace_report(Path(trace), page_path_of(trace)), ""
+    except Exception as error:  # the report is a by-product: say what went wrong, keep the verdict
+        return None, f"{type(error).__name__}: {error}"
 
 
 def write_trace_report(path: Path, out: Path, adapter: Optional[str] = None, timeout: float = 30.0) -> Path:

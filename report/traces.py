@@ -1,6 +1,10 @@
 """A trace file read for a report: its steps, each step's tables and what changed, its gate path.
 
-Models: two kinds of file, told apart by their ``vars``:
+Models: an ITF file of any protocol of the project, told apart by ``#meta.protocol`` (absent: the
+replica's). Each protocol's reader (``READERS``) turns its document into a ``TraceView``, which the page
+renders the same way whatever the protocol: the finding or broken property first, the steps, each step's
+state diff, the divergence. The replica's reader is here; the paired writer migration's is
+``report.migration.read_trace``. For the replica, two kinds of file, told apart by their ``vars``:
 
 * a model-checker counterexample (``checker.itf.write``): each state holds the
   replica's tables, the gate, the action (``#meta.action``) and its result;
@@ -114,13 +118,19 @@ class TraceView:
     meta: dict
     verdicts: list  # (name, kind, statement, verdict)
     steps: list
-    diagram: Diagram
+    diagram: Optional[Diagram]  # the replica's gate machine with the trace's path (None: a protocol without one)
     final: list = field(default_factory=list)  # list[TableDiff]: every table after the last step
     divergence: Optional[Divergence] = None
     notes: list = field(default_factory=list)
     prefix: str = ""  # element id suffix on a page with several traces ("" for the first, then "-t1", ...)
     breaks_at: Optional[int] = None  # the index of the step at which the property breaks (the page opens there)
     breaks_note: str = ""  # what breaks there, or why no step is marked
+    finding: str = ""  # the finding a divergence is (``#meta.finding``), shown first
+    function_header: str = "seed function"  # what the steps' third column names (the seed's code each step runs)
+    gate_header: str = "gate after"  # and the last: the gate (the replica), or the stores' fences (the migration)
+    gate_word: str = "gate"  # what a step's diff heading calls it
+    request_word: str = "request"  # what a divergence calls the step that parts (an adapter request, a move)
+    answers_word: str = "responses"  # and what both sides said
 
     @property
     def projects_and_keys(self) -> list[str]:
@@ -198,8 +208,28 @@ def resolve(path: Path) -> Path:
     return path
 
 
+#: Each protocol's reader (``module:function``, imported when a trace of it is read): ``function(path, doc, meta,
+#: impl_factory, prefix)`` gives the ``TraceView`` of one ITF document (``ReportInputError`` for one it cannot
+#: read; an implementation factory it may ignore). A new protocol adds its line here, and its encoder on the
+#: writing side (``checker.itf.Encoder``): docs/report.md, "Another protocol".
+READERS: dict[str, str] = {
+    "replica": "envreplica.report.traces:read_replica",
+    "migration": "envreplica.report.migration:read_trace",
+}
+
+
+def protocol_of(doc: dict) -> str:
+    """The protocol an ITF document is of (``#meta.protocol``; a trace without it is the replica's)."""
+    from envreplica.checker.itf import meta_of
+
+    protocol = meta_of(doc).get("protocol", "replica")
+    return protocol if isinstance(protocol, str) else repr(protocol)
+
+
 def read(path: Path, impl_factory: Optional[Callable[[], Any]] = None, prefix: str = "") -> TraceView:
     """The report's view of one trace file (``.itf.json``, or a lockstep ``.jsonl`` with its sibling)."""
+    import importlib
+
     source = Path(path)
     path = resolve(source)
     doc = load_json(path)
@@ -209,17 +239,30 @@ def read(path: Path, impl_factory: Optional[Callable[[], Any]] = None, prefix: s
     if not all(isinstance(s, dict) for s in doc["states"]):
         raise ReportInputError(f"{path}: not an ITF trace (a state is not an object)")
     meta: dict[str, Any] = doc["#meta"] if isinstance(doc.get("#meta"), dict) else {}
-    variables = doc.get("vars") or []
+    protocol = protocol_of(doc)
+    if protocol not in READERS:
+        raise ReportInputError(f"{path}: a trace of protocol {protocol!r} (#meta.protocol), which this envreplica "
+                               f"does not read ({', '.join(READERS)}); give a trace it wrote, or upgrade it")
+    module, name = READERS[protocol].split(":")
+    reader = getattr(importlib.import_module(module), name)
     try:
-        if "request" in variables or "request" in doc["states"][0]:
-            return _lockstep(path, doc, meta, impl_factory, prefix)
-        if "gate" in doc["states"][0]:
-            return _counterexample(path, doc, meta, prefix)
+        return reader(path, doc, meta, impl_factory, prefix)
     except (KeyError, TypeError, AttributeError, IndexError, ValueError) as error:
         if isinstance(error, ReportInputError):
             raise
-        raise ReportInputError(f"{path}: a malformed trace ({type(error).__name__}: {error}); give an .itf.json "
-                               f"trace as written by `envreplica check` or `envreplica conformance`") from None
+        raise ReportInputError(f"{path}: a malformed trace ({type(error).__name__}: {error}; protocol {protocol}); "
+                               f"give an .itf.json trace as written by `envreplica check` or `envreplica "
+                               f"conformance`") from None
+
+
+def read_replica(path: Path, doc: dict, meta: dict, impl_factory: Optional[Callable[[], Any]],
+                 prefix: str) -> TraceView:
+    """The replica's reader (``READERS``): a model-checker counterexample, or a lockstep divergence."""
+    variables = doc.get("vars") or []
+    if "request" in variables or "request" in doc["states"][0]:
+        return _lockstep(path, doc, meta, impl_factory, prefix)
+    if "gate" in doc["states"][0]:
+        return _counterexample(path, doc, meta, prefix)
     raise ReportInputError(f"{path}: an ITF file, but neither a model-checker counterexample (states with 'gate') "
                            f"nor a lockstep trace (states with 'request')")
 
@@ -405,7 +448,8 @@ def _lockstep(path: Path, doc: dict, meta: dict, impl_factory, prefix: str) -> T
     title = f"lockstep divergence: {path.name}"
     view = TraceView(str(path), "divergence", title, meta, verdicts, steps, draw(pseudo, f"gate{prefix}"),
                      final=T.full(tables[-1]) if tables else [], divergence=divergence, notes=notes, prefix=prefix,
-                     breaks_at=parting, breaks_note=f"the implementation parts from the model at step #{parting}")
+                     breaks_at=parting, breaks_note=f"the implementation parts from the model at step #{parting}",
+                     finding=str(meta.get("finding") or ""))
     return view
 
 
@@ -434,5 +478,5 @@ def _mark_reason(tables: list, reason: str) -> None:
                             f.changed = True
 
 
-__all__ = ["ImplementationUnavailable", "ReportInputError", "SEED_FUNCTIONS", "StepView", "TraceView", "Divergence",
-           "read", "resolve", "show"]
+__all__ = ["ImplementationUnavailable", "READERS", "ReportInputError", "SEED_FUNCTIONS", "StepView", "TraceView",
+           "Divergence", "protocol_of", "read", "read_replica", "resolve", "show"]

@@ -194,7 +194,9 @@ def test_divergence_is_caught_shrunk_and_written(scratch, tmp_path):
     requests = read_requests(report.trace_path)
     assert len(requests) == report.shrunk_steps and requests[0]["op"] == "reset"
     itf = json.loads(report.itf_path.read_text())
-    assert itf["#meta"]["format"] == "ITF" and itf["vars"] == ["request", "model", "implementation", "agree"]
+    assert itf["#meta"]["format"] == "ITF" and itf["#meta"]["protocol"] == "replica"
+    assert itf["vars"] == ["request", "model", "implementation", "agree", "mbt::actionTaken", "mbt::nondetPicks"]
+    assert [s["mbt::actionTaken"] for s in itf["states"]] == [r["op"] for r in requests]
     assert len(itf["states"]) == report.shrunk_steps and itf["states"][-1]["agree"] is False
     # The written requests replay to the same divergence, and agree on the real implementation.
     again = FlipCommitDriver("fixed", directory / "again.db", master_key=TEST_MASTER_KEY)

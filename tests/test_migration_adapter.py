@@ -155,7 +155,10 @@ def test_the_seeds_steps_pass_seed_and_fail_fixed_as_a_finding(tmp_path):
     shrunk = int(done.stdout.split("shrunk to ")[1].split(" moves")[0])
     assert shrunk <= 30, done.stdout  # F4's shortest is 21 moves here (24 model steps, 3 silent ones none)
     assert 'failures="1"' in junit.read_text()
-    assert found[0] in page.read_text() and "class=\"break\"" in page.read_text()
+    text = page.read_text()  # the run page: the divergence (the move where they part marked) before the coverage
+    assert found[0] in text and 'class="step parting breaks' in text and 'class="divergence"' in text
+    assert text.index('class="divergence"') < text.index('id="coverage"')
+    assert said.count(f"{found[0]}: ") == 1  # the finding said once (its sentence heads the trace)
     assert (tmp_path / "out" / "migration-lockstep.jsonl").is_file()
 
 

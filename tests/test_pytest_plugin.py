@@ -168,3 +168,107 @@ def test_variant_choices_are_the_models():
     from envreplica.model.state import Variant
 
     assert set(VARIANTS) == {v.value for v in Variant}
+
+
+# ---------------------------------------------------------------------------
+# Every protocol, and saved traces replayed (--envreplica-protocol, --envreplica-replay)
+# ---------------------------------------------------------------------------
+
+
+def _adapter_command(*args: str) -> str:
+    """One of the project's adapters, as a CI job would name it."""
+    if _SCRIPT.exists():
+        return " ".join([shlex.quote(str(_SCRIPT)), "adapter", *args])
+    return " ".join([PY, "-m", "envreplica.cli.main", "adapter", *args])
+
+
+SEED_MODEL = _adapter_command("--impl", "model", "--variant", "seed")
+MIGRATION_SEED_MODEL = _adapter_command("--protocol", "migration", "--impl", "model", "--variant", "seed")
+MIGRATION_FIXED_MODEL = _adapter_command("--protocol", "migration", "--impl", "model", "--variant", "fixed")
+
+
+def test_a_saved_replica_trace_replays_through_the_plugin(project, tmp_path):
+    """The trace of a model run (the model without F3's fix, held to ``fixed``) replays through an adapter: the
+    seed's model parts where the trace does under ``fixed`` and agrees under ``seed``; the project's own adapter
+    agrees under ``fixed``."""
+    from envreplica.conformance.drivers import ModelDriver
+    from envreplica.conformance.lockstep import lockstep_settings, run_lockstep
+    from envreplica.spec.variants import Finding
+
+    saved = tmp_path / "saved"
+    made = run_lockstep(lambda: ModelDriver("fixed", left_out={Finding.F3}), variant="fixed",
+                        settings=lockstep_settings("ci"), out_dir=saved)
+    assert not made.ok and made.finding and made.finding.startswith("F3:")
+    trace = saved / "lockstep-fixed.itf.json"
+    args = ("-p", "no:cacheprovider", "--envreplica-replay", str(trace), "-m", "envreplica", "-k", "replay")
+    result = project.runpytest_subprocess("--envreplica-adapter", SEED_MODEL, *args)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["the implementation parts from the envreplica model replaying *lockstep-fixed.itf.json "
+                                 "(replica, variant fixed): *",
+                                 f"replayed * of {made.shrunk_steps} requests through the adapter*",
+                                 "  DIVERGENCE at step #*"])
+    assert "Traceback" not in result.stdout.str()
+    result = project.runpytest_subprocess("--envreplica-adapter", SEED_MODEL, "--envreplica-variant", "seed", *args)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["envreplica::replay?lockstep-fixed.itf.json?: agrees replaying * actions*"])
+    result = project.runpytest_subprocess("--envreplica-adapter", OWN_ADAPTER, *args)
+    result.assert_outcomes(passed=1)
+
+
+def test_a_saved_migration_trace_replays_through_the_plugin(project, tmp_path):
+    """The migration model check's counterexample (F4, under ``seed``) replays through the migration adapter: the
+    seed's model agrees under the trace's own variant and parts under ``fixed``; a replica adapter does not take
+    it."""
+    import contextlib
+    import io
+
+    from envreplica.cli.main import main
+
+    saved = tmp_path / "saved"
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main(["check", "--bounds", "migration", "--variant", "seed", "--out", str(saved),
+                     "--no-trace-pages"]) == 1
+    trace = saved / "migration-seed-writers-never_result_and_recovery.itf.json"
+    args = ("-p", "no:cacheprovider", "--envreplica-protocol", "migration", "--envreplica-replay", str(trace), "-m",
+            "envreplica", "-k", "replay")
+    result = project.runpytest_subprocess("--envreplica-adapter", MIGRATION_SEED_MODEL, *args)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*replay?migration-seed-writers-never_result_and_recovery.itf.json?: agrees "
+                                 "replaying 24 of 24 actions * (migration, variant seed)"])
+    result = project.runpytest_subprocess("--envreplica-adapter", MIGRATION_SEED_MODEL, "--envreplica-variant",
+                                          "fixed", *args)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["the implementation parts from the envreplica model replaying * (migration, variant "
+                                 "fixed): recover#1 plan: *"])
+    result = project.runpytest_subprocess("--envreplica-adapter", MIGRATION_FIXED_MODEL, "--envreplica-variant",
+                                          "fixed", *args)
+    result.assert_outcomes(passed=1)  # the fixed steps refuse where the seed's went on: the moves after, not enabled
+    result = project.runpytest_subprocess("--envreplica-adapter", OWN_ADAPTER, "-p", "no:cacheprovider",
+                                          "--envreplica-replay", str(trace), "-m", "envreplica", "-k", "replay")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["the trace cannot be replayed through an adapter: * a trace of the migration "
+                                 "protocol, but the adapter speaks the replica one*"])
+
+
+def test_the_migration_protocol_runs_the_migration_lockstep(project, tmp_path):
+    result = project.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-v", "--envreplica-adapter", MIGRATION_SEED_MODEL, "--envreplica-protocol",
+        "migration", "--envreplica-variant", "seed", "--envreplica-variant", "fixed", "--envreplica-max-examples",
+        "60", "--envreplica-out", str(tmp_path / "out"), "-m", "envreplica")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*envreplica: adapter * protocol migration, variant seed, fixed*",
+                                 "envreplica::conformance?seed? PASSED*", "envreplica::conformance?fixed? FAILED*",
+                                 "the implementation parts from the envreplica migration model (variant fixed): *",
+                                 "F4: a recovery can be selected after the migration's result is published *",
+                                 f"ITF trace: {tmp_path / 'out' / 'migration-lockstep.itf.json'}"])
+    assert "Traceback" not in result.stdout.str()
+
+
+@pytest.mark.parametrize("args, says", [
+    (("--envreplica-protocol", "migration", "--envreplica-variant", "fix-f1"), "takes --envreplica-variant seed or"),
+    (("--envreplica-replay", "nowhere.itf.json"), "no such file or directory"),
+])
+def test_bad_protocol_options_are_usage_errors(project, args, says):
+    result = project.runpytest_subprocess("-p", "no:cacheprovider", "--envreplica-adapter", OWN_ADAPTER, *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert says in result.stderr.str()

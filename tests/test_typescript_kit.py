@@ -7,7 +7,8 @@
   (``--sealing exact``: the host with F3 fixed, so the seed's file is judged alone), the shrunk divergence is F1's
   or F2's, and the same trace with the value in the store installs it under an epoch the replica no longer keeps,
   where ``fixed`` withholds it; the run's HTML report shows the divergence. With the seed's host sealing
-  (``utf8``, the default) it is F3's: a value's text changed.
+  (``utf8``, the default) it is F3's: a value's text changed. The command names the finding each time (once),
+  and the page beside the trace too.
 * The kit itself: the reliability suite's hostile lines are each answered as the contract says; strict TypeScript,
   types generated from the schema and up to date; the kit's own tests (``npm test``: its test host, the seed's glue
   type-checked with no cast, a type error refused before it runs); bad options and sources are one line and exit 2,
@@ -140,6 +141,8 @@ def test_fixed_finds_f1_or_f2_in_the_seeds_code(tmp_path):
     assert _parts(answers, by_variant["seed"]) == []
     assert _parts(answers, by_variant["fixed"]) != []
     finding = "F1" if _parts(answers, by_variant["fix-f1"]) else "F2"  # F1's fix alone changes the answer, or not
+    said = " ".join(run.stdout.split())  # the console wraps long lines at spaces
+    assert said.count(f"{finding}: ") == 1, run.stdout[-4000:]  # the command names it (once)
 
     # With the value in the store, the seed's code installs it under an epoch the replica no longer keeps;
     # `fixed` withholds it.
@@ -166,6 +169,9 @@ def test_fixed_with_the_seeds_sealing_finds_f3(tmp_path):
     run = conformance(seed_adapter(), "fixed", out, "--profile", "ci")
     assert run.returncode == 1, run.stdout[-4000:] + run.stderr[-2000:]
     assert "value: differs" in run.stdout  # a stored value's text, not a gate decision
+    said = " ".join(run.stdout.split())  # the console wraps long lines at spaces
+    assert said.count("F3: a value with a lone surrogate is served as U+FFFD") == 1, run.stdout[-4000:]
+    assert "F3: a value with a lone surrogate" in (out / "lockstep-fixed.html").read_text(encoding="utf-8")
     requests = read_requests(out / "lockstep-fixed.jsonl")
     assert any("\\ud8" in json.dumps(r) or "\\udc" in json.dumps(r) or "\\ude" in json.dumps(r) for r in requests)
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, Optional
+from typing import Any, Collection, Optional
 
-from envreplica.conformance.lockstep.domains import KNOWN_VIOLATIONS
+from envreplica.conformance.lockstep.domains import FINDING_VIOLATIONS, KNOWN_VIOLATIONS
 from envreplica.conformance.lockstep.text import text_difference, values_shown
 from envreplica.model.state import State
 from envreplica.spec import properties as P
@@ -229,17 +229,19 @@ def _hide(row: Any) -> str:
     return text
 
 
-def broken_invariant(state: State, variant: Variant):
-    """The first invariant of ``spec.properties`` that ``state`` breaks, beyond the variant's known findings."""
-    known = KNOWN_VIOLATIONS.get(variant, frozenset())
+def broken_invariant(state: State, variant: Variant, left_out: Collection = ()):
+    """The first invariant of ``spec.properties`` that ``state`` breaks, beyond the variant's known findings (and
+    those of the fixes ``left_out`` of the model: ``ModelConfig.left_out``)."""
+    known = KNOWN_VIOLATIONS.get(variant, frozenset()).union(*(FINDING_VIOLATIONS[f] for f in left_out))
     return next((p for p in P.INVARIANTS if p.name not in known and not p.check(state)), None)
 
 
 def _check_state(model: Any, impl: Any, variant: Variant, state_check: bool) -> Optional[str]:
     """The state checks after a step: readback equality, then invariants on both sides."""
     st_model = getattr(model, "state", None)
+    left_out = getattr(model, "left_out", ())  # a model driver naming a finding: ModelDriver(left_out=...)
     if isinstance(st_model, State):
-        prop = broken_invariant(st_model, variant)
+        prop = broken_invariant(st_model, variant, left_out)
         if prop is not None:
             return f"invariant {prop.name} fails on the MODEL's state: {prop.statement}"
     rb = _readback(impl) if state_check else None
@@ -257,7 +259,7 @@ def _check_state(model: Any, impl: Any, variant: Variant, state_check: bool) -> 
         if expected != impl_state:
             difference = state_difference(expected, impl_state, show_values=values_shown(impl))
             return f"state after the step differs from the model's: {difference}"
-    prop = broken_invariant(impl_state, variant)
+    prop = broken_invariant(impl_state, variant, left_out)
     if prop is not None:
         return f"invariant {prop.name} fails on the implementation's state: {prop.statement}"
     return None

@@ -10,7 +10,7 @@ on Hypothesis.
 
 from __future__ import annotations
 
-from envreplica.spec.variants import Variant
+from envreplica.spec.variants import Finding, Variant
 
 #: The rule kinds swarm testing chooses among.
 KINDS = ("cloud", "begin", "page", "delivery", "commit", "close", "restart", "read", "store", "invalid",
@@ -62,6 +62,12 @@ KNOWN_VIOLATIONS: dict[Variant, frozenset] = {
     Variant.SEED: frozenset({"served_values_are_live_bound_kept"}),
     Variant.FIX_F1: frozenset({"served_values_are_live_bound_kept"}),
     Variant.FIXED: frozenset(),
+}
+#: Invariants each finding breaks on the model when its fix is left out (``ModelConfig.left_out``).
+FINDING_VIOLATIONS: dict[Finding, frozenset] = {
+    Finding.F1: frozenset({"served_values_are_live_bound_kept"}),
+    Finding.F2: frozenset({"served_values_are_live_bound_kept"}),
+    Finding.F3: frozenset(),
 }
 
 

@@ -42,6 +42,7 @@ from envreplica.conformance.lockstep import literals, rename
 from envreplica.conformance.lockstep.compare import _check_state, _check_tables, _roundtrip, compare_responses
 from envreplica.conformance.lockstep.context import _Run
 from envreplica.conformance.lockstep.coverage import LockstepCoverage
+from envreplica.conformance.lockstep.findings import finding_of
 from envreplica.conformance.lockstep.machine import LockstepMachine
 from envreplica.conformance.lockstep.traces import format_steps, write_trace
 from envreplica.spec.variants import Variant
@@ -220,6 +221,9 @@ class LockstepReport:
     checks_skipped: int = 0  # read-backs skipped because neither side had written since the last
     #: The adapter broke (``external.AdapterFailure``): where and what, one line; the run stopped there.
     adapter_failure: Optional[str] = None
+    #: the finding the divergence is (``findings.finding_of``): the trace replays clean beside the model with that
+    #: one fix left out, so the implementation lacks it ("F3: ..."); None when no one finding explains it
+    finding: Optional[str] = None
 
     @property
     def steps_per_second(self) -> float:
@@ -299,20 +303,23 @@ def _report(run: _Run, error: Optional[BaseException], started: float) -> Lockst
             quiet = {s["request"].get("id") for s in steps if s.get("quiet")}
             steps, reason = _minimize(run, steps, reason)
             steps, reason, report.data_replays, report.data_lengths = _shrink_data(run, steps, reason, quiet)
+            report.finding = finding_of(run, steps, quiet)
         else:
             steps, reason = run.last_steps, f"{type(error).__name__}: {error}"
         if isinstance(error, hypothesis.errors.Flaky) or type(error).__name__.startswith("Flaky"):
             reason = f"{reason} (Hypothesis reports the failure as flaky: {type(error).__name__})"
         if run.out_dir is not None and steps:
             run.trace_path, run.itf_path = write_trace(run.out_dir, run.trace_name, steps, reason,
-                                                       {"variant": variant.value, "steps": len(steps)})
+                                                       {"variant": variant.value, "steps": len(steps),
+                                                        **({"finding": report.finding} if report.finding else {})})
         report.divergence = reason
         report.shrunk_steps = len(steps)
         if run.first_failure is not None:
             report.found_after_examples, report.found_after_seconds, report.found_steps = run.first_failure
-        report.failure = format_steps(steps, reason, header=f"lockstep divergence under variant {variant.value}, "
-                                                             f"shrunk to {len(steps)} steps:"
-                                                             f"{_data_note(report.data_lengths, report.data_replays)}")
+        header = (f"lockstep divergence under variant {variant.value}, shrunk to {len(steps)} steps:"
+                  f"{_data_note(report.data_lengths, report.data_replays)}")
+        report.failure = format_steps(steps, reason, header=f"{report.finding}\n{header}" if report.finding
+                                      else header)
         report.trace_path, report.itf_path = run.trace_path, run.itf_path
     report.seconds = time.perf_counter() - started
     return report

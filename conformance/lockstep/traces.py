@@ -14,11 +14,11 @@ import json
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from envreplica.checker import itf
 from envreplica.conformance.drivers import OPS
 from envreplica.conformance.lockstep.compare import _short, compare_responses
 from envreplica.conformance.lockstep.coverage import _mat_item
 from envreplica.conformance.lockstep.text import brief
-from envreplica.spec import wire
 
 # ---------------------------------------------------------------------------
 # Readable steps
@@ -174,42 +174,44 @@ def format_steps(steps: Sequence[dict], divergence: Optional[str] = None, *, hea
 # ---------------------------------------------------------------------------
 
 
-def _itf(value: Any) -> Any:
-    if value is None:
-        return {"tag": "None", "value": {"#tup": []}}
-    if isinstance(value, bool) or isinstance(value, str):
-        return value
-    if isinstance(value, int):
-        return value if abs(value) <= wire.MAX_COUNT else {"#bigint": str(value)}
-    if isinstance(value, dict):
-        return {str(k): _itf(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_itf(v) for v in value]
-    return repr(value)
+#: A step's request as an ITF value (``checker.itf.json_to_itf``: ``null`` as Quint's ``None``, big integers).
+_itf = itf.json_to_itf
+#: The fields of the adapter's requests (docs/protocol.md sections 5 and 6) besides ``id`` and ``op``: the names
+#: of a lockstep trace's ``mbt::nondetPicks`` (with any other field its requests hold).
+REQUEST_PICKS = ("frame", "keptPolicyEpochs", "orgId", "projectIds", "projectId", "key", "ref", "raw",
+                 "reportedVersion", "mode", "timeoutMs", "config", "crashAfterCommit", "duringFetch")
+
+
+def request_picks(request: Any) -> dict:
+    """A request's fields but ``id`` and ``op``, as ITF values (``mbt::nondetPicks``)."""
+    if not isinstance(request, dict):
+        return {}
+    return {str(k): _itf(v) for k, v in request.items() if k not in ("id", "op")}
 
 
 def write_trace(out_dir: Path, name: str, steps: Sequence[dict], divergence: Optional[str],
                 meta: Optional[dict] = None) -> tuple[Path, Path]:
-    """Write ``NAME.jsonl`` (the requests) and ``NAME.itf.json`` (request, model, impl per step)."""
+    """Write ``NAME.jsonl`` (the requests) and ``NAME.itf.json`` (request, model, impl per step; the request's op
+    as ``mbt::actionTaken``, its fields as ``mbt::nondetPicks``; ``#meta.protocol`` ``replica``)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     jsonl = out_dir / f"{name}.jsonl"
     jsonl.write_text("".join(json.dumps(s["request"], separators=(",", ":")) + "\n" for s in steps))
-    doc = {
-        "#meta": {"format": "ITF", "format-description": "https://apalache-mc.org/docs/adr/015adr-trace.html",
-                  "description": f"lockstep divergence: {divergence}" if divergence else "lockstep trace",
-                  "source": "envreplica.conformance.lockstep", **(meta or {})},
-        "vars": ["request", "model", "implementation", "agree"],
-        "states": [
-            {"#meta": {"index": i, "step": describe_request(s["request"])},
-             "request": _itf(s["request"]), "model": _itf(s.get("model")),
-             "implementation": _itf(s.get("impl")),
-             "agree": compare_responses(s.get("model"), s.get("impl")) is None}
-            for i, s in enumerate(steps)
-        ],
-    }
-    itf_path = out_dir / f"{name}.itf.json"
-    itf_path.write_text(json.dumps(doc, indent=1) + "\n")
+    picked = [request_picks(s["request"]) for s in steps]
+    names = [*REQUEST_PICKS, *sorted({k for p in picked for k in p} - set(REQUEST_PICKS))]
+    states = [
+        {"#meta": {"index": i, "step": describe_request(s["request"])},
+         "request": _itf(s["request"]), "model": _itf(s.get("model")),
+         "implementation": _itf(s.get("impl")),
+         "agree": compare_responses(s.get("model"), s.get("impl")) is None,
+         itf.ACTION_TAKEN: str(s["request"].get("op")) if isinstance(s["request"], dict) else "?",
+         itf.NONDET_PICKS: itf.nondet_picks(names, picked[i])}
+        for i, s in enumerate(steps)
+    ]
+    doc = itf.document(itf.REPLICA, ["request", "model", "implementation", "agree"], states,
+                       f"lockstep divergence: {divergence}" if divergence else "lockstep trace", meta,
+                       source="envreplica.conformance.lockstep")
+    itf_path = itf.save(out_dir / f"{name}.itf.json", doc)
     return jsonl, itf_path
 
 

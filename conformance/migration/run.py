@@ -40,7 +40,7 @@ from envreplica.conformance.migration.machine import MigrationMachine
 from envreplica.conformance.migration.protocol import FINDING_FIXES, FINDING_TITLES
 from envreplica.conformance.migration.sides import Move
 from envreplica.conformance.migration.tour import TOUR_PROFILES, Tour, find_tour, play
-from envreplica.conformance.migration.traces import format_moves, write_trace
+from envreplica.conformance.migration.traces import format_moves, itf_path_of, write_trace
 from envreplica.model import migration as mm
 
 #: Examples per profile. ``check`` is ``envreplica check``'s (``make check``): sized to finish in the background
@@ -110,6 +110,12 @@ class MigrationLockstepReport:
     @property
     def moves_per_second(self) -> float:
         return self.moves / self.seconds if self.seconds else 0.0
+
+    @property
+    def itf_path(self) -> Optional[Path]:
+        """The ITF trace written beside ``trace_path`` (``traces.write_itf``), when there is one."""
+        path = itf_path_of(self.trace_path) if self.trace_path is not None else None
+        return path if path is not None and path.exists() else None
 
 
 class _Run:
@@ -265,7 +271,8 @@ def _explain(report: MigrationLockstepReport, run: _Run, error: BaseException, o
     report.failure = format_moves(moves, lines, reason, header=header)
     if out_dir is not None:
         report.trace_path = write_trace(out_dir, "migration-lockstep", moves, records, reason,
-                                        {"key": key, "moves": len(moves), "finding": report.finding})
+                                        {"key": key, "moves": len(moves), "finding": report.finding},
+                                        world=run.shared)  # and its ITF beside it
 
 
 @contextlib.contextmanager
