@@ -54,13 +54,14 @@ class UsageError(Exception):
 def user_errors() -> tuple[type[BaseException], ...]:
     """The exception types that mean "the command cannot run as asked"."""
     from envreplica.impl.files import ReplicaPathError, ReplicaUnavailable
+    from envreplica.impl.lock import LockError
     from envreplica.impl.sealing import KeyConfigError
     from envreplica.impl.writer import WriterVersionError
     from envreplica.model.presets import UnknownBounds
     from envreplica.spec.domain import CorruptReplica
 
     return (UsageError, KeyConfigError, ReplicaPathError, ReplicaUnavailable, WriterVersionError, CorruptReplica,
-            UnknownBounds, OSError)
+            UnknownBounds, LockError, OSError)
 
 
 def _line(error: BaseException) -> str:
