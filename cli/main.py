@@ -957,10 +957,8 @@ def cmd_schema(args) -> int:
 
 def cmd_lock(args) -> int:
     """Run a command holding the projection lock at PATH (impl.lock); its exit status, or 2 for the lock's errors."""
-    import subprocess
-
     from envreplica.cli.errors import USER_ERROR_EXIT
-    from envreplica.impl.lock import LockLost, projection_lock
+    from envreplica.impl.lock import LockLost, run_holding
 
     command = args.argv
     if "--" in command:  # options between PATH and "--" (argparse leaves them in the remainder)
@@ -970,14 +968,11 @@ def cmd_lock(args) -> int:
         raise UsageError("no command to run: envreplica lock PATH -- COMMAND [ARGS...]")
     if args.max_tries < 0 or args.wait < 0:
         raise UsageError(f"--max-tries and --wait must not be negative (got {args.max_tries}, {args.wait})")
-    status: Optional[int] = None
-    try:
-        with projection_lock(args.path, max_tries=args.max_tries, wait=args.wait):
-            status = subprocess.run(command).returncode  # a command that cannot start: OSError, one line (guarded)
+    try:  # a command that cannot start: OSError, one line (guarded)
+        status = run_holding(args.path, command, max_tries=args.max_tries, wait=args.wait)
     except LockLost as lost:
-        print(f"envreplica lock: {lost} (the command exited {_exit_status(status)})", file=sys.stderr)
+        print(f"envreplica lock: {lost} (the command exited {_exit_status(lost.result)})", file=sys.stderr)
         return USER_ERROR_EXIT
-    assert status is not None
     return _exit_status(status)
 
 
@@ -994,9 +989,9 @@ def _lock_options() -> argparse.ArgumentParser:
 _LOCK_OPTIONS = _lock_options()
 
 
-def _exit_status(returncode: Optional[int]) -> int:
+def _exit_status(returncode: object) -> int:
     """A child's return code as a shell reports it: a signal N is 128 + N."""
-    if returncode is None:
+    if not isinstance(returncode, int):
         return 0
     return returncode if returncode >= 0 else 128 - returncode
 

@@ -1,7 +1,8 @@
 """The projection lock: one process at a time inside an operation, across the processes of one machine.
 
 ``with projection_lock(path): ...`` (or ``with_projection_lock(path, operation)``, the seed's signature) runs its
-body while no other process holding the same lock path runs its own. It is the ``fixed`` design of
+body while no other process holding the same lock path runs its own; ``run_holding(path, argv)`` runs a command
+so (``envreplica lock PATH -- COMMAND``). It is the ``fixed`` design of
 ``docs/lock.md`` (the lead's design notes: the seed's ``withProjectionLock`` with its flaws fixed), built from what
 Node's ``fs`` and ``process`` offer too, so the seed's authors can adopt it in their language: ``mkdir``,
 ``rename``, a private file write, ``readdir``, a recursive remove of a private directory, the ``kill(pid, 0)``
@@ -125,6 +126,7 @@ __all__ = [
     "Ticket",
     "parse_record",
     "projection_lock",
+    "run_holding",
     "with_projection_lock",
 ]
 
@@ -570,8 +572,9 @@ class ProjectionLock:
             if hook is not None:
                 hook(call, args, error)
             raise
-        if hook is not None:
-            hook(call, args, out if out is not None else "ok")
+        if hook is not None:  # an outcome is never None (None means "before"): a call that returns nothing is
+            # "ok", except proc, whose None is the design's ENOENT (no such process)
+            hook(call, args, out if out is not None else "ENOENT" if call is Call.PROC else "ok")
         return out
 
     # -- the context manager
@@ -822,6 +825,59 @@ def projection_lock(path: Union[str, os.PathLike[str]], *, max_tries: int = 80, 
     propagates as it is (with a note if the lock was lost too).
     """
     return ProjectionLock(path, max_tries=max_tries, wait=wait, calls=calls)
+
+
+def run_holding(path: Union[str, os.PathLike[str]], argv: list[str], *, max_tries: int = 80,
+                wait: float = 0.05) -> int:
+    """Run the command ``argv`` holding the lock at ``path`` (``envreplica lock``); its return code (-N: killed by
+    signal N). Raises what ``projection_lock`` raises, and ``OSError`` for a command that cannot start.
+
+    The lock's owner is this process, not the command, so the command must not outlive it: SIGTERM and SIGHUP are
+    passed on to the command (this process waits for it, then releases), SIGINT is left to the terminal (it
+    reaches the command's process group too) and does nothing here meanwhile, and the command is started with
+    ``PR_SET_PDEATHSIG`` = SIGKILL, so a SIGKILL of this process (after which the lock is taken over as a dead
+    owner's) kills the command too. Processes the command started itself and left running are not covered.
+    """
+    import signal
+    import subprocess
+
+    parent = os.getpid()
+
+    def die_with_parent() -> None:  # in the child, before exec
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the parent died before the prctl: do not run unlocked
+            os._exit(128 + signal.SIGKILL)
+
+    status: Optional[int] = None
+    try:
+        with projection_lock(path, max_tries=max_tries, wait=wait):
+            children: list[subprocess.Popen[bytes]] = []
+            caught: list[int] = []  # a signal that came before the command started: passed on once it has
+
+            def pass_on(signum: int, frame: object) -> None:
+                caught.append(signum)
+                for child in children:
+                    child.send_signal(signum)
+
+            previous = {sig: signal.signal(sig, pass_on) for sig in (signal.SIGTERM, signal.SIGHUP)}
+            # not SIG_IGN, which the command would inherit: a handler is reset to the default by exec
+            previous[signal.SIGINT] = signal.signal(signal.SIGINT, lambda signum, frame: None)
+            try:
+                children.append(subprocess.Popen(argv, preexec_fn=die_with_parent))
+                for signum in caught:
+                    children[0].send_signal(signum)
+                status = children[0].wait()
+            finally:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
+    except LockLost as lost:
+        lost.result = status  # the command's return code (a LockLost is raised after it ended)
+        raise
+    assert status is not None
+    return status
 
 
 def with_projection_lock(path: Union[str, os.PathLike[str]], operation: Callable[[], T], *, max_tries: int = 80,

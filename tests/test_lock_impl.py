@@ -11,7 +11,11 @@
   before every call; a schedule that favours the later one, and seeded random schedules: counted in steps);
 * the operation's own error propagates unchanged;
 * each bad input of issue 42 is one clear error (``LockPathError``; at the command line, exit 2 and one line),
-  nothing is taken over and nothing is left beside it.
+  nothing is taken over and nothing is left beside it;
+* ``envreplica lock PATH -- COMMAND``: the command's exit status; busy and lost as one line; the command never
+  outlives its lock's owner (SIGTERM passed on, Ctrl-C through the terminal, SIGKILL through PR_SET_PDEATHSIG);
+* the tests catch each mutant of ``tests/lock_mutants.py`` (one run of this file per mutant), and one hole of the
+  design (a hand that removes a held lock) is pinned as a strict expected failure.
 """
 
 from __future__ import annotations
@@ -198,6 +202,27 @@ def test_a_dead_owners_lock_is_taken_over_at_the_first_try(tmp_path, children):
     plant(tmp_path / "lock", owner)
     calls = _taken_over_at_first_try(tmp_path / "lock", owner)
     assert (Call.KILL, (proc.pid,), Probe.ESRCH) in calls.log
+    assert Call.PROC not in [c for c, _, _ in calls.log]  # ESRCH is proof enough (9a)
+
+
+class NoProc(Calls):
+    """``kill(pid, 0)`` answers ok (the process seems there), and ``/proc/PID`` is gone (it ended between)."""
+
+    def kill_probe(self, pid: int) -> Probe:
+        return Probe.OK
+
+    def proc_stat(self, pid: int) -> Optional[ProcStat]:
+        return None
+
+
+def test_an_owner_gone_from_proc_is_dead_and_the_hook_says_enoent(tmp_path):
+    owner = Owner(2**22 + 7, 1, me().pidns, nonce(18))
+    plant(tmp_path / "lock", owner)
+    seen = []
+    calls = NoProc(on_call=lambda call, args, outcome: seen.append((call, outcome)) if outcome is not None else None)
+    with projection_lock(tmp_path / "lock", max_tries=0, calls=calls):
+        pass
+    assert (Call.PROC, "ENOENT") in seen
 
 
 def test_a_reused_pids_lock_is_taken_over_at_the_first_try(tmp_path, children):
@@ -800,3 +825,67 @@ def test_each_mutant_is_caught(name):
                          env={**os.environ, "ENVREPLICA_LOCK_MUTANT": name}, cwd=Path(__file__).parent)
     assert run.returncode == 1, f"{name} ({mutant.summary}) was not caught by -k {mutant.caught_by!r}:\n{run.stdout[-2000:]}"
     assert " failed" in run.stdout
+
+
+def _state(pid: int) -> Optional[str]:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except FileNotFoundError:
+        return None
+
+
+def _wait_for(predicate, what: str) -> None:
+    for _ in range(int(SAFETY * 100)):
+        if predicate():
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"never: {what}")
+
+
+def test_the_command_dies_with_a_killed_envreplica_lock_so_a_takeover_never_meets_it(tmp_path):
+    """The lock's owner is ``envreplica lock``, not its command: SIGKILL it and its command is killed too
+    (PR_SET_PDEATHSIG), so taking the dead owner's lock over never lets a second command in beside the first."""
+    lock, pidfile = tmp_path / "lock", tmp_path / "child.pid"
+    holder = subprocess.Popen([PY, "-m", "envreplica.cli.main", "lock", str(lock), "--", "sh", "-c",
+                               f'echo $$ > {pidfile}; exec sleep 600'])
+    try:
+        _wait_for(lambda: pidfile.exists() and pidfile.read_text().strip() and _state(int(pidfile.read_text()))
+                  in ("S", "R") and Path(f"/proc/{pidfile.read_text().strip()}/cmdline").read_bytes()
+                  .startswith(b"sleep"), "the command runs")
+        child = int(pidfile.read_text())
+        holder.kill()
+        holder.wait()
+        _wait_for(lambda: _state(child) in (None, "Z"), "the command died with its lock's owner")
+        with projection_lock(lock, max_tries=0) as held:  # the dead owner's lock, at the first try
+            assert held.waits == 0
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+
+
+def test_a_sigterm_to_envreplica_lock_ends_the_command_then_releases(tmp_path):
+    lock, pidfile = tmp_path / "lock", tmp_path / "child.pid"
+    holder = subprocess.Popen([PY, "-m", "envreplica.cli.main", "lock", str(lock), "--", "sh", "-c",
+                               f'echo $$ > {pidfile}; exec sleep 600'], stderr=subprocess.PIPE, text=True)
+    _wait_for(lambda: pidfile.exists() and pidfile.read_text().strip() and Path(
+        f"/proc/{pidfile.read_text().strip()}/cmdline").read_bytes().startswith(b"sleep"), "the command runs")
+    holder.terminate()
+    assert holder.wait(timeout=SAFETY) == 128 + signal.SIGTERM  # the command's end, passed on
+    assert holder.stderr.read() == ""
+    assert listing(tmp_path) == ["child.pid"]  # released: nothing left
+
+
+def test_a_sigint_reaches_the_command_which_ends_then_the_lock_is_released(tmp_path):
+    """As a terminal's Ctrl-C does: SIGINT to the whole process group. The command (not made to ignore it) ends
+    on it; ``envreplica lock`` waits for it, releases, and exits with its status."""
+    lock, pidfile = tmp_path / "lock", tmp_path / "child.pid"
+    holder = subprocess.Popen([PY, "-m", "envreplica.cli.main", "lock", str(lock), "--", "sh", "-c",
+                               f'echo $$ > {pidfile}; exec sleep 600'], stderr=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    _wait_for(lambda: pidfile.exists() and pidfile.read_text().strip() and Path(
+        f"/proc/{pidfile.read_text().strip()}/cmdline").read_bytes().startswith(b"sleep"), "the command runs")
+    os.killpg(holder.pid, signal.SIGINT)
+    assert holder.wait(timeout=SAFETY) == 128 + signal.SIGINT
+    assert holder.stderr.read() == ""
+    assert listing(tmp_path) == ["child.pid"]
