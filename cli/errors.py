@@ -2,7 +2,8 @@
 
 ``guarded(prog, fn, args)`` runs a command's function and turns the errors
 of a bad path, a file of the wrong kind, a replica in use or locked, a
-missing or malformed master key, a store of another version, or a bad
+missing or malformed master key, a store of another version, a projection
+lock that is busy, lost or at a path it cannot use (``impl.lock``), or a bad
 combination of options into one line, ``envreplica <command>: <what is wrong
 and what to do>``, and exit status 2. Exit statuses of every command:
 
@@ -54,13 +55,14 @@ class UsageError(Exception):
 def user_errors() -> tuple[type[BaseException], ...]:
     """The exception types that mean "the command cannot run as asked"."""
     from envreplica.impl.files import ReplicaPathError, ReplicaUnavailable
+    from envreplica.impl.lock import LockError
     from envreplica.impl.sealing import KeyConfigError
     from envreplica.impl.writer import WriterVersionError
     from envreplica.model.presets import UnknownBounds
     from envreplica.spec.domain import CorruptReplica
 
     return (UsageError, KeyConfigError, ReplicaPathError, ReplicaUnavailable, WriterVersionError, CorruptReplica,
-            UnknownBounds, OSError)
+            UnknownBounds, LockError, OSError)
 
 
 def _line(error: BaseException) -> str:

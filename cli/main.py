@@ -1,4 +1,4 @@
-"""The ``envreplica`` command: check, conformance, simulate, diagram, replay, report, verify, schema, adapter, migrate, recover.
+"""The ``envreplica`` command: check, conformance, simulate, diagram, replay, report, verify, schema, adapter, migrate, recover, lock.
 
 ``check`` is the full gate: it model-checks a named bounds suite under a
 variant (the invariant table and the coverage table; each property's
@@ -22,7 +22,9 @@ highlighted. ``replay`` reruns a trace and shows where it parts: an ITF trace on
 the model, or a ``.jsonl`` file of adapter requests on the model and an
 implementation (the built-in SQLite one, or ``--adapter COMMAND``). ``report`` writes a trace as one
 self-contained HTML page to step through (``check --report`` / ``conformance --report``: the whole run).
-``schema`` prints the contract (docs/protocol.md) as JSON Schema, or one definition of it.
+``schema`` prints the contract (docs/protocol.md) as JSON Schema, or one definition of it. ``lock`` runs a
+command holding the projection lock (``impl.lock``, docs/lock.md): the command's exit status, or 2 and one line
+when the lock is busy, lost, or its path cannot be used.
 """
 
 from __future__ import annotations
@@ -1052,6 +1054,47 @@ def cmd_schema(args) -> int:
     return 0
 
 
+def cmd_lock(args) -> int:
+    """Run a command holding the projection lock at PATH (impl.lock); its exit status, or 2 for the lock's errors."""
+    from envreplica.cli.errors import USER_ERROR_EXIT
+    from envreplica.impl.lock import LockLost, run_holding
+
+    command = args.argv
+    if "--" in command:  # options between PATH and "--" (argparse leaves them in the remainder)
+        head, command = command[:command.index("--")], command[command.index("--") + 1:]
+        _LOCK_OPTIONS.parse_args(head, namespace=args)
+    if not command:
+        raise UsageError("no command to run: envreplica lock PATH -- COMMAND [ARGS...]")
+    if args.max_tries < 0 or args.wait < 0:
+        raise UsageError(f"--max-tries and --wait must not be negative (got {args.max_tries}, {args.wait})")
+    try:  # a command that cannot start: OSError, one line (guarded)
+        status = run_holding(args.path, command, max_tries=args.max_tries, wait=args.wait)
+    except LockLost as lost:
+        print(f"envreplica lock: {lost} (the command exited {_exit_status(lost.result)})", file=sys.stderr)
+        return USER_ERROR_EXIT
+    return _exit_status(status)
+
+
+def _lock_options() -> argparse.ArgumentParser:
+    """``envreplica lock``'s options (also read between PATH and ``--``)."""
+    options = argparse.ArgumentParser(prog="envreplica lock", add_help=False)
+    options.add_argument("--max-tries", type=int, default=80, metavar="N",
+                         help="how many waits before giving up busy (default: 80)")
+    options.add_argument("--wait", type=float, default=0.05, metavar="SECONDS",
+                         help="the pause between two tries (default: 0.05)")
+    return options
+
+
+_LOCK_OPTIONS = _lock_options()
+
+
+def _exit_status(returncode: object) -> int:
+    """A child's return code as a shell reports it: a signal N is 128 + N."""
+    if not isinstance(returncode, int):
+        return 0
+    return returncode if returncode >= 0 else 128 - returncode
+
+
 def _version() -> str:
     """The installed distribution's version (the one pyproject.toml states)."""
     from importlib.metadata import PackageNotFoundError, version
@@ -1185,6 +1228,16 @@ def main(argv=None) -> int:
                                             "Request, Response, StateDocument); default: the whole document")
     sc.add_argument("--list", action="store_true", help="print the definitions' names, one per line")
     sc.set_defaults(func=cmd_schema)
+    lk = sub.add_parser("lock", parents=[_LOCK_OPTIONS], help="run a command holding the projection lock at PATH (lock.md)",
+                        description="Run COMMAND while holding the projection lock at PATH (a directory the lock "
+                                    "makes; its names go beside it): one process at a time across the processes "
+                                    "of this machine; a lock whose owner is proved dead is taken over. Exit status: "
+                                    "the command's; 2 with one line when the lock is busy, the path cannot be "
+                                    "used, or the lock was lost while the command ran.")
+    lk.add_argument("path", metavar="PATH", help="the lock path (its parent must be a writable directory)")
+    lk.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARGS...]",
+                    help="the command to run holding the lock")
+    lk.set_defaults(func=cmd_lock)
     from envreplica.conformance import adapter
 
     adapter.register(sub)
