@@ -175,12 +175,13 @@ def run_migration_lockstep(profile: str = "ci", *, max_examples: Optional[int] =
     settings = migration_settings(profile, max_examples=max_examples, step_count=step_count)
     with hermetic.scrubbed_environ():  # thread invocations read this process's environment: none of the caller's
         return _lockstep(profile, settings=settings, modes=modes, out_dir=out_dir, shared=shared,
-                         shrink_calls=shrink_calls, minimize_replays=minimize_replays)
+                         shrink_calls=shrink_calls, minimize_replays=minimize_replays, tour=tour, collect=collect)
 
 
 def _lockstep(profile: str, *, settings: hypothesis.settings, modes: Optional[Sequence[tuple[Mode, int]]],
-         out_dir: Optional[Path], shared: Optional[World], shrink_calls: Optional[int],
-         minimize_replays: Optional[int]) -> MigrationLockstepReport:
+              out_dir: Optional[Path], shared: Optional[World], shrink_calls: Optional[int],
+              minimize_replays: Optional[int], tour: Optional[bool],
+              collect: Optional[list[list[Move]]]) -> MigrationLockstepReport:
     own = shared is None
     shared = Shared() if shared is None else shared
     run = _Run(profile, modes or getattr(shared, "modes", None) or PROFILE_MODES.get(profile, PROFILE_MODES["ci"]),
