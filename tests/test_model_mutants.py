@@ -332,7 +332,7 @@ MUTANTS = (
     ),
     Mutant(
         "stale_read_lands_after_epoch_change", "finding F1 re-introduced: a read lands on a row no longer awaiting it",
-        _source_mutant(R, "_still_awaits_value", ("if cfg.variant is Variant.SEED:", "if True:  # MUTANT")),
+        _source_mutant(R, "_still_awaits_value", ("if not has_fix(cfg, Finding.F1):", "if True:  # MUTANT")),
         ADV_F1, "served_values_are_live_bound_kept", 6,
     ),
 )
