@@ -2,91 +2,105 @@
 
 ``with projection_lock(path): ...`` (or ``with_projection_lock(path, operation)``, the seed's signature) runs its
 body while no other process holding the same lock path runs its own; ``run_holding(path, argv)`` runs a command
-so (``envreplica lock PATH -- COMMAND``). It is the ``fixed`` design of
-``docs/lock.md`` (the lead's design notes: the seed's ``withProjectionLock`` with its flaws fixed), built from what
-Node's ``fs`` and ``process`` offer too, so the seed's authors can adopt it in their language: ``mkdir``,
-``rename``, a private file write, ``readdir``, a recursive remove of a private directory, the ``kill(pid, 0)``
-probe and ``/proc/PID/stat``. No ``flock``, no native code.
+so (``envreplica lock PATH -- COMMAND``). It is the ``fixed`` variant of ``model/lock.py`` (the CLAIM design of the
+lead's design notes: the seed's ``withProjectionLock`` with its flaws fixed), built from what Node's ``fs`` and
+``process`` offer too, so the seed's authors can adopt it in their language: ``mkdir``, ``rename``, ``rmdir``,
+``unlink``, a private file write, ``readdir``, a read, a recursive remove of a private directory, the
+``kill(pid, 0)`` probe and ``/proc/PID/stat``. No ``flock``, no native code.
 
-It takes exactly the calls of the design's step-by-step algorithm, in its order (the numbers below are its
-steps), because a lockstep drives this module and the model side by side, pausing the real processes at every
-call. Every call goes through a ``Calls`` object (``Calls`` does the real ones; a harness or a test passes its
-own, or a hook ``on_call(call, args, outcome)`` that sees each call before it runs, with ``outcome`` None, and
-after, with its outcome or the exception it raised).
+It takes exactly the calls of the model's ``fixed`` steps, in their order (``Step``: one per model step, with the
+model's names; a few the model leaves out are marked), because a lockstep (``conformance.lock``) drives this
+module and the model side by side, pausing at every call. Every call goes through a ``Calls`` object (``Calls``
+makes the real ones; a harness or a test passes its own, or a hook ``on_call(step, args, outcome)`` that sees each
+step before it runs, with ``outcome`` None, and after, with its outcome or the exception it raised).
 
-Names, all beside the lock path ``L`` in its parent directory ``P``; ``ID = <pid>.<started_at>.<pidns>.<nonce>``
-(this process's identity: its pid, its start time in clock ticks after boot, field 22 of ``/proc/self/stat``, and
-the inode number of its PID namespace, ``/proc/self/ns/pid``; a fresh 16-hex nonce per acquisition):
+Names, all beside the lock path ``L`` in its parent directory ``P``; ``N`` is this call's nonce (16 hex digits,
+``Calls.nonce``, drawn after the ticket's ``readdir``: names made with it are made by this call only, for ever):
 
-* ``L``: the lock, a directory holding ``owner.json`` =
-  ``{"version": 2, "pid": int, "started_at": int, "pidns": int, "nonce": "16 hex"}``. It only ever appears by
-  ``rename(T, L)`` of a complete private directory and only ever leaves by ``rename(L, A/lock)`` into its
-  holder's own anchor, so a reader of ``L/owner.json`` sees a complete record, or nothing (L moved away).
-* ``L.t.<seq:08d>.<ID>``: the ticket (a directory; its name carries its owner's identity). Acquisitions go in
-  ticket order, ``(seq, ID)`` with ``ID`` compared as a string: a process only tries ``rename(T, L)`` when no
-  ticket orders before its own; a ticket whose owner is proved dead is removed by whoever finds it.
-* ``L.a.<ID>``: the anchor, made before ``rename(T, L)``. ``L`` is moved into ``L.a.<ID>/lock`` by its holder's
-  release or by a takeover; ``rename`` refuses to replace a non-empty directory, so a mover acting on a stale
-  belief "L is instance N" moves N or fails: it never moves another instance (a compare-and-delete; no inode
-  number is ever compared).
-* ``L.n.<ID>``: the private directory that becomes ``L``; ``L.g.<ID>.<k>``: a grave, an anchor renamed before
-  its recursive removal (the k-th this acquisition makes).
+* ``L/owner-<N>.json`` = ``{"version": 2, "pid", "started_at", "pidns", "nonce"}``: THE lock record, and the
+  claim handle. ``L`` is held while it holds an owner file; it holds at most one.
+* ``L.n.<N>``: the private directory (temp) that holds ``owner-<N>.json`` complete before it becomes ``L`` by
+  ``rename(T, L)``, which replaces an empty ``L`` and fails (``ENOTEMPTY``/``EEXIST``) on a held one.
+* ``L.g.<N>.<k>``: a grave, a file path a claimed owner file is renamed to, then unlinked (the k-th of this call).
+* ``L.t.<seq:08d>.<N>.<pid>.<started_at>.<pidns>``: the ticket (a directory; its name carries its owner's
+  identity: its pid, its start time in clock ticks after boot, field 22 of ``/proc/PID/stat``, and the inode
+  number of its PID namespace). Acquisitions go in ticket order, ``(seq, N)``: a process only tries
+  ``rename(T, L)`` when no ticket orders before its own; a ticket whose owner is proved dead is removed by
+  whoever finds it.
 
-The algorithm (the design's numbering)::
+The steps (the model's ``Pc`` names; *silent*: taken with the step before it in the model, with no pause of its
+own in the lockstep; *not modelled*: a call the model leaves out)::
 
-    before any step: inspect L (not a step of the model): P a writable directory; L missing, or a directory
-      holding owner.json (not a regular file, a symlink, or an empty directory); else LockPathError
-     1 readdir(P)           seq = 1 + the largest seq of the tickets there (1 when there is none)
-     2 mkdir(K)  3 mkdir(A)  4 mkdir(T)  5 write(T/owner.json) (write, fsync, close: one step)
-     loop:
-     6 readdir(P)           the tickets ordered before K; the first of them, if any: its owner judged
-                            (9a, 9b): dead -> 7 rmdir(it), back to 6; alive or unknown -> WAIT
-     8 rename(T, L)         ok: HOLD; ENOTEMPTY/EEXIST: on
-     9 read(L/owner.json)   ENOENT/ENOTDIR: back to 6; not a version-2 record: LockNotUnderstood (after
-                            GIVE UP's clean-up); its pidns not ours: unknown -> WAIT
-     9a kill(pid, 0)        ESRCH: dead; ok or EPERM: 9b
-     9b proc(pid)           no such process, another start time, or a zombie: dead; else alive -> WAIT
-     dead: 10 rename(L, L.a.<R.ID>/lock) -> ok: 11 rename(L.a.<R.ID>, G), 12 rm_tree(G), back to 6;
-           ENOENT/ENOTEMPTY/EEXIST: back to 6
-     WAIT: after max_tries waits GIVE UP, else 13 wait; back to 6
-     GIVE UP: rm_tree(T), rename(A, G), rm_tree(G), rmdir(K); LockBusy (names the owner, and why it stands)
-     HOLD: 14 enter, the operation, 15 leave, 16 rename(L, A/lock) (fails: LockLost), 17 rename(A, G),
-           18 rm_tree(G), 19 rmdir(K)
+    INSPECT         (not modelled, silent) P a writable directory; L missing, or a directory that is empty or
+                    holds one owner-<hex>.json; else LockPathError / LockNotUnderstood
+    TICKET_READDIR  readdir(P): seq = 1 + the largest seq of the tickets there (1 when there is none); the nonce
+    TICKET_MKDIR    mkdir(ticket)
+    TEMP_MKDIR      mkdir(T)                                                   (silent)
+    TEMP_WRITE      T/owner-<N>.json created, written, fsynced, closed          (silent)
+    loop:
+    QUEUE_READDIR   readdir(P): the first ticket ordered before ours? none: PUBLISH; another PID namespace's:
+                    WAIT (not judged); else QUEUE_KILL
+    QUEUE_KILL      kill(pid, 0): ESRCH: QUEUE_RMDIR; else QUEUE_PROC
+    QUEUE_PROC      /proc/pid/stat: gone, another start time, or a zombie: QUEUE_RMDIR; else WAIT
+    QUEUE_RMDIR     rmdir(that ticket) (ENOENT fine): QUEUE_READDIR
+    PUBLISH         rename(T, L): ok: ENTER; ENOTEMPTY/EEXIST: LIST
+    LIST            readdir(L): ENOENT or empty: QUEUE_READDIR (no wait); owner-<M>.json: READ
+    READ            read L/owner-<M>.json: ENOENT: QUEUE_READDIR (no wait); not a version-2 record of nonce M:
+                    LockNotUnderstood (after GIVE UP's clean-up); another PID namespace: WAIT; else KILL
+    KILL            kill(pid, 0): ESRCH: CLAIM; else PROC
+    PROC            /proc/pid/stat: gone, another start time, or a zombie: CLAIM; else WAIT
+    CLAIM           rename(L/owner-<M>.json, grave): ENOENT: QUEUE_READDIR (no wait); ok: CLAIM_RMDIR
+    CLAIM_RMDIR     rmdir(L) (ENOTEMPTY: published onto meanwhile; ENOENT: fine)  (silent)
+    CLAIM_UNLINK    unlink(grave)                                              (not modelled, silent)
+                    then QUEUE_READDIR
+    WAIT            max_tries waits done: GIVE UP; else wait; QUEUE_READDIR    (silent)
+    GIVE UP:
+    GIVEUP_TEMP     rm -r T                                                    (silent)
+    GIVEUP_TICKET   rmdir(own ticket); LockBusy (names whom it waited for: the ticket ahead, or the record)
+    held:
+    ENTER           the operation begins (no system call)
+    LEAVE           the operation ended (no system call; silent: the model's Leave)
+    RELEASE_CLAIM   rename(L/owner-<N>.json, grave): ENOENT: the answer is LockLost; ok: RELEASE_RMDIR
+    RELEASE_RMDIR   rmdir(L) (ENOTEMPTY/ENOENT fine)                           (silent)
+    RELEASE_UNLINK  unlink(grave)                                              (not modelled, silent)
+    TICKET_RMDIR    rmdir(own ticket): the operation's result, or its error unchanged, or LockLost
 
-Two things this module adds to the design, neither reachable in the model: the input check before step 1 (the
-design's "before any step" rule, made by one ``inspect`` call), and a guard against a lock this version cannot
-take over: after ``RESTART_GUARD`` returns to step 6 from steps 9 and 10 in a row with no wait between (a
-``L`` that holds no ``owner.json`` although it is not empty, or a dead owner's record whose anchor is gone: only
-a hand or an older version makes either), ``LockNotUnderstood`` instead of spinning for ever.
+``tries`` counts waits only. No inode number is ever compared, and nothing is removed by its path but what this
+call made itself (its temp, its ticket, its graves) and a dead process's ticket (by its name, which no other call
+ever makes again) and an emptied ``L`` (``rmdir``, which fails on a lock published onto it meanwhile). A claim is
+by name: ``owner-<M>.json`` is only ever ``M``'s (no ABA), so a takeover acting on a stale belief, or a release
+of a lock that is not ours any more, moves nothing but the file it was about, or fails.
+
+Two things this module adds to the model, neither reachable in it: the input check (INSPECT), and a guard against
+a lock this version cannot take over: after ``RESTART_GUARD`` returns to QUEUE_READDIR from LIST, READ and CLAIM
+in a row with no wait between (only a hand or another program keeps an ``L`` that is neither empty nor held by an
+owner file, and LIST refuses those at once), ``LockNotUnderstood`` instead of spinning for ever.
 
 What each crash (SIGKILL, between any two steps) leaves, and why it is harmless:
 
-* before 2, nothing. After 2, 3 or 4 (ticket, anchor, private directory made, ``L`` not yet ours): an orphan
-  ticket, which every later process probes, proves dead (its name carries its owner) and removes (7); orphan
-  anchor and private directories, which nobody reads: they are names no other acquisition will make (the
-  nonce), so they are only garbage.
-* holding (after 8, up to 16): ``L`` holds the dead owner's record, its anchor is there, its ticket too. The
-  next process first in line proves the ticket's owner dead and removes it, then (8 refused, 9) proves the
-  record's owner dead and moves ``L`` into the dead owner's anchor (10): the first try takes it over, with no
-  wait. A zombie (killed, not yet reaped) counts as dead; so does a pid reused by a process with another start
-  time.
-* after 16 (``L`` moved into the anchor, ``L`` free): the anchor holding the old lock, then (after 17) a grave
-  holding it, then (after 18) only the ticket: garbage, and a ticket proved dead as above.
-* while giving up or taking over: the same names, in the same states, as above.
+* before TICKET_MKDIR, nothing. After it (ticket, then temp made): an orphan ticket, which every later process
+  probes, proves dead (its name carries its owner) and removes (QUEUE_RMDIR); an orphan temp, which nobody reads.
+* holding (after PUBLISH, up to RELEASE_CLAIM): ``L`` holds the dead owner's record, its ticket is there. The
+  next process first in line proves the ticket's owner dead and removes it, then (PUBLISH refused, LIST, READ)
+  proves the record's owner dead and claims its file (CLAIM), removes the emptied ``L`` and publishes its own: the
+  first try takes it over, with no wait. A zombie (killed, not yet reaped) counts as dead; so does a pid reused by
+  a process with another start time.
+* between a claim and its ``rmdir`` (a takeover's or a release's): an empty ``L``, which ``rename(T, L)``
+  replaces; and a grave file, garbage.
+* after the release's claim: the ticket, proved dead as above.
 
-Garbage (orphan private directories, anchors and graves; ``L.n.*``, ``L.a.*``, ``L.g.*``) is never removed by
-this module: collecting it safely needs the creator proved dead and a rename to a grave first (never a recursive
-remove of an anchor in place: a late mover could land in a half-removed anchor), which is out of this module's
-scope. It is a few bytes per killed process; removing it by hand is safe once no process that made it runs.
+Garbage (orphan temps and graves, ``L.n.*``, ``L.g.*``) is never removed by this module: collecting it safely
+needs its creator proved dead, which is out of this module's scope. It is a few bytes per killed process;
+removing it by hand is safe once no process that made it runs.
 
 Where it holds: one machine (a pid and a start time mean nothing on another host), a local filesystem with an
 atomic ``rename`` that refuses to replace a non-empty directory (ext4, tmpfs, xfs, btrfs), processes in one PID
-namespace (an owner in another one cannot be judged: it is waited for, then ``LockBusy`` names it). Not held: a
-network filesystem (NFS's rename and its attribute caches), a second host sharing the directory, a hand that
-removes ``L`` while its holder runs (its release then fails ``LockLost``, or, when another process took the freed
-lock meanwhile, moves that process's lock into the hand-removed holder's anchor: see ``docs/lock.md``), an older
-version of the lock running at the same time, and re-entry (a process that takes the lock it holds waits for
-itself, then ``LockBusy``).
+namespace (an owner in another one is never judged: it is waited for, then ``LockBusy`` names it). Not held: a
+network filesystem (NFS's rename and its attribute caches), a second host sharing the directory, an older version
+of the lock running at the same time, and re-entry (a process that takes the lock it holds waits for itself, then
+``LockBusy``). A hand that removes ``L`` while its holder runs lets another process in beside it (nothing can
+prevent that); the holder's release then claims nothing, leaves the new holder's lock alone and reports
+``LockLost``.
 """
 
 from __future__ import annotations
@@ -101,7 +115,6 @@ import shutil
 import stat
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from types import TracebackType
 from typing import Callable, Optional, TypeVar, Union
 
@@ -123,6 +136,7 @@ __all__ = [
     "ProcStat",
     "ProjectionLock",
     "RESTART_GUARD",
+    "Step",
     "Ticket",
     "parse_record",
     "projection_lock",
@@ -132,31 +146,80 @@ __all__ = [
 
 T = TypeVar("T")
 
-#: How many returns to step 6 from steps 9 and 10 in a row, without a wait, before the lock is judged not one this
-#: version can take over (``LockNotUnderstood``). Each such return means the lock changed under us (another process
-#: moved it), and those are bounded by the other processes' acquisitions; only a hand or an older version makes a
-#: lock that keeps sending us back.
+#: How many returns to QUEUE_READDIR from LIST, READ and CLAIM in a row, without a wait, before the lock is judged
+#: not one this version can take over (``LockNotUnderstood``). Each such return means the lock changed under us
+#: (released, claimed, or taken over by another process), and those are bounded by the other processes'
+#: acquisitions; only a hand or another program makes a lock that keeps sending us back.
 RESTART_GUARD = 256
 
 _ERRNO_NAMES = errno.errorcode
 
 
 class Call(str, enum.Enum):
-    """The vocabulary of steps (the model's ``Call``, the lockstep's step names): one system call each."""
+    """The system calls (the values are ``spec.lock.Call``'s, the lockstep's word), and the input check."""
 
-    INSPECT = "inspect"  # the input check before step 1: not a step of the model
+    INSPECT = "inspect"  # the input check before the first step: not a call of the model
     READDIR = "readdir"
     MKDIR = "mkdir"
-    WRITE = "write"  # T/owner.json: open (exclusive), write, fsync, close; a private file, one step
+    WRITE = "write"  # T/owner-<N>.json: open (exclusive), write, fsync, close; a private file, one call
     RENAME = "rename"
     READ = "read"
     KILL = "kill"
     PROC = "proc"
     RMDIR = "rmdir"
-    RM_TREE = "rm_tree"  # a private directory (a grave, or our own T): one step
+    UNLINK = "unlink"
+    REMOVE = "remove"  # rm -r of a private directory (our own temp): one call
     WAIT = "wait"
     ENTER = "enter"  # the operation begins (no system call: reported so a harness can pause there)
     LEAVE = "leave"  # the operation ended (args: its exception or None; outcome "ok" or "raised <type>")
+
+
+class Step(str, enum.Enum):
+    """The steps of the design (the values are ``model.lock.Pc``'s, but INSPECT and the two UNLINKs, which the
+    model leaves out), each one call (``call``)."""
+
+    INSPECT = "inspect"
+    TICKET_READDIR = "readdir (ticket)"
+    TICKET_MKDIR = "mkdir ticket"
+    TEMP_MKDIR = "mkdir temp"
+    TEMP_WRITE = "write temp owner.json"
+    QUEUE_READDIR = "readdir (queue)"
+    QUEUE_KILL = "kill probe (ticket)"
+    QUEUE_PROC = "start-time probe (ticket)"
+    QUEUE_RMDIR = "rmdir dead ticket"
+    PUBLISH = "rename temp to L"
+    LIST = "readdir L"
+    READ = "read owner file"
+    KILL = "kill probe"
+    PROC = "start-time probe"
+    CLAIM = "claim the dead owner's file"
+    CLAIM_RMDIR = "rmdir L (claimed)"
+    CLAIM_UNLINK = "unlink grave (claimed)"
+    WAIT = "wait"
+    ENTER = "enter"
+    LEAVE = "leave"
+    RELEASE_CLAIM = "claim own owner file (release)"
+    RELEASE_RMDIR = "rmdir L (released)"
+    RELEASE_UNLINK = "unlink grave (released)"
+    TICKET_RMDIR = "rmdir own ticket"
+    GIVEUP_TEMP = "remove own temp"
+    GIVEUP_TICKET = "rmdir own ticket (busy)"
+
+    @property
+    def call(self) -> Call:
+        return _STEP_CALLS[self]
+
+
+_STEP_CALLS = {
+    Step.INSPECT: Call.INSPECT, Step.TICKET_READDIR: Call.READDIR, Step.TICKET_MKDIR: Call.MKDIR,
+    Step.TEMP_MKDIR: Call.MKDIR, Step.TEMP_WRITE: Call.WRITE, Step.QUEUE_READDIR: Call.READDIR,
+    Step.QUEUE_KILL: Call.KILL, Step.QUEUE_PROC: Call.PROC, Step.QUEUE_RMDIR: Call.RMDIR, Step.PUBLISH: Call.RENAME,
+    Step.LIST: Call.READDIR, Step.READ: Call.READ, Step.KILL: Call.KILL, Step.PROC: Call.PROC,
+    Step.CLAIM: Call.RENAME, Step.CLAIM_RMDIR: Call.RMDIR, Step.CLAIM_UNLINK: Call.UNLINK, Step.WAIT: Call.WAIT,
+    Step.ENTER: Call.ENTER, Step.LEAVE: Call.LEAVE, Step.RELEASE_CLAIM: Call.RENAME, Step.RELEASE_RMDIR: Call.RMDIR,
+    Step.RELEASE_UNLINK: Call.UNLINK, Step.TICKET_RMDIR: Call.RMDIR, Step.GIVEUP_TEMP: Call.REMOVE,
+    Step.GIVEUP_TICKET: Call.RMDIR,
+}
 
 
 class Probe(str, enum.Enum):
@@ -196,20 +259,15 @@ class Identity:
 
 @dataclass(frozen=True)
 class Owner:
-    """Whom a lock record or a ticket name belongs to: one acquisition of one process."""
+    """Whom a lock record or a ticket name belongs to: one call of the lock by one process."""
 
     pid: int
     started_at: int
     pidns: int
     nonce: str
 
-    @property
-    def id(self) -> str:
-        """``<pid>.<started_at>.<pidns>.<nonce>``: the part of the names this acquisition makes."""
-        return f"{self.pid}.{self.started_at}.{self.pidns}.{self.nonce}"
-
     def record(self) -> bytes:
-        """The content of ``owner.json`` (version 2), in the design's key order."""
+        """The content of ``owner-<nonce>.json`` (version 2), in the design's key order."""
         return json.dumps({"version": 2, "pid": self.pid, "started_at": self.started_at, "pidns": self.pidns,
                            "nonce": self.nonce}).encode()
 
@@ -220,7 +278,7 @@ class Owner:
 
 @dataclass(frozen=True)
 class Ticket:
-    """A ticket directory ``L.t.<seq>.<ID>`` read back from its name."""
+    """A ticket directory ``L.t.<seq>.<nonce>.<pid>.<started_at>.<pidns>`` read back from its name."""
 
     name: str
     seq: int
@@ -228,7 +286,7 @@ class Ticket:
 
     @property
     def order(self) -> tuple[int, str]:
-        return (self.seq, self.owner.id)
+        return (self.seq, self.owner.nonce)
 
 
 @dataclass(frozen=True)
@@ -250,10 +308,10 @@ class PathFacts:
     lock_entries: tuple[str, ...] = ()
 
 
-#: ``on_call(call, args, outcome)``: before a call with outcome None, after it with its outcome (or exception).
-Hook = Callable[[Call, tuple[object, ...], object], None]
+#: ``on_call(step, args, outcome)``: before a step with outcome None, after it with its outcome (or exception).
+Hook = Callable[[Step, tuple[object, ...], object], None]
 
-#: The outcome of a ``mkdir``, ``rmdir``, ``rename`` or ``rm_tree``: ``"ok"`` or the errno's name (``"ENOENT"``).
+#: The outcome of a ``mkdir``, ``rmdir``, ``rename``, ``unlink`` or ``rm_tree``: ``"ok"`` or the errno's name.
 Outcome = str
 
 
@@ -277,11 +335,12 @@ def _proc_fields(text: str) -> list[str]:
 class Calls:
     """The system calls the lock makes, one method per call of the vocabulary; this class makes the real ones.
 
-    ``mkdir``, ``rmdir``, ``rename`` and ``rm_tree`` return ``"ok"`` or the errno's name (the lock decides which
-    answers it expects; an answer it does not expect ends the acquisition with an ``OSError``); ``read`` the file's
-    bytes or the errno's name; ``readdir`` the names (an error raises). ``on_call``: the hook that sees every call
-    (``Hook``). A subclass may override any method (a test's probe that lies, another PID namespace). ``identity``
-    and ``nonce`` are the process's own facts, not steps: they are read once per acquisition and not reported.
+    ``mkdir``, ``rmdir``, ``rename``, ``unlink`` and ``rm_tree`` return ``"ok"`` or the errno's name (the lock
+    decides which answers it expects; an answer it does not expect ends the acquisition with an ``OSError``);
+    ``read`` the file's bytes or the errno's name; ``readdir`` the names or the errno's name. ``on_call``: the hook
+    that sees every step (``Hook``). A subclass may override any method (a test's probe that lies, another PID
+    namespace, a harness's world). ``identity`` and ``nonce`` are the process's own facts, not steps: they are read
+    once per call of the lock and not reported.
     """
 
     def __init__(self, on_call: Optional[Hook] = None) -> None:
@@ -296,10 +355,10 @@ class Calls:
         return Identity(os.getpid(), started_at, _pidns_inode(os.readlink("/proc/self/ns/pid")))
 
     def nonce(self) -> str:
-        """A fresh 16-hex nonce (one per acquisition)."""
+        """A fresh 16-hex nonce (one per call of the lock; ticket order among tickets of one seq is its order)."""
         return secrets.token_hex(8)
 
-    # -- the steps
+    # -- the calls
 
     def inspect(self, lock_path: str) -> PathFacts:
         """The input check's facts (``lstat`` of the lock path; ``stat`` and ``access`` of its parent)."""
@@ -320,18 +379,24 @@ class Calls:
         if kind is PathKind.DIRECTORY:
             try:
                 entries = tuple(sorted(os.listdir(lock_path)))
-            except FileNotFoundError:  # moved into its anchor meanwhile: free
+            except FileNotFoundError:  # removed meanwhile: free
                 kind = PathKind.MISSING
         return PathFacts(parent_kind, writable, kind, entries)
 
-    def readdir(self, path: str) -> tuple[str, ...]:
-        return tuple(sorted(os.listdir(path)))
+    def readdir(self, path: str) -> Union[tuple[str, ...], Outcome]:
+        try:
+            return tuple(sorted(os.listdir(path)))
+        except OSError as error:
+            return _errno_name(error)
 
     def mkdir(self, path: str) -> Outcome:
         return _outcome(os.mkdir, path)
 
     def rmdir(self, path: str) -> Outcome:
         return _outcome(os.rmdir, path)
+
+    def unlink(self, path: str) -> Outcome:
+        return _outcome(os.unlink, path)
 
     def write_private(self, path: str, data: bytes) -> None:
         """``path`` created (it must not exist), ``data`` written and fsynced, closed: a file nobody else reads."""
@@ -426,21 +491,22 @@ class LockBusy(LockError):
 
 
 class LockLost(LockError):
-    """The release found our lock gone (``rename(L, A/lock)`` refused): someone removed or moved it while we held
-    it. The operation ran (its outcome stands as it is); ``result``: what it returned, when it returned."""
+    """The release found our owner file gone (its claim failed): someone removed the lock while we held it. The
+    operation ran (its outcome stands as it is); ``result``: what it returned, when it returned."""
 
     result: object = None
 
 
 class LockPathError(LockError):
     """Bad input: the lock path cannot be used (its parent is not a writable directory; it is a regular file, a
-    symlink, a special file or an empty directory). Nothing was created."""
+    symlink or a special file). Nothing was created."""
 
 
 class LockNotUnderstood(LockPathError):
-    """Corrupt or foreign state at the lock path: ``L/owner.json`` is not a version-2 record (garbage, empty, an
-    older version's ``{pid, started_at}``), or a lock this version cannot take over. Never taken over; what this
-    acquisition made is removed."""
+    """Corrupt or foreign state at the lock path: ``L`` holds what this version never makes (an older version's
+    ``owner.json``, other names, two owner files), or an owner file that is not a version-2 record of its own
+    nonce (garbage, empty), or a lock this version cannot take over. Never taken over; what this call made is
+    removed."""
 
 
 # ---------------------------------------------------------------------------
@@ -450,22 +516,19 @@ _HEX16 = re.compile(r"[0-9a-f]{16}")
 
 
 def parse_record(data: bytes, *, where: str) -> Owner:
-    """``owner.json``'s bytes as an ``Owner``, or ``LockNotUnderstood`` saying what it is (``where``: its path)."""
+    """An owner file's bytes as an ``Owner``, or ``LockNotUnderstood`` saying what it is (``where``: its path)."""
     lock = os.path.dirname(where)
     if not data.strip():
         raise LockNotUnderstood(
-            f"{where} is empty: this version's lock always holds a complete owner record, so an older version (killed "
-            f"while writing it) or a hand left it; remove {lock} once no process of an older version runs", path=lock)
+            f"{where} is empty: this version's lock always holds a complete owner record (written before the lock "
+            f"appears), so a hand or another program left it; remove {lock} once no process that could hold it runs",
+            path=lock)
     try:
         value = json.loads(data)
     except (ValueError, UnicodeDecodeError):
         raise LockNotUnderstood(
             f"{where} is not a lock owner record (not JSON: {data[:60]!r}); this version never writes one, so a hand "
             f"or another program left it; remove {lock} once no process that could hold it runs", path=lock) from None
-    if isinstance(value, dict) and "version" not in value and "pid" in value:
-        raise LockNotUnderstood(
-            f"{lock} was left by an older version of the lock ({where} is {_short(value)}, with no \"version\": 2): "
-            f"remove {lock} once no process of that version runs", path=lock)
     if not isinstance(value, dict) or value.get("version") != 2:
         version = value.get("version") if isinstance(value, dict) else None
         raise LockNotUnderstood(
@@ -483,42 +546,35 @@ def parse_record(data: bytes, *, where: str) -> Owner:
     return Owner(pid, started_at, pidns, nonce)
 
 
-def _int(value: object, least: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= least
-
-
-def _short(value: object, width: int = 80) -> str:
-    text = json.dumps(value, separators=(", ", ": "))
-    return text if len(text) <= width else text[:width - 1] + "…"
+#: An owner file's name: ``owner-<nonce>.json``.
+OWNER_FILE = re.compile(r"owner-([0-9a-f]{16})\.json")
 
 
 class _Names:
-    """The names one acquisition makes or reads, beside ``L`` in ``P``."""
+    """The names one call of the lock makes or reads, beside ``L`` in ``P``."""
 
-    def __init__(self, lock_path: str, me: Owner) -> None:
+    def __init__(self, lock_path: str) -> None:
         self.lock = lock_path
         self.parent = os.path.dirname(lock_path) or "."
         self.base = os.path.basename(lock_path)
-        self.me = me
         self.ticket_name = re.compile(
-            re.escape(self.base) + r"\.t\.(\d{8,})\.(\d+)\.(\d+)\.(\d+)\.([0-9a-f]{16})")
+            re.escape(self.base) + r"\.t\.(\d{8,})\.([0-9a-f]{16})\.(\d+)\.(\d+)\.(\d+)")
         self.graves = 0
 
     def at(self, name: str) -> str:
         return os.path.join(self.parent, name)
 
-    def ticket(self, seq: int) -> str:
-        return self.at(f"{self.base}.t.{seq:08d}.{self.me.id}")
+    def ticket(self, seq: int, me: Owner) -> str:
+        return self.at(f"{self.base}.t.{seq:08d}.{me.nonce}.{me.pid}.{me.started_at}.{me.pidns}")
 
-    def anchor(self, owner: Owner) -> str:
-        return self.at(f"{self.base}.a.{owner.id}")
+    def temp(self, me: Owner) -> str:
+        return self.at(f"{self.base}.n.{me.nonce}")
 
-    @property
-    def temp(self) -> str:
-        return self.at(f"{self.base}.n.{self.me.id}")
+    def owner_file(self, nonce: str) -> str:
+        return os.path.join(self.lock, f"owner-{nonce}.json")
 
-    def grave(self) -> str:
-        name = self.at(f"{self.base}.g.{self.me.id}.{self.graves}")
+    def grave(self, me: Owner) -> str:
+        name = self.at(f"{self.base}.g.{me.nonce}.{self.graves}")
         self.graves += 1
         return name
 
@@ -528,9 +584,21 @@ class _Names:
         for name in entries:
             match = self.ticket_name.fullmatch(name)
             if match:
-                seq, pid, started_at, pidns, nonce = match.groups()
+                seq, nonce, pid, started_at, pidns = match.groups()
                 found.append(Ticket(name, int(seq), Owner(int(pid), int(started_at), int(pidns), nonce)))
-        return sorted(found, key=lambda t: t.order)
+        return sorted(found, key=lambda t: (t.order, t.name))
+
+
+class _Restart(Exception):
+    """Back to QUEUE_READDIR at once (no wait): the lock changed under us."""
+
+
+class _Wait(Exception):
+    """Not this time: wait (or give up), naming whom we wait for."""
+
+    def __init__(self, owner: Owner, judgement: Judgement, ticket: Optional[str]) -> None:
+        super().__init__()
+        self.owner, self.judgement, self.ticket = owner, judgement, ticket
 
 
 # ---------------------------------------------------------------------------
@@ -553,28 +621,28 @@ class ProjectionLock:
         self.max_tries = max_tries
         self.wait = wait
         self.calls = calls if calls is not None else Calls()
-        self.owner: Optional[Owner] = None  # our record, from the lock's step 8 on (kept after the release)
-        self.held = False  # between step 8 and the release
+        self.owner: Optional[Owner] = None  # our record, from TICKET_READDIR on (kept after the release)
+        self.held = False  # between PUBLISH and the release
         self.waits = 0  # how many waits the last acquisition took
-        self._names: Optional[_Names] = None
-        self._made: set[str] = set()  # what this acquisition made and has not removed: "ticket", "anchor", "temp"
-        self._ticket = ""
+        self._names = _Names(self.path)
+        self._ticket: Optional[str] = None  # our ticket's path, while it is there
+        self._temp: Optional[str] = None  # our temp's path, while it is there
 
-    # -- one call, reported to the hook before and after
+    # -- one step, reported to the hook before and after
 
-    def _step(self, call: Call, fn: Callable[..., T], *args: object) -> T:
+    def _step(self, step: Step, fn: Callable[..., T], *args: object) -> T:
         hook = self.calls.on_call
         if hook is not None:
-            hook(call, args, None)
+            hook(step, args, None)
         try:
             out = fn(*args)
         except BaseException as error:
             if hook is not None:
-                hook(call, args, error)
+                hook(step, args, error)
             raise
         if hook is not None:  # an outcome is never None (None means "before"): a call that returns nothing is
             # "ok", except proc, whose None is the design's ENOENT (no such process)
-            hook(call, args, out if out is not None else "ENOENT" if call is Call.PROC else "ok")
+            hook(step, args, out if out is not None else "ENOENT" if step.call is Call.PROC else "ok")
         return out
 
     # -- the context manager
@@ -584,42 +652,46 @@ class ProjectionLock:
             raise RuntimeError(f"this ProjectionLock object holds {self.path} already (it is not re-entrant)")
         self._acquire()
         try:
-            self._step(Call.ENTER, _nothing)
+            self._step(Step.ENTER, _nothing)
         except BaseException:
             self._release()
+            self._leave_queue()
             raise
         return self
 
     def __exit__(self, kind: Optional[type[BaseException]], error: Optional[BaseException],
                  tb: Optional[TracebackType]) -> None:
-        self._step(Call.LEAVE, _left, error)  # args: the operation's exception, or None
+        self._step(Step.LEAVE, _left, error)  # args: the operation's exception, or None
         lost = self._release()
+        self._leave_queue()
         if lost is None:
             return
         if error is None:
             raise lost
         error.add_note(f"and then: {lost}")  # the operation's error propagates as it is; the lost lock beside it
+        error.lock_lost = lost  # type: ignore[attr-defined]  # for a caller (or a harness) that asks
 
-    # -- acquisition (steps 1-13)
+    # -- acquisition
 
     def _acquire(self) -> None:
-        self._made = set()
         self.waits = 0
         self.owner = None
+        self._ticket = self._temp = None
+        self._names = _Names(self.path)
         self._check_input()
-        me = self.calls.identity()
-        names = self._names = _Names(self.path, Owner(me.pid, me.started_at, me.pidns, self.calls.nonce()))
         try:
-            self._take(names)
+            self._take()
         except BaseException:
-            if self.held:  # interrupted once the lock was ours (between 8 and 14): give it back
+            if self.held:  # interrupted once the lock was ours (PUBLISH done, ENTER not): give it back
                 self._release()
+                self._leave_queue()
             else:
-                self._clean_up(names)  # GIVE UP's clean-up, on every way out of an acquisition
+                self._clean_up()  # GIVE UP's clean-up, on every way out of an acquisition
             raise
 
     def _check_input(self) -> None:
-        facts = self._step(Call.INSPECT, self.calls.inspect, self.path)
+        """INSPECT: bad input refused before anything is made."""
+        facts = self._step(Step.INSPECT, self.calls.inspect, self.path)
         lock, parent = self.path, os.path.dirname(self.path)
         if facts.parent is not PathKind.DIRECTORY:
             what = "does not exist" if facts.parent is PathKind.MISSING else f"is a {facts.parent.value}"
@@ -633,107 +705,159 @@ class ProjectionLock:
         if facts.lock in (PathKind.FILE, PathKind.SYMLINK, PathKind.OTHER):
             raise LockPathError(f"the lock path {lock} is a {facts.lock.value}: this lock is a directory that only it "
                                 f"makes; remove it if nothing else uses it, or choose another lock path", path=lock)
-        if facts.lock is PathKind.DIRECTORY and "owner.json" not in facts.lock_entries:
-            held = ", ".join(facts.lock_entries[:5]) or "nothing"
-            raise LockPathError(f"the lock path {lock} is a directory without owner.json (it holds {held}): this "
-                                f"version's lock always holds one, so an older version (killed between its mkdir and "
-                                f"its owner.json) or a hand made it; remove {lock} once no process of an older version "
-                                f"runs", path=lock)
+        if facts.lock is PathKind.DIRECTORY:
+            self._understood(facts.lock_entries)
 
-    def _take(self, names: _Names) -> None:
-        calls, me = self.calls, names.me
-        entries = self._step(Call.READDIR, calls.readdir, names.parent)  # 1
+    def _understood(self, entries: tuple[str, ...]) -> Optional[str]:
+        """The nonce of the one owner file ``L`` holds (None: ``L`` is empty), or ``LockNotUnderstood``."""
+        owners = [m.group(1) for m in map(OWNER_FILE.fullmatch, entries) if m]
+        if len(owners) == 1 and len(entries) == 1:
+            return owners[0]
+        if not entries:
+            return None
+        lock = self.path
+        if "owner.json" in entries:
+            raise LockNotUnderstood(f"{lock} was left by an older version of the lock (it holds owner.json, this "
+                                    f"version's lock holds owner-<nonce>.json): remove {lock} once no process of "
+                                    f"that version runs", path=lock)
+        held = ", ".join(entries[:5]) + (", …" if len(entries) > 5 else "")
+        raise LockNotUnderstood(f"{lock} holds what this version's lock never holds ({held}; it holds one "
+                                f"owner-<nonce>.json, or nothing): a hand or another program made it; remove {lock} "
+                                f"once no process that could hold it runs", path=lock)
+
+    def _take(self) -> None:
+        """From TICKET_READDIR to a held lock (PUBLISH ok), or ``LockBusy`` (GIVE UP)."""
+        calls, names = self.calls, self._names
+        entries = self._listing(Step.TICKET_READDIR, names.parent)
         seq = 1 + max((t.seq for t in names.tickets(entries)), default=0)
-        self._ticket = names.ticket(seq)
-        self._expect(self._step(Call.MKDIR, calls.mkdir, self._ticket), self._ticket, "ok")  # 2
-        self._made.add("ticket")
-        anchor = names.anchor(me)
-        self._expect(self._step(Call.MKDIR, calls.mkdir, anchor), anchor, "ok")  # 3
-        self._made.add("anchor")
-        self._expect(self._step(Call.MKDIR, calls.mkdir, names.temp), names.temp, "ok")  # 4
-        self._made.add("temp")
-        record = os.path.join(names.temp, "owner.json")
-        self._step(Call.WRITE, calls.write_private, record, me.record())  # 5
-        mine = (seq, me.id)
+        me = Owner(*self._identity(), calls.nonce())
+        self.owner = me
+        ticket = names.ticket(seq, me)
+        self._expect(self._step(Step.TICKET_MKDIR, calls.mkdir, ticket), ticket, "ok")
+        self._ticket = ticket
+        temp = names.temp(me)
+        self._expect(self._step(Step.TEMP_MKDIR, calls.mkdir, temp), temp, "ok")
+        self._temp = temp
+        self._step(Step.TEMP_WRITE, calls.write_private, os.path.join(temp, f"owner-{me.nonce}.json"), me.record())
+        mine = (seq, me.nonce)
         restarts = 0
         while True:
-            entries = self._step(Call.READDIR, calls.readdir, names.parent)  # 6
-            ahead = [t for t in names.tickets(entries) if t.order < mine]
-            if ahead:
-                first = ahead[0]
-                judged = self._judge(first.owner, me)
-                if judged is Judgement.DEAD:
-                    self._expect(self._step(Call.RMDIR, calls.rmdir, names.at(first.name)),  # 7
-                                 names.at(first.name), "ok", "ENOENT")
-                    continue
-                blocker, ticket = first.owner, first.name
-            else:
-                moved = self._step(Call.RENAME, calls.rename, names.temp, self.path)  # 8
-                if moved == "ok":
-                    self._made.discard("temp")
-                    self.owner, self.held = me, True
+            try:
+                if self._try(names, me, mine):
                     return
-                self._not_a_directory(moved)
-                self._expect(moved, self.path, "ENOTEMPTY", "EEXIST")
-                data = self._step(Call.READ, calls.read, os.path.join(self.path, "owner.json"))  # 9
-                if not isinstance(data, bytes):
-                    self._unreadable(data)
-                    restarts = self._restart(restarts, None)
-                    continue
-                holder = parse_record(data, where=os.path.join(self.path, "owner.json"))
-                judged = self._judge(holder, me)  # 9a, 9b
-                if judged is Judgement.DEAD:
-                    restarts = 0 if self._take_over(holder, names) else self._restart(restarts, holder)  # 10-12
-                    continue
-                blocker, ticket = holder, None
-            if self.waits == self.max_tries:
-                self._give_up(names, blocker, judged, ticket)
-            self._step(Call.WAIT, calls.wait, self.wait)  # 13
-            self.waits += 1
-            restarts = 0
+                restarts = 0  # a dead ticket removed: progress
+            except _Restart:
+                restarts = self._restart(restarts)
+            except _Wait as wait:
+                if self.waits == self.max_tries:
+                    self._give_up(wait)
+                self._step(Step.WAIT, calls.wait, self.wait)
+                self.waits += 1
+                restarts = 0
 
-    def _judge(self, owner: Owner, me: Owner) -> Judgement:
-        """Steps 9a and 9b: dead only on proof, fresh each time (no cache)."""
+    def _identity(self) -> tuple[int, int, int]:
+        me = self.calls.identity()
+        return me.pid, me.started_at, me.pidns
+
+    def _try(self, names: _Names, me: Owner, mine: tuple[int, str]) -> bool:
+        """One turn of the loop from QUEUE_READDIR: True once the lock is ours; False after a dead ticket was
+        removed; ``_Restart`` or ``_Wait`` otherwise."""
+        calls = self.calls
+        entries = self._listing(Step.QUEUE_READDIR, names.parent)
+        ahead = [t for t in names.tickets(entries) if t.order < mine]
+        if ahead:
+            first = ahead[0]
+            if self._judge(first.owner, me, Step.QUEUE_KILL, Step.QUEUE_PROC) is Judgement.DEAD:
+                path = names.at(first.name)
+                self._expect(self._step(Step.QUEUE_RMDIR, calls.rmdir, path), path, "ok", "ENOENT")
+                return False
+            raise _Wait(first.owner, self._judged, first.name)
+        assert self._temp is not None
+        published = self._step(Step.PUBLISH, calls.rename, self._temp, self.path)
+        if published == "ok":
+            self._temp = None
+            self.held = True
+            return True
+        self._not_a_directory(published)
+        self._expect(published, self.path, "ENOTEMPTY", "EEXIST")
+        listed = self._step(Step.LIST, calls.readdir, self.path)
+        if not isinstance(listed, tuple):
+            self._not_a_directory(listed)
+            self._expect(listed, self.path, "ENOENT")
+            raise _Restart()
+        nonce = self._understood(listed)
+        if nonce is None:
+            raise _Restart()
+        where = names.owner_file(nonce)
+        data = self._step(Step.READ, calls.read, where)
+        if not isinstance(data, bytes):
+            self._unreadable(data, where)
+            raise _Restart()
+        holder = parse_record(data, where=where)
+        if holder.nonce != nonce:
+            raise LockNotUnderstood(f"{where} holds the record of another nonce ({holder.nonce}): this version "
+                                    f"names each owner file by its record's nonce, so a hand or another program made "
+                                    f"it; remove {self.path} once no process that could hold it runs", path=self.path)
+        if self._judge(holder, me, Step.KILL, Step.PROC) is not Judgement.DEAD:
+            raise _Wait(holder, self._judged, None)
+        self._claim(Step.CLAIM, Step.CLAIM_RMDIR, Step.CLAIM_UNLINK, where)
+        raise _Restart()
+
+    def _listing(self, step: Step, path: str) -> tuple[str, ...]:
+        entries = self._step(step, self.calls.readdir, path)
+        if not isinstance(entries, tuple):
+            code = getattr(errno, entries, errno.EIO)
+            raise OSError(code, f"{os.strerror(code)} (the projection lock at {self.path} lists its directory)", path)
+        return entries
+
+    _judged = Judgement.ALIVE  # the last judgement (``_judge``'s answer, kept for the ``_Wait`` it raises)
+
+    def _judge(self, owner: Owner, me: Owner, kill: Step, proc: Step) -> Judgement:
+        """The probes (QUEUE_KILL and QUEUE_PROC, or KILL and PROC): dead only on proof, fresh each time (no
+        cache); another PID namespace's owner never judged (no probe)."""
+        self._judged = self._verdict(owner, me, kill, proc)
+        return self._judged
+
+    def _verdict(self, owner: Owner, me: Owner, kill: Step, proc: Step) -> Judgement:
         if owner.pidns != me.pidns:
             return Judgement.OTHER_NAMESPACE
-        if self._step(Call.KILL, self.calls.kill_probe, owner.pid) is Probe.ESRCH:  # 9a
+        if self._step(kill, self.calls.kill_probe, owner.pid) is Probe.ESRCH:
             return Judgement.DEAD
-        seen = self._step(Call.PROC, self.calls.proc_stat, owner.pid)  # 9b
+        seen = self._step(proc, self.calls.proc_stat, owner.pid)
         if seen is None or seen.start != owner.started_at or seen.state in ("Z", "X"):
             return Judgement.DEAD
         return Judgement.ALIVE
 
-    def _take_over(self, holder: Owner, names: _Names) -> bool:
-        """Steps 10-12: the dead holder's instance moved into its own anchor, the anchor graved and removed.
-        False when step 10 was refused (the lock is not that instance any more, or was never ours to move)."""
-        anchor = names.anchor(holder)
-        moved = self._step(Call.RENAME, self.calls.rename, self.path, os.path.join(anchor, "lock"))  # 10
-        if moved != "ok":
-            self._expect(moved, self.path, "ENOENT", "ENOTEMPTY", "EEXIST")
+    def _claim(self, claim: Step, rmdir: Step, unlink: Step, owner_file: str) -> bool:
+        """CLAIM (or RELEASE_CLAIM): ``owner_file`` renamed to a grave of ours, which fails (ENOENT) unless ``L``
+        still holds it; then ``rmdir(L)``, which fails on a lock published onto the emptied ``L`` meanwhile, and
+        the grave unlinked. False: the file was not there (claimed, released or removed meanwhile)."""
+        assert self.owner is not None
+        grave = self._names.grave(self.owner)
+        claimed = self._step(claim, self.calls.rename, owner_file, grave)
+        if claimed in ("ENOENT", "ENOTDIR"):
             return False
-        grave = names.grave()
-        self._expect(self._step(Call.RENAME, self.calls.rename, anchor, grave), anchor, "ok")  # 11
-        self._step(Call.RM_TREE, self.calls.rm_tree, grave)  # 12
+        self._expect(claimed, owner_file, "ok")
+        self._expect(self._step(rmdir, self.calls.rmdir, self.path), self.path, "ok", "ENOTEMPTY", "EEXIST",
+                     "ENOENT")
+        self._step(unlink, self.calls.unlink, grave)
         return True
 
-    def _restart(self, restarts: int, holder: Optional[Owner]) -> int:
-        """One more return to step 6 from 9 or 10 with no wait between; past ``RESTART_GUARD``, not understood."""
+    def _restart(self, restarts: int) -> int:
+        """One more return to QUEUE_READDIR with no wait between; past ``RESTART_GUARD``, not understood."""
         restarts += 1
         if restarts <= RESTART_GUARD:
             return restarts
-        assert self._names is not None
-        whose = (f"its owner {holder.describe()} is dead but its anchor {self._names.anchor(holder)} is gone"
-                 if holder is not None else "its owner.json could not be read although it is not empty")
-        raise LockNotUnderstood(f"the lock {self.path} sent this process back {restarts} times in a row and is "
-                                f"not one this version can take over ({whose}): a hand or an older version made it; "
-                                f"remove {self.path} once no process that could hold it runs", path=self.path)
+        raise LockNotUnderstood(f"the lock {self.path} sent this process back {restarts} times in a row without a "
+                                f"wait and is not one this version can take over: a hand or another program keeps "
+                                f"changing it; remove {self.path} once no process that could hold it runs",
+                                path=self.path)
 
-    def _unreadable(self, outcome: Outcome) -> None:
-        """Step 9 could not read ``L/owner.json``: ENOENT or ENOTDIR (``L`` moved away meanwhile) go back to step 6;
-        anything else (a directory there, no permission) is a record this process cannot judge."""
+    def _unreadable(self, outcome: Outcome, where: str) -> None:
+        """READ could not read the owner file: ENOENT or ENOTDIR (claimed or released meanwhile) go back to
+        QUEUE_READDIR; anything else (a directory there, no permission) is a record this process cannot judge."""
         if outcome in ("ENOENT", "ENOTDIR"):
             return
-        where = os.path.join(self.path, "owner.json")
         raise LockNotUnderstood(f"{where} cannot be read ({outcome}: {os.strerror(getattr(errno, outcome, 0))}), so "
                                 f"its owner cannot be judged: this version always writes a readable file there; "
                                 f"remove {self.path} once no process that could hold it runs", path=self.path)
@@ -745,19 +869,21 @@ class ProjectionLock:
                                 f"another lock path", path=self.path)
 
     def _expect(self, outcome: Outcome, path: str, *expected: str) -> None:
-        """An answer the algorithm does not expect: an ``OSError`` (what this acquisition made is removed on the
-        way out: ``_acquire``)."""
+        """An answer the algorithm does not expect: an ``OSError`` (what this call made is removed on the way out:
+        ``_acquire``)."""
         if outcome in expected:
             return
         code = getattr(errno, outcome, errno.EIO)
         raise OSError(code, f"{os.strerror(code)} (the projection lock at {self.path} did not expect it)", path)
 
-    def _give_up(self, names: _Names, owner: Owner, judged: Judgement, ticket: Optional[str]) -> None:
-        """GIVE UP: ``LockBusy`` (its clean-up runs on the way out: ``_acquire``)."""
+    def _give_up(self, wait: _Wait) -> None:
+        """GIVE UP: ``LockBusy`` (its clean-up, GIVEUP_TEMP and GIVEUP_TICKET, runs on the way out: ``_acquire``)."""
+        owner, judged, ticket = wait.owner, wait.judgement, wait.ticket
+        assert self.owner is not None
         if judged is Judgement.OTHER_NAMESPACE:
-            why = (f"which runs in another PID namespace ({owner.pidns}; ours is {names.me.pidns}), so whether it "
+            why = (f"which runs in another PID namespace ({owner.pidns}; ours is {self.owner.pidns}), so whether it "
                    f"is alive cannot be judged here; look for it from its own namespace, and once it has ended")
-            act = f"remove {names.at(ticket) if ticket else self.path} by hand"
+            act = f"remove {self._names.at(ticket) if ticket else self.path} by hand"
         else:
             why = "which is alive"
             act = "retry later, or wait longer (--max-tries, --wait)"
@@ -766,46 +892,51 @@ class ProjectionLock:
         raise LockBusy(f"lock busy after {waits}: {where} {owner.describe()}, {why}; "
                        f"{act}", path=self.path, owner=owner, judgement=judged, ticket=ticket)
 
-    def _clean_up(self, names: _Names) -> None:
-        """GIVE UP's clean-up, of what this acquisition made: ``rm_tree(T)``, ``rename(A, G)``, ``rm_tree(G)``,
-        ``rmdir(K)``. On the way out of an error (busy, not understood, an unexpected answer, an interrupt): an
-        error here must not hide that one, so it stops the clean-up silently (what is left is garbage, as a crash's)."""
+    def _clean_up(self) -> None:
+        """GIVE UP's clean-up, of what this call made: GIVEUP_TEMP (``rm -r`` of our temp), GIVEUP_TICKET
+        (``rmdir`` of our ticket). On the way out of an error (busy, not understood, an unexpected answer, an
+        interrupt): an error here must not hide that one, so it stops the clean-up silently (what is left is
+        garbage, as a crash's)."""
         try:
-            if "temp" in self._made:
-                self._step(Call.RM_TREE, self.calls.rm_tree, names.temp)
-                self._made.discard("temp")
-            if "anchor" in self._made:
-                grave = names.grave()
-                if self._step(Call.RENAME, self.calls.rename, names.anchor(names.me), grave) == "ok":
-                    self._step(Call.RM_TREE, self.calls.rm_tree, grave)
-                self._made.discard("anchor")
-            if "ticket" in self._made:
-                self._step(Call.RMDIR, self.calls.rmdir, self._ticket)
-                self._made.discard("ticket")
+            if self._temp is not None:
+                self._step(Step.GIVEUP_TEMP, self.calls.rm_tree, self._temp)
+                self._temp = None
+            if self._ticket is not None:
+                self._step(Step.GIVEUP_TICKET, self.calls.rmdir, self._ticket)
+                self._ticket = None
         except Exception:
             pass
 
-    # -- release (steps 16-19)
+    # -- release
 
     def _release(self) -> Optional[LockLost]:
-        """Steps 16-19; a ``LockLost`` (returned, not raised) when step 16 found our lock gone."""
-        names, me = self._names, self.owner
-        assert names is not None and me is not None
+        """RELEASE_CLAIM (with RELEASE_RMDIR, RELEASE_UNLINK); a ``LockLost`` (returned, not raised) when our owner
+        file was gone."""
+        me = self.owner
+        assert me is not None
         self.held = False
-        anchor = names.anchor(me)
-        moved = self._step(Call.RENAME, self.calls.rename, self.path, os.path.join(anchor, "lock"))  # 16
-        graved = names.grave()
-        if self._step(Call.RENAME, self.calls.rename, anchor, graved) == "ok":  # 17
-            self._step(Call.RM_TREE, self.calls.rm_tree, graved)  # 18
-        self._made.discard("anchor")
-        self._step(Call.RMDIR, self.calls.rmdir, self._ticket)  # 19
-        self._made.discard("ticket")
-        if moved == "ok":
+        if self._claim(Step.RELEASE_CLAIM, Step.RELEASE_RMDIR, Step.RELEASE_UNLINK, self._names.owner_file(me.nonce)):
             return None
-        return LockLost(f"lock lost: at release, {self.path} was not this process's lock any more (rename into our "
-                        f"anchor: {moved}; someone removed or moved it while the operation ran, so another process "
-                        f"may have run at the same time); the operation's outcome stands; check what it did, and why "
-                        f"{self.path} was touched", path=self.path)
+        return LockLost(f"lock lost: at release, {self.path} did not hold this process's owner file "
+                        f"owner-{me.nonce}.json any more (someone removed the lock while the operation ran, so "
+                        f"another process may have run at the same time; its lock, if any, was left as it is); the "
+                        f"operation's outcome stands; check what it did, and why {self.path} was touched",
+                        path=self.path)
+
+    def _leave_queue(self) -> None:
+        """TICKET_RMDIR: our ticket removed, the call is over."""
+        if self._ticket is not None:
+            ticket, self._ticket = self._ticket, None
+            self._step(Step.TICKET_RMDIR, self.calls.rmdir, ticket)
+
+
+def _int(value: object, least: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+
+def _short(value: object, width: int = 80) -> str:
+    text = json.dumps(value, separators=(", ", ": "))
+    return text if len(text) <= width else text[:width - 1] + "…"
 
 
 def _nothing() -> None:

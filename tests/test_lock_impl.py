@@ -1,12 +1,14 @@
 """The projection lock (``impl.lock``): its contract, on real directories and real processes, counted in steps.
 
-* the calls it makes are the design's, in its order (the uncontended path; a takeover);
+* the calls it makes are the design's (the model's ``fixed`` steps), in its order (the uncontended path; a
+  takeover);
 * a stale lock is taken over at the first try (``max_tries=0``: no wait allowed): a dead owner, a pid reused by
   another process (another start time), a zombie owner (a real child that exited and is not reaped), and a real
   holder killed with SIGKILL before each of its calls in turn;
 * a live owner's lock is never taken over; nor one whose owner is in another PID namespace (a ``Calls`` whose
   namespace differs): ``LockBusy`` names it and why;
-* a release never removes another's lock: ``LockLost``, their lock intact;
+* a release never removes another's lock: ``LockLost``, their lock intact (even after a hand removed the lock
+  and another process took it: the hole of the design before this one, now closed);
 * the ticket order: a waiter is not overtaken by a later arrival (three lock users in threads, each paused
   before every call; a schedule that favours the later one, and seeded random schedules: counted in steps);
 * the operation's own error propagates unchanged;
@@ -14,8 +16,7 @@
   nothing is taken over and nothing is left beside it;
 * ``envreplica lock PATH -- COMMAND``: the command's exit status; busy and lost as one line; the command never
   outlives its lock's owner (SIGTERM passed on, Ctrl-C through the terminal, SIGKILL through PR_SET_PDEATHSIG);
-* the tests catch each mutant of ``tests/lock_mutants.py`` (one run of this file per mutant), and one hole of the
-  design (a hand that removes a held lock) is pinned as a strict expected failure.
+* the tests catch each mutant of ``tests/lock_mutants.py`` (one run of this file per mutant).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from envreplica.impl.lock import (
     Owner,
     ProcStat,
     Probe,
+    Step,
     projection_lock,
     with_projection_lock,
 )
@@ -66,21 +68,24 @@ def _mutant(monkeypatch):
 
 
 class Recorder(Calls):
-    """The real calls, each recorded after it ran: ``(call, args, outcome)``."""
+    """The real calls, each step recorded after it ran: ``(step, args, outcome)``."""
 
     def __init__(self) -> None:
         super().__init__(on_call=self._record)
-        self.log: list[tuple[Call, tuple, object]] = []
+        self.log: list[tuple[Step, tuple, object]] = []
 
-    def _record(self, call: Call, args: tuple, outcome: object) -> None:
+    def _record(self, step: Step, args: tuple, outcome: object) -> None:
         if outcome is not None:
-            self.log.append((call, args, outcome))
+            self.log.append((step, args, outcome))
 
     def names(self) -> list[str]:
-        return [call.value for call, _, _ in self.log]
+        return [step.call.value for step, _, _ in self.log]
+
+    def steps(self) -> list[str]:
+        return [step.name for step, _, _ in self.log]
 
     def count(self, call: Call) -> int:
-        return sum(1 for c, _, _ in self.log if c is call)
+        return sum(1 for s, _, _ in self.log if s.call is call)
 
 
 def me() -> Identity:
@@ -92,15 +97,30 @@ def start_of(pid: int) -> int:
     return int(stat_line[stat_line.rindex(")") + 2:].split()[19])
 
 
+def ticket_of(owner: Owner, seq: int = 1, base: str = "lock") -> str:
+    """The name of ``owner``'s ticket of ``seq``."""
+    return f"{base}.t.{seq:08d}.{owner.nonce}.{owner.pid}.{owner.started_at}.{owner.pidns}"
+
+
+def owner_file(lock: Path, owner: Owner) -> Path:
+    return lock / f"owner-{owner.nonce}.json"
+
+
 def plant(lock: Path, owner: Owner, seq: int = 1) -> None:
-    """The names a holder leaves (design steps 2-5 and 8): its ticket, its anchor, and ``lock`` with its record."""
+    """The names a holder leaves (TICKET_MKDIR, TEMP_MKDIR, TEMP_WRITE, PUBLISH): its ticket, and ``lock`` with its
+    owner file."""
     parent, base = lock.parent, lock.name
-    (parent / f"{base}.t.{seq:08d}.{owner.id}").mkdir()
-    (parent / f"{base}.a.{owner.id}").mkdir()
-    temp = parent / f"{base}.n.{owner.id}"
+    (parent / ticket_of(owner, seq, base)).mkdir()
+    temp = parent / f"{base}.n.{owner.nonce}"
     temp.mkdir()
-    (temp / "owner.json").write_bytes(owner.record())
+    owner_file(temp, owner).write_bytes(owner.record())
     os.rename(temp, lock)
+
+
+def record_of(lock: Path) -> dict:
+    """The one owner file's record in ``lock``."""
+    (name,) = os.listdir(lock)
+    return json.loads((lock / name).read_text())
 
 
 def listing(path: Path) -> list[str]:
@@ -108,7 +128,7 @@ def listing(path: Path) -> list[str]:
 
 
 def leftovers(path: Path) -> list[str]:
-    """What is left that matters: the lock itself and tickets (orphan anchors, temps and graves are garbage)."""
+    """What is left that matters: the lock itself and tickets (orphan temps and graves are garbage)."""
     return [n for n in listing(path) if n == "lock" or ".t." in n]
 
 
@@ -153,26 +173,32 @@ def nonce(i: int) -> str:
 def test_the_uncontended_path_takes_the_designs_calls_in_order(tmp_path):
     calls = Recorder()
     with projection_lock(tmp_path / "lock", calls=calls) as held:
-        record = json.loads((tmp_path / "lock" / "owner.json").read_text())
+        assert listing(tmp_path / "lock") == [f"owner-{held.owner.nonce}.json"]
+        record = record_of(tmp_path / "lock")
         assert record == {"version": 2, "pid": os.getpid(), "started_at": me().started_at, "pidns": me().pidns,
                           "nonce": held.owner.nonce}
         assert list(record) == ["version", "pid", "started_at", "pidns", "nonce"]
-    assert calls.names() == ["inspect", "readdir", "mkdir", "mkdir", "mkdir", "write", "readdir", "rename", "enter",
-                             "leave", "rename", "rename", "rm_tree", "rmdir"]
+    assert calls.steps() == ["INSPECT", "TICKET_READDIR", "TICKET_MKDIR", "TEMP_MKDIR", "TEMP_WRITE", "QUEUE_READDIR",
+                             "PUBLISH", "ENTER", "LEAVE", "RELEASE_CLAIM", "RELEASE_RMDIR", "RELEASE_UNLINK",
+                             "TICKET_RMDIR"]
+    assert calls.names() == ["inspect", "readdir", "mkdir", "mkdir", "write", "readdir", "rename", "enter",
+                             "leave", "rename", "rmdir", "unlink", "rmdir"]
     assert listing(tmp_path) == []
     ticket = calls.log[2][1][0]
-    assert os.path.basename(ticket) == f"lock.t.00000001.{held.owner.id}"
+    assert os.path.basename(ticket) == ticket_of(held.owner)
+    # the release claims our own owner file by its name
+    assert calls.log[9][1][0] == str(owner_file(tmp_path / "lock", held.owner))
 
 
 def test_a_ticket_takes_one_more_than_the_largest_there(tmp_path):
     dead = Owner(pid=2**22 + 1, started_at=1, pidns=me().pidns, nonce=nonce(1))  # above pid_max: no such process
-    (tmp_path / f"lock.t.00000041.{dead.id}").mkdir()
+    (tmp_path / ticket_of(dead, 41)).mkdir()
     calls = Recorder()
     with projection_lock(tmp_path / "lock", max_tries=0, calls=calls) as held:
         tickets = [n for n in listing(tmp_path) if n.startswith("lock.t.")]
-    assert tickets == [f"lock.t.00000042.{held.owner.id}"]
-    # the dead ticket ahead was probed and removed (7), then the lock taken
-    assert [c.value for c, _, _ in calls.log[6:11]] == ["readdir", "kill", "rmdir", "readdir", "rename"]
+    assert tickets == [ticket_of(held.owner, 42)]
+    # the dead ticket ahead was probed and removed, then the lock taken
+    assert calls.steps()[5:10] == ["QUEUE_READDIR", "QUEUE_KILL", "QUEUE_RMDIR", "QUEUE_READDIR", "PUBLISH"]
 
 
 # ---------------------------------------------------------------------------
@@ -183,14 +209,13 @@ def _taken_over_at_first_try(lock: Path, owner: Owner) -> Recorder:
     calls = Recorder()
     ran = []
     with projection_lock(lock, max_tries=0, calls=calls) as held:  # max_tries=0: a single wait would be LockBusy
-        ran.append(json.loads((lock / "owner.json").read_text())["nonce"])
+        ran.append(record_of(lock)["nonce"])
         assert held.waits == 0
     assert ran == [held.owner.nonce]
-    anchor = str(lock.parent / f"lock.a.{owner.id}")
-    assert (Call.RENAME, (str(lock), anchor + "/lock"), "ok") in calls.log
+    claims = [(args, outcome) for step, args, outcome in calls.log if step is Step.CLAIM]
+    assert claims == [((str(owner_file(lock, owner)), str(lock.parent / f"lock.g.{held.owner.nonce}.0")), "ok")]
     assert calls.count(Call.WAIT) == 0
-    assert leftovers(lock.parent) == []
-    assert not os.path.exists(anchor)
+    assert listing(lock.parent) == []  # the grave unlinked, the emptied lock removed
     return calls
 
 
@@ -201,8 +226,8 @@ def test_a_dead_owners_lock_is_taken_over_at_the_first_try(tmp_path, children):
     owner = Owner(proc.pid, started, me().pidns, nonce(7))
     plant(tmp_path / "lock", owner)
     calls = _taken_over_at_first_try(tmp_path / "lock", owner)
-    assert (Call.KILL, (proc.pid,), Probe.ESRCH) in calls.log
-    assert Call.PROC not in [c for c, _, _ in calls.log]  # ESRCH is proof enough (9a)
+    assert (Step.KILL, (proc.pid,), Probe.ESRCH) in calls.log
+    assert calls.count(Call.PROC) == 0  # ESRCH is proof enough
 
 
 class NoProc(Calls):
@@ -219,10 +244,10 @@ def test_an_owner_gone_from_proc_is_dead_and_the_hook_says_enoent(tmp_path):
     owner = Owner(2**22 + 7, 1, me().pidns, nonce(18))
     plant(tmp_path / "lock", owner)
     seen = []
-    calls = NoProc(on_call=lambda call, args, outcome: seen.append((call, outcome)) if outcome is not None else None)
+    calls = NoProc(on_call=lambda step, args, outcome: seen.append((step, outcome)) if outcome is not None else None)
     with projection_lock(tmp_path / "lock", max_tries=0, calls=calls):
         pass
-    assert (Call.PROC, "ENOENT") in seen
+    assert (Step.PROC, "ENOENT") in seen
 
 
 def test_a_reused_pids_lock_is_taken_over_at_the_first_try(tmp_path, children):
@@ -230,7 +255,7 @@ def test_a_reused_pids_lock_is_taken_over_at_the_first_try(tmp_path, children):
     owner = Owner(other.pid, start_of(other.pid) - 1, me().pidns, nonce(8))
     plant(tmp_path / "lock", owner)
     calls = _taken_over_at_first_try(tmp_path / "lock", owner)
-    assert (Call.KILL, (other.pid,), Probe.OK) in calls.log
+    assert (Step.KILL, (other.pid,), Probe.OK) in calls.log
     assert other.poll() is None  # and it is left alone
 
 
@@ -239,15 +264,15 @@ def test_a_zombie_owners_lock_is_taken_over_at_the_first_try(tmp_path, children)
     owner = Owner(pid, started, me().pidns, nonce(9))
     plant(tmp_path / "lock", owner)
     calls = _taken_over_at_first_try(tmp_path / "lock", owner)
-    assert (Call.KILL, (pid,), Probe.OK) in calls.log  # a zombie answers kill(pid, 0)
-    assert (Call.PROC, (pid,), ProcStat(started, "Z")) in calls.log
+    assert (Step.KILL, (pid,), Probe.OK) in calls.log  # a zombie answers kill(pid, 0)
+    assert (Step.PROC, (pid,), ProcStat(started, "Z")) in calls.log
 
 
 HOLDER = textwrap.dedent("""
     import os, signal, sys
     from envreplica.impl.lock import Calls, projection_lock
     kill_at, seen = int(sys.argv[2]), [0]
-    def hook(call, args, outcome):
+    def hook(step, args, outcome):
         if outcome is None:
             if seen[0] == kill_at:
                 os.kill(os.getpid(), signal.SIGKILL)
@@ -260,11 +285,11 @@ HOLDER = textwrap.dedent("""
 
 def test_a_holder_killed_before_any_of_its_calls_leaves_a_lock_taken_at_the_first_try(tmp_path, children):
     """SIGKILL before each call of an acquisition and release in turn (the child is left a zombie): the next
-    acquisition never waits, and nothing that matters is left (no lock, no ticket; anchors and temps are garbage)."""
+    acquisition never waits, and nothing that matters is left (no lock, no ticket; temps and graves are garbage)."""
     lock = tmp_path / "lock"
     whole = subprocess.run([PY, "-c", HOLDER, str(lock), "-1"], capture_output=True, text=True, timeout=SAFETY)
     calls_in_all = int(whole.stdout)
-    assert calls_in_all == 14  # the uncontended path's calls, enter and leave included
+    assert calls_in_all == 13  # the uncontended path's calls, enter and leave included
     for kill_at in range(calls_in_all):
         child = subprocess.Popen([PY, "-c", HOLDER, str(lock), str(kill_at)])
         children.append(child)
@@ -295,9 +320,9 @@ def test_a_live_owners_lock_is_never_taken_over(tmp_path, children):
     assert busy.value.judgement is Judgement.ALIVE and busy.value.owner == owner
     assert f"pid {holder.pid}" in str(busy.value) and "alive" in str(busy.value) and "\n" not in str(busy.value)
     assert calls.count(Call.WAIT) == 3
-    assert not [args for c, args, _ in calls.log if c is Call.RENAME and args[0] == str(lock)]
-    assert (lock / "owner.json").read_bytes() == owner.record()
-    assert listing(tmp_path) == before  # our ticket, anchor and temp removed on the way out
+    assert not [args for s, args, _ in calls.log if s is Step.CLAIM]
+    assert owner_file(lock, owner).read_bytes() == owner.record()
+    assert listing(tmp_path) == before  # our ticket and temp removed on the way out
 
 
 def test_an_owner_that_dies_while_we_wait_is_judged_afresh_and_taken_over(tmp_path, children):
@@ -307,8 +332,8 @@ def test_an_owner_that_dies_while_we_wait_is_judged_afresh_and_taken_over(tmp_pa
     plant(tmp_path / "lock", owner)
     waits = []
 
-    def hook(call: Call, args: tuple, outcome: object) -> None:
-        if call is Call.WAIT and outcome is not None:
+    def hook(step: Step, args: tuple, outcome: object) -> None:
+        if step is Step.WAIT and outcome is not None:
             waits.append(1)
             if len(waits) == 3:
                 holder.kill()
@@ -354,10 +379,10 @@ def test_an_owner_in_another_pid_namespace_is_never_taken_over(tmp_path, childre
     owner = Owner(proc.pid, 1, me().pidns, nonce(12))
     lock = tmp_path / "lock"
     plant(lock, owner)
-    (tmp_path / f"lock.t.00000001.{owner.id}").rmdir()  # only the lock: no ticket ahead to wait behind
+    (tmp_path / ticket_of(owner)).rmdir()  # only the lock: no ticket ahead to wait behind
     calls = OtherNamespace()
     seen: list[Call] = []
-    calls.on_call = lambda call, args, outcome: seen.append(call) if outcome is not None else None
+    calls.on_call = lambda step, args, outcome: seen.append(step.call) if outcome is not None else None
     with pytest.raises(LockBusy) as busy:
         with projection_lock(lock, max_tries=2, wait=0, calls=calls):
             pytest.fail("entered")
@@ -366,12 +391,12 @@ def test_an_owner_in_another_pid_namespace_is_never_taken_over(tmp_path, childre
     message = str(busy.value)
     assert "another PID namespace" in message and f"pid {owner.pid}" in message and str(lock) in message
     assert Call.KILL not in seen and Call.PROC not in seen  # its pid means nothing here: not even probed
-    assert (lock / "owner.json").read_bytes() == owner.record()
+    assert owner_file(lock, owner).read_bytes() == owner.record()
 
 
 def test_a_ticket_ahead_from_another_pid_namespace_is_waited_for_and_named(tmp_path):
     owner = Owner(2**22 + 3, 1, me().pidns, nonce(13))
-    ticket = f"lock.t.00000001.{owner.id}"
+    ticket = ticket_of(owner)
     (tmp_path / ticket).mkdir()
     with pytest.raises(LockBusy) as busy:
         with projection_lock(tmp_path / "lock", max_tries=1, wait=0, calls=OtherNamespace()):
@@ -386,8 +411,8 @@ def test_a_ticket_ahead_from_another_pid_namespace_is_waited_for_and_named(tmp_p
 
 
 def test_a_release_after_a_takeover_does_not_touch_the_new_holders_lock(tmp_path):
-    """We hold; another user, whose probe wrongly says we are dead, takes the lock over (moves ours into our anchor
-    and graves it) and holds it. Our release is refused (ENOENT: our anchor is gone): LockLost, theirs intact."""
+    """We hold; another user, whose probe wrongly says we are dead, takes the lock over (removes our ticket, claims
+    our owner file, publishes its own) and holds it. Our release's claim finds nothing: LockLost, theirs intact."""
     lock = tmp_path / "lock"
     theirs_inside, ours_released = threading.Event(), threading.Event()
     result: dict[str, object] = {}
@@ -395,10 +420,10 @@ def test_a_release_after_a_takeover_does_not_touch_the_new_holders_lock(tmp_path
     def other(our_pid: int) -> None:
         try:
             with projection_lock(lock, wait=0, max_tries=10_000, calls=ProbeSays(our_pid, Probe.ESRCH)) as held:
-                result["theirs"] = held.owner.record()
+                result["theirs"] = held.owner.nonce
                 theirs_inside.set()
                 ours_released.wait(SAFETY)
-                result["at_release"] = (lock / "owner.json").read_bytes()
+                result["at_release"] = record_of(lock)["nonce"]
         except BaseException as error:  # reported to the test
             result["error"] = error
             theirs_inside.set()
@@ -406,38 +431,21 @@ def test_a_release_after_a_takeover_does_not_touch_the_new_holders_lock(tmp_path
     thread = threading.Thread(target=other, args=(os.getpid(),), daemon=True)
     try:
         with pytest.raises(LockLost) as lost:
-            with projection_lock(lock):
+            with projection_lock(lock) as ours:
                 thread.start()
                 assert theirs_inside.wait(SAFETY)
     finally:
         ours_released.set()
     thread.join(SAFETY)
     assert "error" not in result, result.get("error")
-    assert result["at_release"] == result["theirs"]  # their lock stood through our release
-    assert "ENOENT" in str(lost.value) and "\n" not in str(lost.value)
+    assert result["at_release"] == result["theirs"] != ours.owner.nonce  # their lock stood through our release
+    assert f"owner-{ours.owner.nonce}.json" in str(lost.value) and "\n" not in str(lost.value)
     assert leftovers(tmp_path) == []
 
 
-def test_a_release_finding_another_instance_at_the_lock_leaves_it(tmp_path):
-    """Our instance moved into our anchor (as a takeover's step 10 does) and another instance put at the lock path:
-    our release is refused (ENOTEMPTY), LockLost, the other instance intact."""
-    lock = tmp_path / "lock"
-    stranger = Owner(os.getpid(), me().started_at, me().pidns, nonce(14))
-    with pytest.raises(LockLost) as lost:
-        with projection_lock(lock) as held:
-            os.rename(lock, tmp_path / f"lock.a.{held.owner.id}" / "lock")
-            (tmp_path / "elsewhere").mkdir()
-            (tmp_path / "elsewhere" / "owner.json").write_bytes(stranger.record())
-            os.rename(tmp_path / "elsewhere", lock)
-    assert "ENOTEMPTY" in str(lost.value)
-    assert (lock / "owner.json").read_bytes() == stranger.record()
-
-
-@pytest.mark.xfail(strict=True, reason="a hole of the design (docs/lock.md, 'Where it does not hold'): a hand that "
-                                       "removes the lock while it is held breaks 'an anchor without lock exists "
-                                       "exactly while its instance is at L', and the release (step 16) then moves "
-                                       "the next holder's lock; the model has no such hand")
 def test_a_release_after_a_hand_removed_the_lock_leaves_the_next_holders(tmp_path):
+    """The hole of the design before this one: an operator removes the held lock, the next process takes it; the first
+    holder's release claims its own owner file only, finds it gone: LockLost, the next holder's lock intact."""
     lock = tmp_path / "lock"
     stranger = Owner(os.getpid(), me().started_at, me().pidns, nonce(17))
     with pytest.raises(LockLost):
@@ -446,9 +454,10 @@ def test_a_release_after_a_hand_removed_the_lock_leaves_the_next_holders(tmp_pat
 
             shutil.rmtree(lock)  # an operator's hand
             (tmp_path / "next").mkdir()  # the next holder's rename(T, L)
-            (tmp_path / "next" / "owner.json").write_bytes(stranger.record())
+            owner_file(tmp_path / "next", stranger).write_bytes(stranger.record())
             os.rename(tmp_path / "next", lock)
-    assert (lock / "owner.json").read_bytes() == stranger.record()
+    assert listing(lock) == [f"owner-{stranger.nonce}.json"]
+    assert owner_file(lock, stranger).read_bytes() == stranger.record()
 
 
 def test_a_lost_lock_after_a_failed_operation_keeps_the_operations_error(tmp_path):
@@ -504,25 +513,25 @@ class FixedNonce(Calls):
 
 
 class Stepper:
-    """Lock users in threads, each paused before every call until the test lets it take that one step."""
+    """Lock users in threads, each paused before every step until the test lets it take that one step."""
 
     def __init__(self, lock: Path) -> None:
         self.lock = lock
         self.cv = threading.Condition()
-        self.pending: dict[str, Call] = {}
+        self.pending: dict[str, Step] = {}
         self.go: set[str] = set()
         self.finished: dict[str, object] = {}
-        self.events: list[tuple[str, Call, object]] = []
+        self.events: list[tuple[str, Step, object]] = []
         self.steps = 0
 
     def start(self, name: str, nonce: Optional[str] = None) -> None:
-        """A lock user ``name`` in a thread of its own (``nonce``: its acquisition's, to fix the ticket order)."""
-        def hook(call: Call, args: tuple, outcome: object) -> None:
+        """A lock user ``name`` in a thread of its own (``nonce``: its call's, to fix the ticket order)."""
+        def hook(step: Step, args: tuple, outcome: object) -> None:
             with self.cv:
                 if outcome is not None:
-                    self.events.append((name, call, outcome))
+                    self.events.append((name, step, outcome))
                     return
-                self.pending[name] = call
+                self.pending[name] = step
                 self.cv.notify_all()
                 if not self.cv.wait_for(lambda: name in self.go, timeout=SAFETY):
                     raise RuntimeError(f"{name}: no step granted")
@@ -548,35 +557,36 @@ class Stepper:
             return self.cv.wait_for(lambda: name not in self.go and (name in self.pending or name in self.finished),
                                     timeout=SAFETY)
 
-    def step(self, name: str) -> Call:
-        """Let ``name`` make the call it waits at; return that call once it ran (and ``name`` waits again or ended)."""
+    def step(self, name: str) -> Step:
+        """Let ``name`` take the step it waits at; return that step once it ran (and ``name`` waits again or
+        ended)."""
         with self.cv:
-            call = self.pending[name]
+            step = self.pending[name]
             self.go.add(name)
             self.cv.notify_all()
         assert self._settled(name)
         self.steps += 1
-        return call
+        return step
 
-    def until(self, name: str, call: Call) -> None:
-        """Step ``name`` until it waits at ``call``."""
+    def until(self, name: str, step: Step) -> None:
+        """Step ``name`` until it waits at ``step``."""
         for _ in range(10_000):
-            if self.pending.get(name) is call:
+            if self.pending.get(name) is step:
                 return
             self.step(name)
-        raise AssertionError(f"{name} never reached {call}")
+        raise AssertionError(f"{name} never reached {step}")
 
     def entered(self) -> list[str]:
-        return [who for who, call, _ in self.events if call is Call.ENTER]
+        return [who for who, step, _ in self.events if step is Step.ENTER]
 
     def overlaps(self) -> int:
         inside: set[str] = set()
         overlaps = 0
-        for who, call, _ in self.events:
-            if call is Call.ENTER:
+        for who, step, _ in self.events:
+            if step is Step.ENTER:
                 overlaps += bool(inside)
                 inside.add(who)
-            elif call is Call.LEAVE:
+            elif step is Step.LEAVE:
                 inside.discard(who)
         return overlaps
 
@@ -584,11 +594,11 @@ class Stepper:
 def test_a_waiter_is_not_overtaken_by_a_later_arrival_that_the_schedule_favours(tmp_path):
     s = Stepper(tmp_path / "lock")
     s.start("A")
-    s.until("A", Call.LEAVE)  # A inside
+    s.until("A", Step.LEAVE)  # A inside
     s.start("B")
-    s.until("B", Call.WAIT)  # B has its ticket and waits behind A's
+    s.until("B", Step.WAIT)  # B has its ticket and waits behind A's
     s.start("C")
-    s.until("C", Call.WAIT)  # C, the later arrival, waits too
+    s.until("C", Step.WAIT)  # C, the later arrival, waits too
     while "A" not in s.finished:
         s.step("A")
     # C gets seven steps for each of B's: it still cannot go first
@@ -601,7 +611,7 @@ def test_a_waiter_is_not_overtaken_by_a_later_arrival_that_the_schedule_favours(
     assert s.finished == {"A": "done", "B": "done", "C": "done"}
     assert s.entered() == ["A", "B", "C"]
     assert s.overlaps() == 0
-    waits_of_c = sum(1 for who, call, _ in s.events if who == "C" and call is Call.WAIT)
+    waits_of_c = sum(1 for who, step, _ in s.events if who == "C" and step is Step.WAIT)
     assert waits_of_c > 7  # C did try, and was kept behind B's ticket
 
 
@@ -613,8 +623,8 @@ def test_random_schedules_keep_the_ticket_order_and_one_holder(tmp_path, seed):
     s = Stepper(tmp_path / "lock")
     for name in "ABC":
         s.start(name)
-        while not any(who == name and call is Call.MKDIR for who, call, _ in s.events):
-            s.step(name)  # its ticket (step 2) made
+        while not any(who == name and step is Step.TICKET_MKDIR for who, step, _ in s.events):
+            s.step(name)  # its ticket made
     while len(s.finished) < 3:
         assert s.steps < 50_000, "a schedule that never ends"
         s.step(rng.choice(sorted(s.pending)))
@@ -625,23 +635,25 @@ def test_random_schedules_keep_the_ticket_order_and_one_holder(tmp_path, seed):
 
 
 def test_a_stale_belief_moves_nothing_but_the_dead_holder_it_was_about(tmp_path):
-    """C and B both judge the dead R; C stops just before its move (step 10), B moves R, takes the lock and is
-    inside; then C's move (a belief that L is R, now stale) is refused: B keeps the lock, nobody loses it."""
+    """C and B both judge the dead R; C stops just before its claim; B claims R's owner file, publishes its own
+    lock and is inside; then C's claim (a belief that L is R's, now stale) finds nothing to move: B keeps the lock,
+    nobody loses it."""
     lock = tmp_path / "lock"
     dead = Owner(2**22 + 5, 1, me().pidns, nonce(20))  # above any pid_max: no such process
     plant(lock, dead)
     s = Stepper(lock)
-    s.start("B", nonce=nonce(1))  # B orders before C: the same seq, a smaller ID
-    s.until("B", Call.MKDIR)  # B has read the directory (step 1), its ticket not yet made
+    s.start("B", nonce=nonce(1))  # B orders before C: the same seq, a smaller nonce
+    s.until("B", Step.TICKET_MKDIR)  # B has read the directory, its ticket not yet made
     s.start("C", nonce=nonce(2))
-    s.until("C", Call.MKDIR)
+    s.until("C", Step.TICKET_MKDIR)
     s.step("C")  # C's ticket
-    while not (s.pending.get("C") is Call.RENAME and s.events[-1][1] is Call.KILL):
+    while s.events[-1][:2] != ("C", Step.KILL):
         s.step("C")  # C: removes R's ticket, is refused the lock, reads R, proves it dead
-    s.until("B", Call.LEAVE)  # B: takes R over and enters
-    assert s.step("C") is Call.RENAME  # C's stale move
-    assert s.events[-1] == ("C", Call.RENAME, "ENOENT")  # R's anchor is gone with R: refused
-    assert json.loads((lock / "owner.json").read_text())["nonce"] == nonce(1)  # B's lock stands
+    s.until("B", Step.LEAVE)  # B: claims R's file, publishes its own, enters
+    while not any(who == "C" and step is Step.CLAIM for who, step, _ in s.events):
+        s.step("C")  # C's stale claim
+    assert [out for who, step, out in s.events if who == "C" and step is Step.CLAIM] == ["ENOENT"]  # nothing moved
+    assert record_of(lock)["nonce"] == nonce(1)  # B's lock stands
     while len(s.finished) < 2:
         s.step(sorted(s.pending)[0])
     assert s.finished == {"B": "done", "C": "done"}
@@ -704,34 +716,63 @@ def test_a_lock_path_that_is_a_file_a_symlink_or_a_fifo_is_refused(tmp_path):
     assert "special file" in _refused(tmp_path / "fifo", LockPathError)
 
 
+FOREIGN = "owner-00000000000000aa.json"  # an owner file's name, with a record this version would not write
+
+
 @pytest.mark.parametrize("content,words", [
     (b"", "is empty"),
     (b"\x00garbage{", "not JSON"),
-    (b'{"pid": 1234567, "started_at": "99"}', "left by an older version"),
+    (b'{"pid": 1234567, "started_at": "99"}', "not a version-2 lock record"),
     (b'{"version": 3, "pid": 1}', "not a version-2 lock record"),
-    (b'{"version": 2, "pid": -1, "started_at": 1, "pidns": 1, "nonce": "0000000000000000"}', "malformed field"),
+    (b'{"version": 2, "pid": -1, "started_at": 1, "pidns": 1, "nonce": "00000000000000aa"}', "malformed field"),
+    (b'{"version": 2, "pid": 5, "started_at": 1, "pidns": 1, "nonce": "00000000000000bb"}', "another nonce"),
     (b"[]", "not a version-2 lock record"),
 ])
 def test_an_owner_record_that_is_not_understood_is_refused_never_taken_over(tmp_path, content, words):
     lock = tmp_path / "lock"
     lock.mkdir()
-    (lock / "owner.json").write_bytes(content)
+    (lock / FOREIGN).write_bytes(content)
     message = _refused(lock, LockNotUnderstood)
     assert words in message and f"remove {lock}" in message
-    assert (lock / "owner.json").read_bytes() == content
+    assert (lock / FOREIGN).read_bytes() == content
 
 
 def test_an_owner_record_that_cannot_be_read_is_refused(tmp_path):
     lock = tmp_path / "lock"
-    (lock / "owner.json").mkdir(parents=True)
+    (lock / FOREIGN).mkdir(parents=True)
     assert "cannot be read (EISDIR" in _refused(lock, LockNotUnderstood)
 
 
-def test_an_empty_directory_left_by_an_older_version_is_refused(tmp_path):
+def test_a_lock_left_by_an_older_version_is_refused_never_taken_over(tmp_path):
+    """The seed's layout: ``L/owner.json`` (its ``{pid, started_at}``, or empty: killed before it wrote it)."""
+    lock = tmp_path / "lock"
+    lock.mkdir()
+    for content in (b'{"pid": 1234567, "started_at": "99"}', b""):
+        (lock / "owner.json").write_bytes(content)
+        message = _refused(lock, LockNotUnderstood)
+        assert "older version" in message and f"remove {lock}" in message
+        assert listing(lock) == ["owner.json"]
+
+
+def test_a_lock_holding_names_this_version_never_makes_is_refused(tmp_path):
+    lock = tmp_path / "lock"
+    lock.mkdir()
+    (lock / "notes.txt").write_text("x")
+    (lock / FOREIGN).write_bytes(Owner(2**22 + 9, 1, me().pidns, "00000000000000aa").record())
+    message = _refused(lock, LockNotUnderstood)
+    assert "never holds" in message and "notes.txt" in message
+    assert listing(lock) == sorted([FOREIGN, "notes.txt"])
+
+
+def test_an_empty_lock_directory_is_replaced_at_the_first_try(tmp_path):
+    """An empty ``L`` (a claim's ``rmdir`` not yet made when its process was killed, or an older version killed
+    between its ``mkdir`` and its ``owner.json``) holds no lock: ``rename(T, L)`` replaces it."""
     (tmp_path / "lock").mkdir()
-    message = _refused(tmp_path / "lock", LockPathError)
-    assert "without owner.json" in message and "older version" in message
-    assert listing(tmp_path / "lock") == []
+    calls = Recorder()
+    with projection_lock(tmp_path / "lock", max_tries=0, calls=calls) as held:
+        assert listing(tmp_path / "lock") == [f"owner-{held.owner.nonce}.json"]
+    assert calls.steps()[5:8] == ["QUEUE_READDIR", "PUBLISH", "ENTER"]
+    assert listing(tmp_path) == []
 
 
 # ---------------------------------------------------------------------------
@@ -754,7 +795,7 @@ def one_line(proc: subprocess.CompletedProcess, *words: str) -> None:
 
 def test_the_command_runs_holding_the_lock_and_its_status_is_the_exit_status(tmp_path):
     lock = tmp_path / "lock"
-    done = cli(str(lock), "--", "sh", "-c", 'cat "$0/owner.json"; exit 7', str(lock))
+    done = cli(str(lock), "--", "sh", "-c", 'cat "$0"/owner-*.json; exit 7', str(lock))
     assert done.returncode == 7, done.stderr
     assert json.loads(done.stdout)["version"] == 2
     killed = cli(str(lock), "--max-tries", "1", "--", "sh", "-c", "kill -9 $$")
@@ -762,19 +803,19 @@ def test_the_command_runs_holding_the_lock_and_its_status_is_the_exit_status(tmp
     assert listing(tmp_path) == []
 
 
-@pytest.mark.parametrize("case", ["file", "symlink", "garbage", "empty", "older", "empty_dir", "read_only"])
+@pytest.mark.parametrize("case", ["file", "symlink", "garbage", "empty", "older", "read_only"])
 def test_each_bad_input_is_exit_2_and_one_line_at_the_command_line(tmp_path, case, request):
     lock = tmp_path / "lock"
     if case == "file":
         lock.write_text("x")
     elif case == "symlink":
         os.symlink(tmp_path, lock)
-    elif case in ("garbage", "empty", "older"):
+    elif case in ("garbage", "empty"):
         lock.mkdir()
-        (lock / "owner.json").write_bytes({"garbage": b"{{{", "empty": b"",
-                                           "older": b'{"pid": 1234567, "started_at": "1"}'}[case])
-    elif case == "empty_dir":
+        (lock / FOREIGN).write_bytes({"garbage": b"{{{", "empty": b""}[case])
+    elif case == "older":
         lock.mkdir()
+        (lock / "owner.json").write_bytes(b'{"pid": 1234567, "started_at": "1"}')
     else:
         lock = request.getfixturevalue("read_only") / "lock"
     marker = tmp_path / "ran"
