@@ -1,0 +1,60 @@
+"""What a lock lockstep run reached: the spec's "sometimes" items, every step, every answer, counted.
+
+Models: the coverage of the lock lockstep, so that a pass cannot come from never reaching the interesting
+states. ``LockCoverage`` counts, on the model's side of each move (``example.Example.reached``): each of
+``spec.lock.SOMETIMES`` (a takeover, a busy answer, a kill inside the operation, a kill inside the acquisition
+having changed the directory, an entry after a takeover), each step the model took as a move (``Pc``, by the
+implementation's names: ``step:<name>``), each answer (``answer:<value>``). ``REQUIRED`` is what a run of the
+tests' budget must reach; ``unreached`` lists what it did not.
+
+Leaves out on purpose (not in ``REQUIRED``): the answers ``lost``, ``release-failed`` and ``error``, which no
+state of the ``fixed`` variant reaches (a release always finds its own owner file: only a live owner's lock is
+never taken over, and nothing else removes it; the write path of the seed is gone), and the silent steps (never
+a move of their own).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from envreplica.conformance.lock import protocol as pr
+from envreplica.impl import lock as il
+from envreplica.model import lock as ml
+from envreplica.spec import lock as sl
+
+#: The spec's "sometimes" items, by name.
+SOMETIMES = tuple(p.name for p in sl.SOMETIMES)
+#: Answers the fixed variant never gives (see the module).
+UNREACHABLE_ANSWERS = frozenset({sl.Answer.LOST, sl.Answer.RELEASE_FAILED, sl.Answer.ERROR})
+
+
+def required(steps: Iterable[il.Step]) -> frozenset[str]:
+    """What a run must reach, given the steps its processes stop at (``protocol.paused_at``)."""
+    return frozenset(SOMETIMES) | {f"step:{s.value}" for s in steps} | {
+        f"answer:{a.value}" for a in sl.Answer if a not in UNREACHABLE_ANSWERS}
+
+
+#: What a run of the tests' budget must reach (every bounds stops at the same steps: the fixed variant's).
+REQUIRED = required(pr.paused_at(ml.LockBounds("any")))
+
+
+@dataclass
+class LockCoverage:
+    """Counts of each item reached, over a run's examples."""
+
+    counts: Counter[str] = field(default_factory=Counter)
+    examples: int = 0
+    moves: int = 0
+
+    def add(self, reached: Iterable[str], moves: int) -> None:
+        self.counts.update(reached)
+        self.examples += 1
+        self.moves += moves
+
+    def unreached(self, wanted: Iterable[str] = REQUIRED) -> list[str]:
+        return sorted(item for item in wanted if not self.counts[item])
+
+    def sometimes(self) -> dict[str, int]:
+        return {name: self.counts[name] for name in SOMETIMES}

@@ -1,0 +1,82 @@
+"""The Hypothesis state machine of the lock lockstep: it draws each move from what the model enables.
+
+Models: the generation. Each example begins with its bounds (``BOUNDS``: which processes, how many calls each,
+kills, zombies, reused pids, another PID namespace, a stale lock, the operation's outcomes, the tries), the
+simplest first (where shrinking goes); then each rule call draws one move among the model's enabled actions, by
+``WEIGHTS`` (steps first: where shrinking goes, and what reaches deep states), and for a TICKET_READDIR the order
+draw of its call's nonce (``NONCE_DRAWS``: few values, so that tickets of one seq tie often and their order, the
+order they were made, is tried both ways). ``Example.play`` takes it on both sides and compares.
+
+Leaves out on purpose: moves the model does not enable (never drawn).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Optional
+
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
+
+from envreplica.conformance.lock.coverage import LockCoverage
+from envreplica.conformance.lock.example import Example, Move
+from envreplica.model import lock as ml
+from envreplica.spec.lock import Effect
+
+#: The bounds an example draws from, simplest first: the gate's suite (``model.lock.PRESETS["lock"]``), the
+#: world at once, and a stale lock whose dead owner's pid is taken by another process.
+BOUNDS: tuple[ml.LockBounds, ...] = (
+    ml.FAIR, ml.RACE, ml.CRASH, ml.NAMESPACE, ml.ANSWERS, ml.WORLD,
+    ml.LockBounds("stale-reuse", processes=2, calls=1, crashes=1, reuses=1, zombies=True, stale=True,
+                  max_tries=1, effects=frozenset(Effect)),
+)
+#: How often each kind of move is drawn, among those enabled.
+WEIGHTS = {"step": 12, "start": 4, "leave": 4, "crash": 1, "reap": 2, "reuse": 2}
+#: The order draws of nonces (``protocol.nonce_for``).
+NONCE_DRAWS = 4
+
+
+def weighted(actions: list[ml.Action]) -> list[ml.Action]:
+    """``actions`` each repeated by its kind's weight, steps first."""
+    kinds = sorted(WEIGHTS, key=lambda k: -WEIGHTS[k])
+    out = []
+    for kind in kinds:
+        for action in actions:
+            if action.kind == kind:
+                out.extend([action] * WEIGHTS[kind])
+    return out
+
+
+class LockMachine(RuleBasedStateMachine):
+    """One example: bounds drawn, then moves (see the module). ``coverage``: where each example's reach is
+    counted (set by ``run``); ``bounds``: the bounds drawn from (``BOUNDS`` unless ``run`` narrows it)."""
+
+    coverage: ClassVar[Optional[LockCoverage]] = None
+    bounds: ClassVar[tuple[ml.LockBounds, ...]] = BOUNDS
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.example: Optional[Example] = None
+
+    @initialize(data=st.data())
+    def begin(self, data: Any) -> None:
+        which = data.draw(st.sampled_from(range(len(self.bounds))), label="bounds")
+        self.example = Example(self.bounds[which])
+
+    @rule(data=st.data())
+    def move(self, data: Any) -> None:
+        assert self.example is not None
+        choices = weighted(self.example.enabled())
+        if not choices:
+            return
+        action = choices[data.draw(st.integers(0, len(choices) - 1), label="move")]
+        draw = 0
+        if isinstance(action, ml.Step) and self.example.state.procs[action.slot].pc is ml.Pc.TICKET_READDIR:
+            draw = data.draw(st.integers(0, NONCE_DRAWS - 1), label="nonce")
+        self.example.play(Move(action, draw))
+
+    def teardown(self) -> None:
+        if self.example is None:
+            return
+        if self.coverage is not None:
+            self.coverage.add(self.example.reached, len(self.example.moves))
+        self.example.close()

@@ -1,0 +1,106 @@
+"""Running the lock lockstep: its budget, ``run_lock_lockstep`` and its report, replay.
+
+``run_lock_lockstep`` runs ``LockMachine`` for ``max_examples`` examples of ``steps`` rule calls each (counts,
+never seconds), derandomized, with Hypothesis's shrinking; a divergence comes back as the shrunk example's moves
+(``LockLockstepReport.divergence`` and ``trace``), numbered as the model names them. ``replay_moves`` plays a list
+of moves on a fresh example (the tests' fixed traces; a report's counterexample again).
+
+Leaves out on purpose: Hypothesis's example database (a run is a function of its budget and the code), and the
+clock in any verdict (the seconds in the report are figures).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+import hypothesis
+from hypothesis import HealthCheck, Phase, Verbosity
+from hypothesis.stateful import run_state_machine_as_test
+
+from envreplica.conformance.lock.coverage import LockCoverage
+from envreplica.conformance.lock.example import Divergence, Example, Move, describe
+from envreplica.conformance.lock.machine import BOUNDS, LockMachine
+from envreplica.model import lock as ml
+
+#: Rule calls per example: enough for two processes to go through a call each with a kill and a takeover.
+STEPS_PER_EXAMPLE = 40
+
+
+def lock_settings(max_examples: int, steps: int = STEPS_PER_EXAMPLE) -> hypothesis.settings:
+    """Derandomized, no database, no deadline, quiet; generation and shrinking only."""
+    return hypothesis.settings(max_examples=max_examples, stateful_step_count=steps, derandomize=True,
+                               database=None, deadline=None, report_multiple_bugs=False,
+                               phases=(Phase.generate, Phase.shrink), suppress_health_check=list(HealthCheck),
+                               verbosity=Verbosity.quiet)
+
+
+@dataclass
+class LockLockstepReport:
+    """What a run did: examples, moves, coverage, seconds (a figure), and the divergence if one was found."""
+
+    examples: int = 0
+    moves: int = 0
+    seconds: float = 0.0
+    coverage: LockCoverage = field(default_factory=LockCoverage)
+    divergence: Optional[Divergence] = None
+
+    @property
+    def passed(self) -> bool:
+        return self.divergence is None
+
+    @property
+    def counterexample(self) -> tuple[Move, ...]:
+        return self.divergence.moves if self.divergence is not None else ()
+
+    def trace(self, cfg: Optional[ml.LockBounds] = None) -> list[str]:
+        """The counterexample's moves, numbered, as the model names them (``cfg``: its bounds, when known)."""
+        if self.divergence is None:
+            return []
+        return format_moves(self.counterexample, cfg) + [f"diverged ({self.divergence.key}): "
+                                                         f"{self.divergence.reason}"]
+
+
+def format_moves(moves: Sequence[Move], cfg: Optional[ml.LockBounds] = None) -> list[str]:
+    lines = []
+    st = ml.init(cfg) if cfg is not None else None
+    for i, move in enumerate(moves, 1):
+        if st is not None:
+            lines.append(f"{i:3}. {describe(move, st)}")
+            try:
+                st, _ = ml.next_state(cfg, st, move.action) if cfg is not None else (st, None)  # type: ignore[assignment]
+            except Exception:
+                st = None
+        else:
+            lines.append(f"{i:3}. {move.action}")
+    return lines
+
+
+def run_lock_lockstep(max_examples: int = 100, *, steps: int = STEPS_PER_EXAMPLE,
+                      bounds: Sequence[ml.LockBounds] = BOUNDS) -> LockLockstepReport:
+    """Run the lockstep (see the module) over ``bounds``; the report."""
+    report = LockLockstepReport()
+    machine = type("LockRun", (LockMachine,), {"coverage": report.coverage, "bounds": tuple(bounds)})
+    started = time.perf_counter()
+    try:
+        run_state_machine_as_test(machine, settings=lock_settings(max_examples, steps))
+    except Divergence as divergence:
+        report.divergence = divergence
+    report.seconds = time.perf_counter() - started
+    report.examples = report.coverage.examples
+    report.moves = report.coverage.moves
+    return report
+
+
+def replay_moves(cfg: ml.LockBounds, moves: Sequence[Move]) -> Example:
+    """Play ``moves`` on a fresh example of ``cfg`` (a ``Divergence`` if they part); the example, still open: the
+    caller closes it."""
+    example = Example(cfg)
+    try:
+        for move in moves:
+            example.play(move)
+    except BaseException:
+        example.close()
+        raise
+    return example
