@@ -41,11 +41,17 @@ from envreplica.spec import lock as sl
 class Divergence(AssertionError):
     """The implementation parted from the model (or the model broke a property) at the last move."""
 
-    def __init__(self, key: str, reason: str, moves: tuple["Move", ...] = ()) -> None:
+    def __init__(self, key: str, reason: str, moves: tuple["Move", ...] = (),
+                 cfg: Optional[ml.LockBounds] = None) -> None:
         super().__init__(reason)
-        self.key = key  # what kind of difference: "step", "call", "answer", "state", "property"
+        self.key = key  # what kind of difference: "step", "call", "answer", "state", "property", "model"
         self.reason = reason
         self.moves = moves  # the moves played, the last one the divergent
+        self.cfg = cfg  # the example's bounds
+
+
+class NotEnabled(Exception):
+    """A replayed move the model does not enable where it is played (``run.minimize`` deleted what it needs)."""
 
 
 @dataclass(frozen=True)
@@ -132,11 +138,13 @@ class Example:
     def play(self, move: Move) -> None:
         """Take ``move`` on both sides and compare (a ``Divergence`` carrying the moves played, the last the one
         that parted; a ticket's ``mkdir`` with the choice read from the real nonces)."""
+        if not any(_same(move.action, a) for a in ml.enabled(self.cfg, self.state)):
+            raise NotEnabled(f"{move.action} is not enabled")
         self.moves.append(move)
         try:
             self._play(move)
         except Divergence as d:
-            raise Divergence(d.key, d.reason, tuple(self.moves)) from None
+            raise Divergence(d.key, d.reason, tuple(self.moves), self.cfg) from None
 
     def _play(self, move: Move) -> None:
         action = move.action
@@ -363,9 +371,24 @@ class Example:
                 if prop.name == "sometimes_takeover":
                     self.took_over = True
         if isinstance(action, ml.Step):
-            self.reached.append(f"step:{pre.procs[action.slot].pc.value}")
+            proc = pre.procs[action.slot]
+            self.reached.append(f"step:{proc.pc.value}")
+            judged = proc.ahead if proc.pc is ml.Pc.QUEUE_PROC else proc.read if proc.pc is ml.Pc.PROC else None
+            if judged is not None:
+                seen = next((o for o in pre.os.occupants if o.ns == proc.ns and o.pid == judged.pid), None)
+                if seen is not None and seen.zombie:
+                    self.reached.append("zombie judged")
+                elif seen is not None and seen.start != judged.start:
+                    self.reached.append("reused pid judged")
         if isinstance(result, sl.Ended):
             self.reached.append(f"answer:{result.answer.value}")
+
+
+def _same(a: ml.Action, b: ml.Action) -> bool:
+    """The same action, a ticket's place aside (the real nonces decide it)."""
+    if isinstance(a, ml.Step) and isinstance(b, ml.Step):
+        return a.slot == b.slot
+    return a == b
 
 
 _TICKET = re.compile(r".*\.t\.(\d{8,})\.([0-9a-f]{16})\.(\d+)\.(\d+)\.(\d+)")

@@ -3,7 +3,9 @@
 Models: the generation. Each example begins with its bounds (``BOUNDS``: which processes, how many calls each,
 kills, zombies, reused pids, another PID namespace, a stale lock, the operation's outcomes, the tries), the
 simplest first (where shrinking goes); then each rule call draws one move among the model's enabled actions, by
-``WEIGHTS`` (steps first: where shrinking goes, and what reaches deep states), and for a TICKET_READDIR the order
+whom it moves (a process, or the world) then which of its moves by ``WEIGHTS`` (steps first: where
+shrinking goes, and what reaches deep states; a draw that still means the same move when shrinking deletes other
+processes' moves before it), and for a TICKET_READDIR the order
 draw of its call's nonce (``NONCE_DRAWS``: few values, so that tickets of one seq tie often and their order, the
 order they were made, is tried both ways). ``Example.play`` takes it on both sides and compares.
 
@@ -29,21 +31,23 @@ BOUNDS: tuple[ml.LockBounds, ...] = (
     ml.LockBounds("stale-reuse", processes=2, calls=1, crashes=1, reuses=1, zombies=True, stale=True,
                   max_tries=1, effects=frozenset(Effect)),
 )
-#: How often each kind of move is drawn, among those enabled.
-WEIGHTS = {"step": 12, "start": 4, "leave": 4, "crash": 1, "reap": 2, "reuse": 2}
+#: How often each kind of a process's moves is drawn, among those enabled (a world move: the last "process"); a
+#: kill inside the operation ``INSIDE_KILL`` (where a kill bites hardest, and the rarest state to be in).
+WEIGHTS = {"step": 12, "start": 6, "leave": 4, "crash": 2, "reap": 1, "reuse": 2}
+INSIDE_KILL = 8
 #: The order draws of nonces (``protocol.nonce_for``).
 NONCE_DRAWS = 4
 
 
-def weighted(actions: list[ml.Action]) -> list[ml.Action]:
-    """``actions`` each repeated by its kind's weight, steps first."""
-    kinds = sorted(WEIGHTS, key=lambda k: -WEIGHTS[k])
-    out = []
-    for kind in kinds:
-        for action in actions:
-            if action.kind == kind:
-                out.extend([action] * WEIGHTS[kind])
-    return out
+def by_actor(st: ml.LockState, actions: list[ml.Action]) -> list[list[ml.Action]]:
+    """The enabled ``actions`` by whom they move: each process's (its step, start or leave first, then its kill and
+    its reap), then the world's (pids reused); each repeated by its weight."""
+    actors: list[list[ml.Action]] = [[] for _ in range(len(st.procs) + 1)]
+    for action in sorted(actions, key=lambda a: -WEIGHTS[a.kind]):
+        slot = getattr(action, "slot", len(st.procs))
+        weight = INSIDE_KILL if action.kind == "crash" and st.procs[slot].inside else WEIGHTS[action.kind]
+        actors[slot].extend([action] * weight)
+    return actors
 
 
 class LockMachine(RuleBasedStateMachine):
@@ -64,15 +68,20 @@ class LockMachine(RuleBasedStateMachine):
 
     @rule(data=st.data())
     def move(self, data: Any) -> None:
-        assert self.example is not None
-        choices = weighted(self.example.enabled())
-        if not choices:
+        """Whom to move (a process, or the world), then which of its moves: a draw that means the same move when
+        shrinking deletes the others' moves before it. An actor with nothing to do passes the turn to the next."""
+        example = self.example
+        assert example is not None
+        actors = by_actor(example.state, example.enabled())
+        if not any(actors):
             return
-        action = choices[data.draw(st.integers(0, len(choices) - 1), label="move")]
+        first = data.draw(st.integers(0, len(actors) - 1), label="actor")
+        actor = next(actors[(first + k) % len(actors)] for k in range(len(actors)) if actors[(first + k) % len(actors)])
+        action = actor[data.draw(st.integers(0, len(actor) - 1), label="move")]
         draw = 0
-        if isinstance(action, ml.Step) and self.example.state.procs[action.slot].pc is ml.Pc.TICKET_READDIR:
+        if isinstance(action, ml.Step) and example.state.procs[action.slot].pc is ml.Pc.TICKET_READDIR:
             draw = data.draw(st.integers(0, NONCE_DRAWS - 1), label="nonce")
-        self.example.play(Move(action, draw))
+        example.play(Move(action, draw))
 
     def teardown(self) -> None:
         if self.example is None:

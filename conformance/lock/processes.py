@@ -27,7 +27,7 @@ import os
 import queue
 import threading
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Callable, Optional, Union
 
 from envreplica.conformance.lock import protocol as pr
 from envreplica.impl import lock as il
@@ -105,7 +105,7 @@ class HarnessCalls(il.Calls):
         self._run(il.Call.INSPECT)
         return super().inspect(lock_path)
 
-    def readdir(self, path: str):  # type: ignore[no-untyped-def]
+    def readdir(self, path: str) -> Union[tuple[str, ...], str]:
         self._run(il.Call.READDIR)
         return super().readdir(path)
 
@@ -125,7 +125,7 @@ class HarnessCalls(il.Calls):
         self._run(il.Call.WRITE)
         super().write_private(path, data)
 
-    def read(self, path: str):  # type: ignore[no-untyped-def]
+    def read(self, path: str) -> Union[bytes, str]:
         self._run(il.Call.READ)
         return super().read(path)
 

@@ -1,9 +1,10 @@
 """Running the lock lockstep: its budget, ``run_lock_lockstep`` and its report, replay.
 
 ``run_lock_lockstep`` runs ``LockMachine`` for ``max_examples`` examples of ``steps`` rule calls each (counts,
-never seconds), derandomized, with Hypothesis's shrinking; a divergence comes back as the shrunk example's moves
-(``LockLockstepReport.divergence`` and ``trace``), numbered as the model names them. ``replay_moves`` plays a list
-of moves on a fresh example (the tests' fixed traces; a report's counterexample again).
+never seconds), derandomized, with Hypothesis's shrinking; then ``minimize`` deletes the moves the divergence does
+not need (spans, then single moves; ``MINIMIZE_REPLAYS`` replays at most), and the divergence comes back with
+the moves left (``LockLockstepReport.divergence`` and ``trace``), numbered as the model names them.
+``replay_moves`` plays a list of moves on a fresh example (the tests' fixed traces; a counterexample again).
 
 Leaves out on purpose: Hypothesis's example database (a run is a function of its budget and the code), and the
 clock in any verdict (the seconds in the report are figures).
@@ -20,12 +21,14 @@ from hypothesis import HealthCheck, Phase, Verbosity
 from hypothesis.stateful import run_state_machine_as_test
 
 from envreplica.conformance.lock.coverage import LockCoverage
-from envreplica.conformance.lock.example import Divergence, Example, Move, describe
+from envreplica.conformance.lock.example import Divergence, Example, Move, NotEnabled, describe
 from envreplica.conformance.lock.machine import BOUNDS, LockMachine
 from envreplica.model import lock as ml
 
 #: Rule calls per example: enough for two processes to go through a call each with a kill and a takeover.
 STEPS_PER_EXAMPLE = 40
+#: Replays ``minimize`` may make.
+MINIMIZE_REPLAYS = 400
 
 
 def lock_settings(max_examples: int, steps: int = STEPS_PER_EXAMPLE) -> hypothesis.settings:
@@ -63,17 +66,18 @@ class LockLockstepReport:
 
 
 def format_moves(moves: Sequence[Move], cfg: Optional[ml.LockBounds] = None) -> list[str]:
+    """The moves, numbered, as the model names them (from ``cfg``'s first state; without it, as actions)."""
     lines = []
     st = ml.init(cfg) if cfg is not None else None
     for i, move in enumerate(moves, 1):
-        if st is not None:
-            lines.append(f"{i:3}. {describe(move, st)}")
-            try:
-                st, _ = ml.next_state(cfg, st, move.action) if cfg is not None else (st, None)  # type: ignore[assignment]
-            except Exception:
-                st = None
-        else:
+        if st is None or cfg is None:
             lines.append(f"{i:3}. {move.action}")
+            continue
+        lines.append(f"{i:3}. {describe(move, st)}")
+        try:
+            st = ml.next_state(cfg, st, move.action)[0]
+        except Exception:  # a move the model does not take from here (the last of a divergence may be one)
+            st = None
     return lines
 
 
@@ -86,7 +90,7 @@ def run_lock_lockstep(max_examples: int = 100, *, steps: int = STEPS_PER_EXAMPLE
     try:
         run_state_machine_as_test(machine, settings=lock_settings(max_examples, steps))
     except Divergence as divergence:
-        report.divergence = divergence
+        report.divergence = minimize(divergence)
     report.seconds = time.perf_counter() - started
     report.examples = report.coverage.examples
     report.moves = report.coverage.moves
@@ -104,3 +108,43 @@ def replay_moves(cfg: ml.LockBounds, moves: Sequence[Move]) -> Example:
         example.close()
         raise
     return example
+
+
+def _diverges(cfg: ml.LockBounds, moves: Sequence[Move], key: str) -> Optional[Divergence]:
+    """The divergence of kind ``key`` replaying ``moves`` gives at their last move (None: none, another, earlier,
+    or a move not enabled)."""
+    example = Example(cfg)
+    try:
+        for move in moves:
+            example.play(move)
+    except Divergence as d:
+        return d if d.key == key and len(d.moves) == len(moves) else None
+    except NotEnabled:
+        return None
+    finally:
+        example.close()
+    return None
+
+
+def minimize(divergence: Divergence, replays: int = MINIMIZE_REPLAYS) -> Divergence:
+    """``divergence`` with the moves it does not need deleted: spans of moves (halves, quarters, ... single
+    moves), kept deleted when the moves left still end in a divergence of the same kind; at most ``replays``
+    replays."""
+    cfg, best = divergence.cfg, divergence
+    if cfg is None:
+        return divergence
+    width = max(1, len(best.moves) // 2)
+    while width >= 1 and replays > 0:
+        start, progressed = 0, False
+        while start < len(best.moves) - 1 and replays > 0:
+            moves = best.moves[:start] + best.moves[start + width:]
+            if len(moves) < len(best.moves) and moves:
+                replays -= 1
+                found = _diverges(cfg, moves, best.key)
+                if found is not None:
+                    best, progressed = found, True
+                    continue
+            start += 1
+        if not progressed:
+            width //= 2
+    return best
