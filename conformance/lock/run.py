@@ -41,7 +41,8 @@ def lock_settings(max_examples: int, steps: int = STEPS_PER_EXAMPLE) -> hypothes
 
 @dataclass
 class LockLockstepReport:
-    """What a run did: examples, moves, coverage, seconds (a figure), and the divergence if one was found."""
+    """What a run did: examples and moves (every example played, shrinking's replays included; minimization's
+    not), coverage, seconds (a figure), and the divergence if one was found (minimized)."""
 
     examples: int = 0
     moves: int = 0
