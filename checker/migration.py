@@ -33,6 +33,7 @@ from typing import Any, Callable, Optional, cast
 from envreplica.checker import itf
 from envreplica.checker.bfs import Model, Result, Violation, check
 from envreplica.checker.liveness import ClosureBudgetExceeded, Liveness, closure_budget, stuck_states
+from envreplica.checker.progress import ProgressHook, Tick
 from envreplica.model import migration as mm
 from envreplica.spec import migration as spec
 
@@ -102,11 +103,16 @@ class SuiteRun:
         return sum(r.seconds for r in self.runs)
 
 
-def run_suite(bounds: tuple[mm.MigrationBounds, ...], liveness: bool = True, stop_on_first: bool = False) -> SuiteRun:
-    """Each bounds of a suite, in order (with ``stop_on_first``: up to the first bounds that fails)."""
+def run_suite(bounds: tuple[mm.MigrationBounds, ...], liveness: bool = True, stop_on_first: bool = False,
+              progress: Optional[ProgressHook] = None) -> SuiteRun:
+    """Each bounds of a suite, in order (with ``stop_on_first``: up to the first bounds that fails). ``progress``
+    is told the states reached so far, over the suite's bounds together, and which bounds and phase it is at."""
     runs: list[MigrationRun] = []
-    for b in bounds:
-        runs.append(run(b, liveness, stop_on_first))
+    for i, b in enumerate(bounds):
+        before = sum(r.result.states for r in runs)
+        where = f"bounds {b.name} ({i + 1}/{len(bounds)})"
+        hook = None if progress is None else partial(_suite_tick, progress, before, where)
+        runs.append(run(b, liveness, stop_on_first, hook))
         if stop_on_first and not runs[-1].safe:
             break
     return SuiteRun(runs)
@@ -118,15 +124,24 @@ def operator_successors(cfg: mm.MigrationBounds, st: mm.MigrationState) -> list[
     return [mm.next_state(cfg, st, a)[0] for a in mm.enabled(cfg, st, environment=False, invocations=invocations)]
 
 
-def run(cfg: mm.MigrationBounds, liveness: bool = True, stop_on_first: bool = False) -> MigrationRun:
+def _suite_tick(progress: ProgressHook, before: int, where: str, states: int, depth: int, phase: str) -> None:
+    progress(Tick(before + states, None, "states", note=f"{where}, {phase}" if phase else f"{where}, depth {depth}"))
+
+
+def run(cfg: mm.MigrationBounds, liveness: bool = True, stop_on_first: bool = False,
+        progress: Optional[Callable[[int, int, str], None]] = None) -> MigrationRun:
     """Check ``cfg``: properties by breadth-first search, then bounded liveness. With ``stop_on_first``, the
-    search stops at the first violation, and then no liveness check follows."""
+    search stops at the first violation, and then no liveness check follows. ``progress(states, depth, phase)``
+    is called as the search goes (``checker.bfs.check``'s), and once as the liveness check begins."""
     started = time.perf_counter()
     states: list[mm.MigrationState] = []
     result = check(build_model(cfg, observe_state=states.append), max_depth=cfg.max_depth,
-                   stop_on_first=stop_on_first)
+                   stop_on_first=stop_on_first,
+                   progress=None if progress is None else (lambda r: progress(r.states, r.depth, "")))
     live, stuck = None, None
     if liveness and result.complete and not (stop_on_first and result.violations):
+        if progress is not None:
+            progress(result.states, result.depth, "bounded liveness (the operator's closure)")
         try:
             live = stuck_states(states, partial(operator_successors, cfg), spec.settled,
                                 max_states=closure_budget(len(states), CLOSURE_FACTOR))

@@ -39,14 +39,15 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from envreplica.checker import itf
 from envreplica.cli.errors import (INTERNAL_ERROR_EXIT, INTERRUPTED_EXIT, USER_ERROR_EXIT, UsageError, guarded,
                                    input_file)
 from envreplica.checker.coverage import UNREACHABLE, Coverage, print_coverage_table
+from envreplica.checker.progress import Tick
 from envreplica.checker.run import run
+from envreplica.cli.progress import Stages, open_pipe_stages, relay
 from envreplica.model.migration import PRESETS as MIGRATION_PRESETS
 from envreplica.model.presets import PRESETS, suite
 from envreplica.model.state import Variant
@@ -83,17 +84,14 @@ def cmd_check(args) -> int:
 
     started = time.perf_counter()
     if args.model_stage:  # the child of _BackgroundModelCheck: the model checks alone, and their own times
-        rc = _model_check(args)
-        print(f"{_MODEL_SECONDS}{time.perf_counter() - started:.3f}")
-        if args.migration_bounds != "none":
-            migration_started = time.perf_counter()
-            migration_rc = _migration_check(args, args.migration_bounds, gate=True)
-            print(f"{_MIGRATION_RESULT}{migration_rc} {time.perf_counter() - migration_started:.3f}")
-        if args.migration_lockstep != "none":  # after the model checks, on this core (the lockstep has the other)
-            print(_MIGRATION_LOCKSTEP_RESULT + json.dumps(_migration_lockstep(args)))
-        return rc
+        stages = open_pipe_stages(args.progress_fd) if args.progress_fd is not None else _stages(args)
+        try:
+            return _model_stage(args, started, stages)
+        finally:
+            stages.close()
     if args.bounds in MIGRATION_PRESETS:  # the paired writer migration's model, alone
-        return _migration_check(args, args.bounds)
+        with _stages(args) as stages:
+            return _migration_check(args, args.bounds, stages=stages)
     from envreplica.model.presets import UnknownBounds
 
     try:
@@ -103,31 +101,57 @@ def cmd_check(args) -> int:
             f"unknown bounds {args.bounds!r}: choose one of {', '.join(sorted(PRESETS))} (the replica's) "
             f"or {', '.join(MIGRATION_PRESETS)} (the paired writer migration's)") from None
     _outputs_writable(getattr(args, "report", None))
-    background = None if args.model_only or args.serial else _model_check_in_background(args)
-    try:
-        return _gate(args, started, background)
-    finally:
-        if background is not None:
-            background.stop()  # after an interrupt or an error here, the child does not run on alone
+    with _stages(args) as stages:
+        background = None if args.model_only or args.serial else _model_check_in_background(args, stages)
+        try:
+            return _gate(args, started, background, stages)
+        finally:
+            if background is not None:
+                background.stop()  # after an interrupt or an error here, the child does not run on alone
 
 
-def _gate(args, started: float, background: Optional["_BackgroundModelCheck"]) -> int:
-    """The gate's stages in this process, the model check's from ``background`` (or here when None)."""
+def _stages(args, command: str = "check") -> Stages:
+    """The progress of a command's stages (``cli.progress``): rows on a terminal, heartbeat lines elsewhere,
+    nothing with ``--quiet``."""
+    return Stages(console, f"envreplica {command}", quiet=getattr(args, "quiet", False))
+
+
+def _model_stage(args, started: float, stages) -> int:
+    """``check --model-stage``, the child of ``_BackgroundModelCheck``: the model checks (and the migration
+    lockstep) with their results on standard output for the gate, their progress on ``stages``."""
+    import time
+
+    rc = _model_check(args, stages)
+    print(f"{_MODEL_SECONDS}{time.perf_counter() - started:.3f}")
+    if args.migration_bounds != "none":
+        migration_started = time.perf_counter()
+        migration_rc = _migration_check(args, args.migration_bounds, gate=True, stages=stages)
+        print(f"{_MIGRATION_RESULT}{migration_rc} {time.perf_counter() - migration_started:.3f}")
+    if args.migration_lockstep != "none":  # after the model checks, on this core (the lockstep has the other)
+        print(_MIGRATION_LOCKSTEP_RESULT + json.dumps(_migration_lockstep(args, stages)))
+    return rc
+
+
+def _gate(args, started: float, background: Optional["_BackgroundModelCheck"], board: Stages) -> int:
+    """The gate's stages in this process, the model check's from ``background`` (or here when None); their
+    progress on ``board`` (closed before the summary: the verdict is the last line)."""
     import time
 
     migration = None  # (exit status, seconds) of the migration's model check
     migration_lockstep: Optional[dict] = None  # the migration lockstep's row (_migration_lockstep)
     if background is None:
-        model_rc = _model_check(args)
+        model_rc = _model_check(args, board)
         model_seconds = time.perf_counter() - started
         if args.migration_bounds != "none":
             migration_started = time.perf_counter()
-            migration = (_migration_check(args, args.migration_bounds, gate=True), time.perf_counter() - migration_started)
+            migration = (_migration_check(args, args.migration_bounds, gate=True, stages=board),
+                         time.perf_counter() - migration_started)
         if args.migration_lockstep != "none" and not args.model_only:
-            migration_lockstep = _migration_lockstep(args)
+            migration_lockstep = _migration_lockstep(args, board)
     summary = _Rows()  # the summary table's rows after the model check's
     failed = False
     report = None  # the lockstep's report (for --report)
+    where: dict[str, str] = {}  # a failed stage's trace (the verdict names it), by the stage's row name
     if args.model_only:
         summary.add_row("lockstep", "skipped (--model-only)", "[dim]skipped[/]", "")
         summary.add_row("concurrent processes", "skipped (--model-only)", "[dim]skipped[/]", "")
@@ -140,15 +164,19 @@ def _gate(args, started: float, background: Optional["_BackgroundModelCheck"]) -
         print("envreplica check: the lockstep's scratch replicas are sealed under the public TEST key "
               "(test data only; removed afterwards)", file=sys.stderr)
         # No factory: run_lockstep's default, SQLite in a scratch directory it removes afterwards.
-        report = run_lockstep(
-            None,
-            variant=Variant(args.variant),
-            settings=lockstep_settings(args.lockstep_profile, max_examples=args.lockstep_examples),
-            out_dir=Path(args.out),
-        )
+        with board.stage("lockstep") as progress:
+            report = run_lockstep(
+                None,
+                variant=Variant(args.variant),
+                settings=lockstep_settings(args.lockstep_profile, max_examples=args.lockstep_examples),
+                out_dir=Path(args.out),
+                progress=progress,
+            )
         _print_lockstep(report)
         _page_beside(report.itf_path, args)
-        missing = print_coverage(report.coverage, console, title="lockstep coverage")
+        if report.itf_path is not None:
+            where["lockstep"] = f"its divergence's trace: {report.itf_path}"
+        missing = _coverage(report.coverage, args, "lockstep coverage", "reachable but not reached")
         summary.add_row("lockstep", f"SQLite vs model: {report.examples:,} examples, {report.steps:,} steps, "
                                     f"{report.steps_per_second:,.0f} steps/s", _verdict(report.ok),
                         f"{report.seconds:.1f}")
@@ -161,14 +189,16 @@ def _gate(args, started: float, background: Optional["_BackgroundModelCheck"]) -
             summary.add_row("concurrent processes", "skipped (--no-concurrent)", "[dim]skipped[/]", "")
             summary.add_row("concurrent threads", "skipped (--no-concurrent)", "[dim]skipped[/]", "")
         else:
-            failed = _concurrent_stage(args, summary) or failed
+            failed = _concurrent_stage(args, summary, board, where) or failed
     if background is not None:
         console.print("\n[bold]model check[/] (ran beside the lockstep, on the other core):")
         model_rc, output, model_seconds, migration, migration_lockstep = background.join()
+        board.close()
         if model_rc not in (0, 1):  # no verdict: it could not run as asked, or it crashed (not a finding)
             return _without_verdict(model_rc, output)
         sys.stdout.write(output)
         sys.stdout.flush()
+    board.close()  # every stage has ended: no row or heartbeat line after the results
     failed = failed or model_rc != 0
     if args.migration_bounds != "none":
         if migration is None:  # the child died before it reported the migration's check
@@ -186,6 +216,8 @@ def _gate(args, started: float, background: Optional["_BackgroundModelCheck"]) -
         if migration_lockstep is None:  # the child died before it reported the migration lockstep
             migration_lockstep = {"status": 1, "what": "did not report", "seconds": 0.0}
         failed = failed or migration_lockstep["status"] != 0
+        if migration_lockstep.get("trace"):
+            where["migration lockstep"] = f"its divergence's trace: {migration_lockstep['trace']}"
     stages += summary.rows
     if migration_lockstep is not None:
         stages.append(("migration lockstep", migration_lockstep["what"], _verdict(migration_lockstep["status"] == 0),
@@ -198,13 +230,42 @@ def _gate(args, started: float, background: Optional["_BackgroundModelCheck"]) -
 
         console.print(f"report written to [bold]{write_check_report(args, stages, report)}[/]")
     if failed:
-        console.print("[bold red]FAIL[/]")
+        console.print(_gate_failure(stages, where, args), highlight=False)
     elif args.model_only:
         console.print("[bold green]PASS[/]: every property holds at these bounds (lockstep skipped)")
     else:
         console.print("[bold green]PASS[/]: every property holds at these bounds, and the implementation "
                       "agrees with the model")
     return 1 if failed else 0
+
+
+def _gate_failure(rows: list[tuple[str, ...]], where: dict[str, str], args) -> str:
+    """The gate's last line when a stage failed: a sentence naming the stages that failed and where their traces
+    are (``where``, by the stage's row; a model check's are in ``--out``)."""
+    failed = [f"{name} ({where.get(name, f'its traces in {args.out}')})" for name, *cells in rows
+              if cells[1] == _verdict(False)]
+    listed = failed[0] if len(failed) == 1 else ", ".join(failed[:-1]) + f" and {failed[-1]}"
+    return (f"[bold red]FAIL[/]: the gate failed at {escape(listed)}; the table above has each stage's figures, "
+            f"and the output above each stage's findings")
+
+
+#: Items not reached that a coverage line names (``--coverage`` lists every one).
+COVERAGE_LISTED = 8
+
+
+def _coverage(coverage, args, title: str, missing_label: str) -> list:
+    """A coverage table (``--coverage``), or one line saying how much of it was reached; its unreached items."""
+    if getattr(args, "coverage", False):
+        return print_coverage_table(coverage, console, title, missing_label)
+    unreachable = {code.value for code in UNREACHABLE}
+    reachable = [row for row in coverage.rows() if row[1] not in unreachable]
+    missing = coverage.unreached()
+    listed = ", ".join(item for _, item in missing[:COVERAGE_LISTED])
+    more = f" and {len(missing) - COVERAGE_LISTED} more" if len(missing) > COVERAGE_LISTED else ""
+    console.print(f"{title}: {len(reachable) - len(missing)}/{len(reachable)} reachable items reached"
+                  + (f"; [yellow]{missing_label}:[/] {escape(listed)}{more}" if missing else "")
+                  + " (--coverage lists them)", highlight=False)
+    return missing
 
 
 class _Rows:
@@ -225,16 +286,23 @@ _MIGRATION_RESULT = "envreplica-migration-check: "
 _MIGRATION_LOCKSTEP_RESULT = "envreplica-migration-lockstep: "
 
 
+#: Seconds the gate waits, once its model-check process has ended, for the last of its progress (a guard only).
+RELAY_GRACE_SECONDS = 2.0
+
+
 class _BackgroundModelCheck:
     """The model check (``envreplica check --model-stage``) in a child process, its output kept for later.
 
     The model check and the lockstep are independent and each single-threaded,
-    so on a machine with two cores the gate runs them side by side.
+    so on a machine with two cores the gate runs them side by side. Its progress reaches ``stages`` while it
+    runs: the child writes each tick to a pipe (``--progress-fd``, ``cli.progress.PipeStages``) that a thread
+    here relays (``cli.progress.relay``).
     """
 
-    def __init__(self, args) -> None:
+    def __init__(self, args, stages: Optional[Stages] = None) -> None:
         import subprocess
         import tempfile
+        import threading
         import time
 
         self.started = time.perf_counter()
@@ -251,8 +319,23 @@ class _BackgroundModelCheck:
         argv += ["--no-trace-pages"] if getattr(args, "no_trace_pages", False) else []
         code = "import sys; from envreplica.cli.main import main; sys.exit(main(sys.argv[1:]))"
         env = dict(os.environ, COLUMNS=os.environ.get("COLUMNS", str(console.width)))
-        self.process = subprocess.Popen([sys.executable, "-c", code, *argv], stdout=self.output,
-                                        stderr=subprocess.STDOUT, env=env)
+        self.relay: Optional[threading.Thread] = None
+        self.stop_relay = threading.Event()
+        if stages is None or stages.quiet:
+            self.process = subprocess.Popen([sys.executable, "-c", code, *argv], stdout=self.output,
+                                            stderr=subprocess.STDOUT, env=env)
+            return
+        reading, writing = os.pipe()
+        try:
+            self.process = subprocess.Popen([sys.executable, "-c", code, *argv, "--progress-fd", str(writing)],
+                                            stdout=self.output, stderr=subprocess.STDOUT, env=env,
+                                            pass_fds=(writing,))
+        finally:
+            os.close(writing)  # the child's now: the pipe ends when the child does
+        lines = os.fdopen(reading, encoding="utf-8", errors="replace")
+        self.relay = threading.Thread(target=relay, args=(lines, stages, self.stop_relay),
+                                      name="model-check-progress", daemon=True)
+        self.relay.start()
 
     def join(self) -> tuple[int, str, float, Optional[tuple[int, float]], Optional[dict]]:
         """The child's exit status, output and seconds, the migration check's (status, seconds) and the migration
@@ -260,6 +343,7 @@ class _BackgroundModelCheck:
         import time
 
         rc = self.process.wait()
+        self._end_relay()
         if rc in (INTERRUPTED_EXIT, -signal.SIGINT):  # Ctrl-C reached the child, whatever this process saw
             raise KeyboardInterrupt
         seconds = time.perf_counter() - self.started  # if the child died before reporting its own
@@ -290,8 +374,17 @@ class _BackgroundModelCheck:
             except subprocess.TimeoutExpired:  # it did not end: kill it
                 self.process.kill()
                 self.process.wait()
+        self._end_relay()
         if not self.output.closed:
             self.output.close()
+
+    def _end_relay(self) -> None:
+        """The child has ended: its last ticks relayed (within ``RELAY_GRACE_SECONDS``: a process it forked may
+        hold the pipe open), none after."""
+        if self.relay is not None:
+            self.relay.join(timeout=RELAY_GRACE_SECONDS)
+            self.stop_relay.set()
+            self.relay = None
 
 
 def _without_verdict(rc: int, output: str) -> int:
@@ -314,21 +407,22 @@ def _without_verdict(rc: int, output: str) -> int:
     return INTERNAL_ERROR_EXIT
 
 
-def _model_check_in_background(args) -> Optional[_BackgroundModelCheck]:
+def _model_check_in_background(args, stages: Optional[Stages] = None) -> Optional[_BackgroundModelCheck]:
     """The model check in a child process when there is a second core for it, else None."""
     if (os.cpu_count() or 1) < 2:
         return None
-    return _BackgroundModelCheck(args)
+    return _BackgroundModelCheck(args, stages)
 
 
-def _concurrent_stage(args, summary) -> bool:
+def _concurrent_stage(args, summary, stages: Stages, where: dict[str, str]) -> bool:
     """The concurrent lockstep (``conformance.concurrent``): processes on one file, then threads on one
-    replica object; True when either failed."""
+    replica object; True when either failed (``where`` then names its written history)."""
     profile = "nightly" if args.lockstep_profile == "nightly" else "ci"  # its dev budget is ci's
-    processes = _concurrent_run(args, summary, profile, "processes", "histories on one file")
+    processes = _concurrent_run(args, summary, profile, "processes", "histories on one file", stages=stages,
+                                where=where)
     threads = _concurrent_run(args, summary, profile, "threads",
                               "writers, readers and readiness waiters on one replica",
-                              histories=THREAD_HISTORIES if profile == "ci" else None)
+                              histories=THREAD_HISTORIES if profile == "ci" else None, stages=stages, where=where)
     return processes or threads
 
 
@@ -336,14 +430,16 @@ def _concurrent_stage(args, summary) -> bool:
 THREAD_HISTORIES = 200
 
 
-def _concurrent_run(args, summary, profile: str, mode: str, what_runs: str, histories: Optional[int] = None) -> bool:
+def _concurrent_run(args, summary, profile: str, mode: str, what_runs: str, histories: Optional[int] = None,
+                    stages: Optional[Stages] = None, where: Optional[dict[str, str]] = None) -> bool:
     """One mode of the concurrent stage, printed and added to the summary; True when it failed."""
     from envreplica.conformance.concurrent import run_concurrent
 
     console.print(f"\n[bold]concurrent {mode}[/]: {what_runs}, linearizable against the model "
                   f"(variant {args.variant}, profile {args.lockstep_profile})")
-    report = run_concurrent(Variant(args.variant), profile=profile, out_dir=Path(args.out), mode=mode,
-                            histories=histories)
+    with (stages or _stages(args)).stage(f"concurrent {mode}") as progress:
+        report = run_concurrent(Variant(args.variant), profile=profile, out_dir=Path(args.out), mode=mode,
+                                histories=histories, progress=progress)
     what = (f"{report.histories:,} histories, {report.ops:,} ops, {report.overlapping:,} overlapping, "
             f"{report.interleaved:,} interleaved (seed {report.seed})")
     if report.ok:
@@ -353,6 +449,8 @@ def _concurrent_run(args, summary, profile: str, mode: str, what_runs: str, hist
         console.print(f"not linearizable: {failure.message()}", highlight=False, markup=False)
         if failure.path is not None:
             console.print(f"  written to {failure.path}", highlight=False, markup=False)
+            if where is not None:
+                where[f"concurrent {mode}"] = f"its history: {failure.path}"
     summary.add_row(f"concurrent {mode}", what, _verdict(report.ok), f"{report.total_seconds:.1f}")
     return not report.ok
 
@@ -420,30 +518,72 @@ def _page_beside(trace, args) -> None:
         console.print(f"  [yellow]no page written[/] beside {trace}: {problem}", highlight=False)
 
 
-def _started_adapter(command: str, timeout: float):
+def _timeouts(args) -> tuple[float, float]:
+    """``conformance``'s seconds for each answer and for an adapter process's first answer: ``--timeout``
+    (default ``DEFAULT_TIMEOUT``) and ``--start-timeout`` (default: ``--timeout`` when given, else
+    ``START_TIMEOUT``, for an adapter that compiles at start); each above 0, or ``UsageError``."""
+    from envreplica.conformance.external import DEFAULT_TIMEOUT, START_TIMEOUT
+
+    for option, value in (("--timeout", args.timeout), ("--start-timeout", args.start_timeout)):
+        if value is not None and not value > 0:
+            raise UsageError(f"{option} takes seconds above 0, not {value:g}: the seconds to wait for an answer")
+    timeout = args.timeout if args.timeout is not None else DEFAULT_TIMEOUT
+    start = args.start_timeout if args.start_timeout is not None else \
+        args.timeout if args.timeout is not None else START_TIMEOUT
+    return timeout, start
+
+
+def _waiting_for_start(stages: Stages, command: str, op: str, start: float):
+    """Say what the run waits for while an adapter starts (one line, then a progress row or heartbeat lines):
+    the ``waiting`` hook of ``external.SubprocessDriver``."""
+    import math
+
+    console.print(f"waiting up to {start:g} s for the adapter's first answer (`{op}`): {command}", highlight=False,
+                  markup=False)
+
+    def waiting(op: str, waited: float, limit: float) -> None:
+        stages.update("adapter start-up", Tick(int(waited), math.ceil(limit), "s",
+                                               note=f"waiting for the adapter's first answer (`{op}`)"))
+
+    return waiting
+
+
+def _first_answer_hint(timed_out: bool) -> str:
+    """What to do when an adapter's first answer did not come in time."""
+    return ("; an adapter that needs longer to start (it compiles, say) is given it with --start-timeout SECONDS"
+            if timed_out else "")
+
+
+def _started_adapter(command: str, timeout: float, start_timeout: Optional[float] = None,
+                     stages: Optional[Stages] = None):
     """The adapter, started and answering a ``reset`` with one JSON line (the lockstep's first driver), or
     ``UsageError`` (exit 2): a gate that could not run is not a divergence. What it answers is the lockstep's
-    to judge."""
-    from envreplica.conformance.external import AdapterError, SubprocessDriver
+    to judge. ``start_timeout`` bounds the first answer (``external.SubprocessDriver``'s default: at least
+    ``START_TIMEOUT``); ``stages`` shows the wait."""
+    from envreplica.conformance.external import AdapterError, AdapterTimeout, SubprocessDriver
 
     driver = None
+    waiting = None if stages is None or start_timeout is None else \
+        _waiting_for_start(stages, command, "reset", start_timeout)
     try:
-        driver = SubprocessDriver(command, timeout=timeout)
+        driver = SubprocessDriver(command, timeout=timeout, start_timeout=start_timeout, waiting=waiting)
         driver.handle({"id": 0, "op": "reset"})
     except AdapterError as error:
         if driver is not None:
             driver.close()
         raise UsageError(f"the adapter could not be run, so nothing was checked: it broke on its first request "
-                         f"(`reset`): {error}; {_adapter_rule()}") from None
+                         f"(`reset`): {error}; {_adapter_rule()}"
+                         f"{_first_answer_hint(isinstance(error, AdapterTimeout) and error.first)}") from None
+    finally:
+        if stages is not None:
+            stages.end("adapter start-up")
     return driver
 
 
 def _migration_conformance(args) -> int:
     """``envreplica conformance --protocol migration``: the migration lockstep through an adapter (docs/protocol.md,
     section 11); exit 0 when it agrees, 1 on a divergence, 2 when the adapter could not be run."""
-    from envreplica.conformance.junit import JUnitCase, write_junit
     from envreplica.conformance.migration.adapter_side import AdapterBroken, AdapterShared
-    from envreplica.conformance.migration.run import run_migration_lockstep
     from envreplica.model.migration import MigrationVariant
 
     if args.variant not in {v.value for v in MigrationVariant}:
@@ -452,11 +592,26 @@ def _migration_conformance(args) -> int:
         raise UsageError("--traces replays the replica's saved requests; --protocol migration has none to replay")
     variant = MigrationVariant(args.variant)
     _outputs_writable(args.junit, getattr(args, "report", None))
-    try:
-        shared = AdapterShared(args.adapter, variant, timeout=args.timeout)
-    except AdapterBroken as error:
-        raise UsageError(f"the adapter could not be run, so nothing was checked: it broke on its first request "
-                         f"(`hello`): {error}; {_adapter_rule('11')}") from None
+    timeout, start = _timeouts(args)
+    with _stages(args, "conformance") as stages:
+        try:
+            shared = AdapterShared(args.adapter, variant, timeout=timeout, start_timeout=start,
+                                   waiting=_waiting_for_start(stages, args.adapter, "hello", start))
+        except AdapterBroken as error:
+            raise UsageError(f"the adapter could not be run, so nothing was checked: it broke on its first request "
+                             f"(`hello`): {error}; {_adapter_rule('11')}"
+                             f"{_first_answer_hint(error.timed_out and error.request <= 1)}") from None
+        finally:
+            stages.end("adapter start-up")
+        return _migration_lockstep_through(args, shared, variant, stages)
+
+
+def _migration_lockstep_through(args, shared, variant, stages: Stages) -> int:
+    """The migration lockstep through ``shared`` (the adapter, started and declared), its progress on ``stages``
+    (closed before the verdict, the last line); ``_migration_conformance``'s exit status."""
+    from envreplica.conformance.junit import JUnitCase, write_junit
+    from envreplica.conformance.migration.run import run_migration_lockstep
+
     decl = shared.decl
     fixes = ", ".join(sorted(f.value for f in shared.cfg.fixes)) or "none"
     faults = ", ".join(sorted(f.value for f in decl.faults)) or "none"
@@ -465,17 +620,20 @@ def _migration_conformance(args) -> int:
                   f"steps: {len(decl.steps)}; modes: {', '.join(decl.modes)}; exit statuses "
                   f"{'compared' if decl.exit_status else 'not compared'})", highlight=False)
     try:
-        report = run_migration_lockstep(args.profile, max_examples=args.max_examples, step_count=args.steps,
-                                        out_dir=Path(args.out), shared=shared)
+        with stages.stage("migration lockstep") as progress:
+            report = run_migration_lockstep(args.profile, max_examples=args.max_examples, step_count=args.steps,
+                                            out_dir=Path(args.out), shared=shared, progress=progress)
     finally:
         shared.close()
+    stages.close()
     reached, total = report.coverage.reached(shared.required)
     missing = report.coverage.unreached(shared.required)
     harness = report.key == "harness"
+    figures = (f"{report.examples:,} examples, {report.moves:,} moves, {report.moves_per_second:,.1f} moves/s; "
+               f"coverage {reached}/{total} required items"
+               + (f" (not reached at this budget: {', '.join(missing)})" if missing else ""))
     if report.ok:
-        console.print(f"[green]PASS[/]: {report.examples:,} examples, {report.moves:,} moves, "
-                      f"{report.moves_per_second:,.1f} moves/s; coverage {reached}/{total} required items"
-                      + (f" (not reached at this budget: {', '.join(missing)})" if missing else ""), highlight=False)
+        console.print(f"[green]no divergence[/]: {figures}", highlight=False)
     elif harness:
         console.print(f"[bold red]ADAPTER FAILED[/]: nothing after it was judged: {escape(report.divergence or '')}",
                       highlight=False)
@@ -488,10 +646,13 @@ def _migration_conformance(args) -> int:
         if report.itf_path is not None:
             console.print(f"ITF trace: {report.itf_path} (envreplica report {report.itf_path})")
             _page_beside(report.itf_path, args)
-    console.print("coverage:", highlight=False)
-    for group, item, n in report.coverage.rows():
-        need = item in shared.required.get(group, frozenset())
-        console.print(f"  {group:<10} {item:<36} {n:>6}{'' if need else '  (not required)'}", highlight=False)
+    if args.coverage:
+        console.print("coverage:", highlight=False)
+        for group, item, n in report.coverage.rows():
+            need = item in shared.required.get(group, frozenset())
+            console.print(f"  {group:<10} {item:<36} {n:>6}{'' if need else '  (not required)'}", highlight=False)
+    else:
+        console.print(f"coverage: {reached}/{total} required items reached (--coverage lists them)", highlight=False)
     if args.junit:
         output = (f"examples={report.examples} moves={report.moves} seconds={report.seconds:.2f} "
                   f"moves/s={report.moves_per_second:.1f} coverage={reached}/{total}")
@@ -515,32 +676,44 @@ def _migration_conformance(args) -> int:
                          f"{_adapter_rule('11')}")
     if harness:
         raise UsageError(f"the adapter failed during the run, so nothing after it was judged: {report.divergence}")
-    return 0 if report.ok else 1
+    if report.ok:
+        console.print(f"[bold green]PASS[/]: the implementation agrees with the migration model (variant "
+                      f"{variant.value}): {figures}", highlight=False)
+        return 0
+    trace = report.itf_path or report.trace_path
+    console.print(f"[bold red]FAIL[/]: the implementation parts from the migration model (variant {variant.value}, "
+                  f"{report.key}"
+                  + (f"; {report.finding.split(':', 1)[0]}" if report.finding else "")
+                  + f") after {report.found_after_examples} examples"
+                  + (escape(f"; its trace: {trace} (envreplica report {trace})") if trace is not None else ""),
+                  highlight=False)
+    return 1
 
 
 def cmd_conformance(args) -> int:
     """Hold an external implementation (``--adapter``) against the model."""
-    import time
-
     if args.protocol == "migration":
         return _migration_conformance(args)
+    with _stages(args, "conformance") as stages:
+        return _replica_conformance(args, stages)
+
+
+def _replica_conformance(args, stages: Stages) -> int:
+    """``envreplica conformance`` (the replica's protocol): saved traces, then the lockstep, its progress on
+    ``stages`` (closed before the verdict, the last line)."""
+    import time
 
     from envreplica.conformance.drivers import ModelDriver
     from envreplica.conformance.external import AdapterError, AdapterFailure, SubprocessDriver
     from envreplica.conformance.junit import JUnitCase, case_from_report, write_junit
-    from envreplica.conformance.lockstep import (
-        format_steps,
-        lockstep_settings,
-        print_coverage,
-        read_requests,
-        replay_steps,
-        run_lockstep,
-    )
+    from envreplica.conformance.lockstep import format_steps, lockstep_settings, read_requests, replay_steps, run_lockstep
 
     variant = Variant(args.variant)
+    timeout, start = _timeouts(args)
     out_dir = Path(args.out)
     cases: list = []
     failed = False
+    parted: list[Path] = []  # the saved traces the implementation parted on
     summary = Table(title=f"envreplica conformance --variant {variant.value}")
     for col in ("run", "result", "examples", "steps", "steps/s", "seconds"):
         summary.add_column(col, justify="left" if col in ("run", "result") else "right")
@@ -559,7 +732,7 @@ def cmd_conformance(args) -> int:
             try:
                 if impl is None:
                     try:
-                        impl = SubprocessDriver(args.adapter, timeout=args.timeout)
+                        impl = SubprocessDriver(args.adapter, timeout=timeout, start_timeout=start)
                     except AdapterError as error:
                         raise AdapterFailure(f"the start of the adapter for saved trace {path.name}", str(error))
                 steps, divergence = replay_steps(requests, impl, ModelDriver(variant),
@@ -586,6 +759,7 @@ def cmd_conformance(args) -> int:
             text = format_steps(steps, divergence["reason"],
                                 header=f"saved trace {path} parts at step #{divergence['index']}:")
             console.print(f"[bold red]PARTS[/]   {path}")
+            parted.append(path)
             console.print(text, highlight=False, markup=False)
             summary.add_row(name, _verdict(False), "", str(len(steps)), "", f"{seconds:.1f}")
             cases.append(JUnitCase(name=name, classname="envreplica.conformance.traces", seconds=seconds,
@@ -594,18 +768,22 @@ def cmd_conformance(args) -> int:
             impl.close()
 
     _outputs_writable(args.junit, getattr(args, "report", None))
-    first_driver = [_started_adapter(args.adapter, args.timeout)]  # the lockstep's first driver: not started twice
+    # the lockstep's first driver: not started twice
+    first_driver = [_started_adapter(args.adapter, timeout, start, stages)]
     settings = lockstep_settings(args.profile, max_examples=args.max_examples, step_count=args.steps)
     console.print(f"[bold]lockstep[/]: {args.adapter!r} against the model (variant {variant.value}, "
                   f"profile {args.profile}, {settings.max_examples} examples of up to "
                   f"{settings.stateful_step_count} steps)")
     try:
-        report = run_lockstep(
-            lambda: first_driver.pop() if first_driver else SubprocessDriver(args.adapter, timeout=args.timeout),
-            variant=variant, settings=settings, out_dir=out_dir)
+        with stages.stage("lockstep") as progress:
+            report = run_lockstep(
+                lambda: first_driver.pop() if first_driver else SubprocessDriver(args.adapter, timeout=timeout,
+                                                                                 start_timeout=start),
+                variant=variant, settings=settings, out_dir=out_dir, progress=progress)
     finally:
         for unused in first_driver:
             unused.close()
+    stages.close()
     _print_lockstep(report)
     _page_beside(report.itf_path, args)
     failed = failed or not report.ok
@@ -613,7 +791,7 @@ def cmd_conformance(args) -> int:
     summary.add_row(f"lockstep {variant.value}", verdict, f"{report.examples:,}", f"{report.steps:,}",
                     f"{report.steps_per_second:,.0f}", f"{report.seconds:.1f}")
     cases.append(case_from_report(f"lockstep[{variant.value}]", report))
-    missing = print_coverage(report.coverage, console, title="lockstep coverage")
+    missing = _coverage(report.coverage, args, "lockstep coverage", "reachable but not reached")
     console.print(summary)
     if args.junit:
         cov_text = "\n".join(f"{g}\t{i}\t{n}" for g, i, n in report.coverage.rows())
@@ -627,20 +805,28 @@ def cmd_conformance(args) -> int:
         console.print(f"report written to [bold]{write_conformance_report(args, report, cases)}[/]")
     if report.adapter_failure:  # one line on stderr, exit 2: an adapter that broke is not a divergence
         raise UsageError(f"{report.adapter_failure}; nothing after it was judged (not a verdict); {_adapter_rule()}")
-    console.print("[bold red]FAIL[/]: the implementation parts from the model" if failed
-                  else f"[bold green]PASS[/]: the implementation agrees with the model (variant {variant.value})")
-    return 1 if failed else 0
+    if not failed:
+        console.print(f"[bold green]PASS[/]: the implementation agrees with the model (variant {variant.value})")
+        return 0
+    parts = [f"saved trace {escape(str(path))}" for path in parted]
+    if not report.ok:
+        trace = report.itf_path or report.trace_path
+        parts.append("the lockstep" + (escape(f" (its divergence's trace: {trace})") if trace is not None else ""))
+    console.print(f"[bold red]FAIL[/]: the implementation parts from the model (variant {variant.value}) at "
+                  f"{' and '.join(parts)}", highlight=False)
+    return 1
 
 
-def _migration_lockstep(args) -> dict:
+def _migration_lockstep(args, stages: Optional[Stages] = None) -> dict:
     """The migration lockstep (``conformance.migration``) at ``--migration-lockstep``'s profile: it prints its
     coverage and any divergence; its row for the gate's table (status, what, seconds)."""
     from envreplica.conformance.migration.run import run_migration_lockstep
 
     console.print(f"\n[bold]migration lockstep[/]: impl.paired against the migration model (profile "
                   f"{args.migration_lockstep}; stores sealed under the public TEST key, removed afterwards)")
-    report = run_migration_lockstep(args.migration_lockstep, max_examples=args.migration_lockstep_examples,
-                                    out_dir=Path(args.out))
+    with (stages or _stages(args)).stage("migration lockstep") as progress:
+        report = run_migration_lockstep(args.migration_lockstep, max_examples=args.migration_lockstep_examples,
+                                        out_dir=Path(args.out), progress=progress)
     reached, total = report.coverage.reached()
     missing = report.coverage.unreached()
     tour = f" ({report.tour_examples} of them the coverage tour)" if report.tour_examples else ""
@@ -658,10 +844,12 @@ def _migration_lockstep(args) -> dict:
             _page_beside(report.itf_path, args)
     what = (f"paired migration vs model: {report.examples:,} examples, {report.moves:,} moves, "
             f"{report.moves_per_second:,.0f} moves/s, coverage {reached}/{total}")
-    return {"status": 0 if report.ok else 1, "what": what, "seconds": round(report.seconds, 3)}
+    trace = report.itf_path or report.trace_path
+    return {"status": 0 if report.ok else 1, "what": what, "seconds": round(report.seconds, 3),
+            **({"trace": str(trace)} if trace is not None else {})}
 
 
-def _migration_check(args, name: str, gate: bool = False) -> int:
+def _migration_check(args, name: str, gate: bool = False, stages: Optional[Stages] = None) -> int:
     """The paired writer migration's model check (``checker.migration``) at bounds suite ``name``: a table,
     each violation's and each stuck state's shortest trace, the "sometimes" properties never witnessed.
     In the ``gate`` (beside the replica's check), a replica-only variant such as fix-f1 takes the fixed one."""
@@ -678,7 +866,8 @@ def _migration_check(args, name: str, gate: bool = False) -> int:
         variant = mm.MigrationVariant(args.variant)
     console.print(f"\n[bold]migration model check[/]: the paired writer migration and its recovery "
                   f"(bounds {name}, variant {variant.value}; reading {mm.Reading()})")
-    result = cm.run_suite(mm.suite(name, variant))
+    with (stages or _stages(args)).stage("migration model check") as progress:
+        result = cm.run_suite(mm.suite(name, variant), progress=progress)
     table = Table(title=f"envreplica check --bounds {name} --variant {variant.value} (paired writer migration)")
     for col in ("bounds", "migrate", "recover", "crashes", "writes", "distinct states", "depth",
                 "operator closure", "stuck", "seconds"):
@@ -726,7 +915,12 @@ def _migration_check(args, name: str, gate: bool = False) -> int:
         console.print(f"[bold green]PASS[/]: {props} properties hold (bounded liveness among them), "
                       f"{len(spec.SOMETIMES)} sometimes properties witnessed")
     else:
-        console.print("[bold red]FAIL[/]: the paired writer migration")
+        broken = sorted({p for r in result.runs for p in r.result.violations}
+                        | ({spec.RECOVERABLE[0]} if stuck else set()))
+        console.print(f"[bold red]FAIL[/]: the paired writer migration ({variant.value}, bounds {name})"
+                      + (f" breaks {', '.join(broken)} (traces in {args.out})" if broken else "")
+                      + (" and" if broken and result.missed else "")
+                      + (f" never witnesses {', '.join(result.missed)}" if result.missed else ""), highlight=False)
     return 0 if result.ok else 1
 
 
@@ -744,7 +938,10 @@ def _migration_trace(args, suite_name: str, variant, bounds: str, prop: str, vio
         add_trace(args.report, path)
 
 
-def _model_check(args) -> int:
+def _model_check(args, stages: Optional[Stages] = None) -> int:
+    """The replica's model check at ``--bounds``: each bounds searched (its progress on ``stages``), the tables,
+    each violation's shortest trace; 1 when a property is violated or a "sometimes" property never witnessed."""
+    stages = stages or _stages(args)
     variant = Variant(args.variant)
     bounds_suite = suite(args.bounds, variant)
     out_dir = Path(args.out)
@@ -764,13 +961,9 @@ def _model_check(args) -> int:
     for col in ("bounds", "mode", "distinct states", "transitions", "depth", "complete", "seconds", "states/s"):
         summary.add_column(col, justify="right" if col not in ("bounds", "mode") else "left")
     for bounds in bounds_suite:
-        with Progress(TextColumn("[bold]{task.description}"), BarColumn(bar_width=None),
-                      TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=console,
-                      transient=True, disable=args.quiet) as progress:
-            task = progress.add_task(f"{bounds.name} ({bounds.mode.value})", total=None, info="")
-
-            def report(r, task=task):
-                progress.update(task, info=f"{r.states:,} states  depth {r.depth}  {r.states_per_second:,.0f}/s")
+        with stages.stage(f"model check {bounds.name} ({bounds.mode.value})") as progress:
+            def report(r, progress=progress):
+                progress(Tick(r.states, None, "states", note=f"depth {r.depth}"))
 
             done = run(bounds, progress=report, workers=args.workers, ray=args.ray,
                        symmetry=getattr(args, "symmetry", False))
@@ -818,14 +1011,21 @@ def _model_check(args) -> int:
     console.print(table)
     never = [p.name for p in P.SOMETIMES if all(c == "not seen" for c in verdicts[p.name])]
 
-    print_coverage_table(total_cov, console, "coverage (all bounds of the suite together)",
-                         "not reached at these bounds")
+    _coverage(total_cov, args, "coverage (all bounds of the suite together)", "not reached at these bounds")
     if never:
         console.print(f"[red]vacuity: never witnessed: {', '.join(never)}[/]")
         failed = True
     if record is not None:
         record.save(verdicts, total_cov, collision, failed)
-    console.print("[bold red]FAIL[/]" if failed else "[bold green]PASS[/]: every property holds at these bounds")
+    if failed:
+        violated = [name for name, cells in verdicts.items() if "VIOLATED" in cells]
+        console.print(f"[bold red]FAIL[/]: the replica's model check (bounds {args.bounds}, variant {variant.value})"
+                      + (f" finds {', '.join(violated)} violated (traces in {args.out})" if violated else "")
+                      + (" and" if violated and never else "")
+                      + (f" never witnesses {', '.join(never)} (a pass would be vacuous)" if never else ""),
+                      highlight=False)
+    else:
+        console.print("[bold green]PASS[/]: every property holds at these bounds")
     return 1 if failed else 0
 
 
@@ -1129,12 +1329,17 @@ def main(argv=None) -> int:
                    help="where counterexample and divergence traces go (ITF, each with its page beside it)")
     c.add_argument("--no-trace-pages", action="store_true",
                    help="do not write NAME.html beside each trace --out writes (envreplica report FILE does later)")
-    c.add_argument("--quiet", action="store_true", help="no progress bar")
+    c.add_argument("--quiet", action="store_true",
+                   help="no progress: no rows on a terminal, no heartbeat lines (every few seconds) elsewhere")
+    c.add_argument("--coverage", action="store_true",
+                   help="print the coverage tables in full (default: one line each saying how much was reached; "
+                        "--report's page has them whatever this says)")
     c.add_argument("--model-only", action="store_true", help="the model check only (skip the lockstep)")
     c.add_argument("--lockstep-profile", default="ci", choices=["dev", "ci", "nightly"],
                    help="Hypothesis profile of the lockstep (default: ci)")
     c.add_argument("--lockstep-examples", type=int, default=None, help="override the lockstep's example count")
     c.add_argument("--model-stage", action="store_true", help=argparse.SUPPRESS)  # the background child
+    c.add_argument("--progress-fd", type=int, default=None, help=argparse.SUPPRESS)  # its progress pipe
     c.add_argument("--serial", action="store_true",
                    help="run the model check before the lockstep, not beside it in a second process")
     c.add_argument("--no-concurrent", action="store_true",
@@ -1153,6 +1358,8 @@ def main(argv=None) -> int:
                    help="also write the run as one self-contained HTML page: verdicts, coverage, figures, "
                         "and each counterexample or divergence to step through (envreplica report)")
     c.set_defaults(func=cmd_check)
+    from envreplica.conformance.external import DEFAULT_TIMEOUT, START_TIMEOUT
+
     k = sub.add_parser("conformance", help="hold an implementation (an adapter command) against the model")
     k.add_argument("--adapter", required=True,
                    help="command that serves the adapter protocol on stdin/stdout, e.g. "
@@ -1174,9 +1381,17 @@ def main(argv=None) -> int:
                    help="where a divergence's trace files go (JSON lines and ITF, the ITF's page beside it)")
     k.add_argument("--no-trace-pages", action="store_true",
                    help="do not write NAME.html beside the divergence's ITF trace (envreplica report FILE does later)")
-    k.add_argument("--timeout", type=float, default=30.0,
-                   help="seconds to wait for each response (an adapter process's first answer: at least 120, for an "
-                        "adapter that compiles at start)")
+    k.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                   help=f"seconds to wait for each answer (default: {DEFAULT_TIMEOUT:g}); given, it bounds an adapter "
+                        f"process's first answer too, unless --start-timeout says otherwise")
+    k.add_argument("--start-timeout", type=float, default=None, metavar="SECONDS",
+                   help=f"seconds to wait for an adapter process's first answer (`reset`, or `hello` for the "
+                        f"migration protocol), for an adapter that compiles at start (default: --timeout when given, "
+                        f"else {START_TIMEOUT:g})")
+    k.add_argument("--quiet", action="store_true",
+                   help="no progress: no rows on a terminal, no heartbeat lines (every few seconds) elsewhere")
+    k.add_argument("--coverage", action="store_true",
+                   help="print the coverage table in full (default: one line saying how much was reached)")
     k.add_argument("--report", metavar="FILE", default=None,
                    help="also write the run as one self-contained HTML page (its divergence replayed on the "
                         "adapter, so the page shows both sides' tables)")

@@ -7,9 +7,13 @@ less its ``ENVREPLICA_*`` variables (``hermetic.child_env``: none of them
 reaches a process under test; ``env`` replaces it), and speaks
 docs/protocol.md section 5: one request as one JSON line, one response line
 back, in order. A reader thread turns the output into lines, so every wait
-for a response has a timeout (the first response of a process at least
-``START_TIMEOUT``: an adapter may compile its implementation when it starts);
-the process's standard error is kept (its last lines) to explain a failure.
+for a response has a timeout: ``timeout`` for each, and ``start_timeout``
+for the first response of a process (default: ``timeout``, but at least
+``START_TIMEOUT``: an adapter may compile its implementation when it starts;
+``envreplica conformance --timeout`` sets both, ``--start-timeout`` the first).
+While it waits for that first response, ``waiting(op, waited, limit)`` is
+called about every ``WAIT_TICK_SECONDS`` (the command line says what it waits
+for). The process's standard error is kept (its last lines) to explain a failure.
 
 Failures raise ``AdapterError`` (a ``RuntimeError``) with what happened and
 what the process said on standard error: the process could not start, died
@@ -79,12 +83,12 @@ import shlex
 import subprocess
 import threading
 import time
-from typing import IO, Any, Optional, Sequence, Union
+from typing import IO, Any, Callable, Optional, Sequence, Union
 
 from envreplica.conformance import answers, hermetic
 from envreplica.conformance.readback import STATE_TABLES
 
-__all__ = ["AdapterError", "ProtocolBreak", "SubprocessDriver", "DEFAULT_TIMEOUT", "START_TIMEOUT", "StateProbe", "STATE_ID_BASE",
+__all__ = ["AdapterError", "AdapterTimeout", "ProtocolBreak", "SubprocessDriver", "DEFAULT_TIMEOUT", "START_TIMEOUT", "StateProbe", "STATE_ID_BASE",
            "STATE_TABLES", "state_doc_difference", "probe_extensions", "GENERATED_EXTENSIONS"]
 
 #: Seconds to wait for each response (and for the process to exit on ``close``).
@@ -92,6 +96,10 @@ DEFAULT_TIMEOUT = 30.0
 #: Seconds the first response of a process may take at least: an adapter may compile or type-check its
 #: implementation when it starts (the TypeScript kit runs ``tsc`` over new code: seconds, more on a busy machine).
 START_TIMEOUT = 120.0
+#: Seconds between two calls of a ``SubprocessDriver``'s ``waiting`` hook while it waits for the first answer.
+WAIT_TICK_SECONDS = 0.5
+#: Seconds ``close`` gives a process that already let an answer time out to exit on its own (then it is killed).
+STALLED_EXIT_SECONDS = 1.0
 
 _EOF = object()
 
@@ -101,6 +109,13 @@ class AdapterError(RuntimeError):
 
     #: The request to this process it failed on (from 1; 0: before any, e.g. it could not start).
     request: int = 0
+
+
+class AdapterTimeout(AdapterError):
+    """The external adapter did not answer within its timeout (``first``: it was the process's first answer,
+    bounded by ``SubprocessDriver.start_timeout``)."""
+
+    first: bool = False
 
 
 class AdapterFailure(BaseException):
@@ -218,12 +233,18 @@ class SubprocessDriver:
 
     def __init__(self, command: Union[str, Sequence[str]], *, timeout: float = DEFAULT_TIMEOUT,
                  cwd: Optional[str] = None, env: Optional[dict] = None,
-                 check_answers: Optional[bool] = None) -> None:
+                 check_answers: Optional[bool] = None, start_timeout: Optional[float] = None,
+                 waiting: Optional[Callable[[str, float, float], None]] = None) -> None:
         self.command = command if isinstance(command, str) else shlex.join(command)
         self.argv = shlex.split(command) if isinstance(command, str) else list(command)
         if not self.argv:
             raise AdapterError("the adapter command is empty")
         self.timeout = timeout
+        #: Seconds the first answer may take (an adapter may compile at start: see the module).
+        self.start_timeout = max(timeout, START_TIMEOUT) if start_timeout is None else start_timeout
+        #: Called while the first answer is awaited: the request's op, seconds waited, seconds it may take.
+        self.waiting = waiting
+        self._stalled = False  # an answer timed out: ``close`` does not wait long for it to exit
         #: Whether each answer is held to its op's response definition (None: ``answers.CHECK_ANSWERS``).
         self.check_answers = answers.CHECK_ANSWERS if check_answers is None else check_answers
         self._answers_chosen = check_answers is not None
@@ -293,6 +314,22 @@ class SubprocessDriver:
         line = self._lines.get(timeout=timeout)
         return None if line is _EOF else line
 
+    def _next_answer(self, limit: float, first_op: Optional[str]) -> Any:
+        """The next output line (or ``_EOF``) within ``limit`` seconds, else ``queue.Empty``; while waiting for
+        the first answer (``first_op``: its request's op), ``waiting`` is told how long it has waited."""
+        if first_op is None or self.waiting is None:
+            return self._lines.get(timeout=limit)
+        began = time.monotonic()
+        while True:
+            waited = time.monotonic() - began
+            self.waiting(first_op, waited, limit)
+            if waited >= limit:
+                raise queue.Empty
+            try:
+                return self._lines.get(timeout=min(WAIT_TICK_SECONDS, limit - waited))
+            except queue.Empty:
+                continue
+
     def handle(self, request: Any) -> dict:
         """Send one request line; return the decoded response line (``AdapterError``, its ``request`` the
         number of this request, when the adapter does not answer it with one)."""
@@ -314,13 +351,17 @@ class SubprocessDriver:
         except (BrokenPipeError, OSError, ValueError):
             raise self._died("reading a request") from None
         self.requests += 1
-        waited = max(self.timeout, START_TIMEOUT) if self.requests == 1 else self.timeout
+        first = self.requests == 1
+        waited = self.start_timeout if first else self.timeout
         try:
-            line = self._lines.get(timeout=waited)
+            line = self._next_answer(waited, str(request.get("op")) if first and isinstance(request, dict) else None)
         except queue.Empty:
-            raise AdapterError(
+            timeout = AdapterTimeout(
                 f"the adapter did not answer within {waited:g} s (request {self.requests}: "
-                f"{data[:200].decode('utf-8', 'replace').rstrip()}): {self.command}") from None
+                f"{data[:200].decode('utf-8', 'replace').rstrip()}): {self.command}")
+            timeout.first = first
+            self._stalled = True
+            raise timeout from None
         if line is _EOF:
             raise self._died("answering a request")
         response = decode_line(line)
@@ -352,7 +393,8 @@ class SubprocessDriver:
             f"the answer: {json.dumps(response)[:300]}", op=op, definition=definition, where=where, response=response)
 
     def close(self) -> Optional[int]:
-        """End of input; wait for the process (kill it after the timeout). Returns its exit status."""
+        """End of input; wait for the process (kill it after the timeout, or after ``STALLED_EXIT_SECONDS`` when
+        an answer timed out). Returns its exit status."""
         proc = self.proc
         if proc.poll() is None:
             try:
@@ -360,7 +402,7 @@ class SubprocessDriver:
             except OSError:
                 pass
             try:
-                proc.wait(timeout=min(self.timeout, 10))
+                proc.wait(timeout=min(self.timeout, STALLED_EXIT_SECONDS if self._stalled else 10))
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()

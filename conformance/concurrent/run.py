@@ -42,6 +42,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
+from envreplica.checker.progress import ProgressHook, Tick
 from envreplica.conformance.concurrent.history import History, history_to_json, interleaved, outcome_of
 from envreplica.conformance.concurrent.linearize import DEFAULT_MAX_NODES, Check, Verdict, check_history
 from envreplica.conformance.concurrent.scenarios import KINDS, THREAD_KINDS, Scenario, ScenarioKind, generate_scenario
@@ -187,6 +188,7 @@ def run_concurrent(
     seconds: Optional[float] = None,
     kinds: Optional[tuple[ScenarioKind, ...]] = None,
     mode: Union[str, Mode] = Mode.PROCESSES,
+    progress: Optional[ProgressHook] = None,
 ) -> ConcurrentReport:
     """Run concurrent histories of ``variant`` on real processes and check each against the model.
 
@@ -197,7 +199,8 @@ def run_concurrent(
     scenario kinds (in turn; by default ``KINDS`` for processes, ``THREAD_KINDS``
     for threads). ``mode``: processes on one file, or threads on one replica
     object (``threads.ThreadPool``). Stops at the first failure, shrinks it, and
-    writes it to ``out_dir`` (``concurrent-VARIANT.json`` and ``.txt``).
+    writes it to ``out_dir`` (``concurrent-VARIANT.json`` and ``.txt``). ``progress`` is told the histories
+    checked (of the budget) and their operations after each history.
     """
     from envreplica.conformance.concurrent.threads import ThreadPool
     from envreplica.conformance.drivers import SqliteDriver
@@ -241,6 +244,8 @@ def run_concurrent(
                 totals["leaves"] += check.leaves
                 largest = max(largest, check.nodes)
                 by_kind[kind.value] += 1
+                if progress is not None:
+                    progress(Tick(totals["histories"], budget, "histories", totals["ops"], "ops"))
                 if not check.passed:
                     histories_seconds = time.perf_counter() - histories_started
                     def fresh_pool():

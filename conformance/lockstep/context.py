@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
+from envreplica.checker.progress import ProgressHook, Tick
 from envreplica.conformance.drivers import Driver
 from envreplica.conformance.external import (GENERATED_EXTENSIONS, AdapterError, AdapterFailure, ProtocolBreak,
                                              StateProbe, probe_extensions)
@@ -44,7 +45,8 @@ class _Run:
     """Shared by every example of one ``run_lockstep``."""
 
     def __init__(self, impl_factory: Optional[Callable[[], Driver]], variant: Variant,
-                 out_dir: Optional[Path], state_check: bool, trace_name: Optional[str] = None) -> None:
+                 out_dir: Optional[Path], state_check: bool, trace_name: Optional[str] = None,
+                 progress: Optional[ProgressHook] = None, budget: Optional[int] = None) -> None:
         self.variant = Variant(variant)
         self._scratch: list[str] = []  # directories the default factory made (removed by close)
         self.impl_factory = impl_factory or _default_impl_factory(self.variant, self._scratch)
@@ -69,6 +71,20 @@ class _Run:
         #: docs/protocol.md section 6 requests the implementation offers (an external one is asked once).
         self.offers: dict[str, bool] = {name: True for name in GENERATED_EXTENSIONS}
         self._probed = False
+        #: told how far the run has got (``checker.progress``): after each example, and each replay of a
+        #: divergence's minimization; ``budget`` the examples Hypothesis generates (its shrinking runs more)
+        self.progress = progress
+        self.budget = budget
+
+    def report_progress(self) -> None:
+        """Tell ``progress`` the examples and steps so far (after each example)."""
+        if self.progress is None:
+            return
+        if self.first_failure is None:
+            self.progress(Tick(self.examples, self.budget, "examples", self.steps, "steps"))
+        else:  # Hypothesis shrinks: its examples go past the budget
+            self.progress(Tick(self.examples, None, "examples", self.steps, "steps",
+                               note=f"shrinking the divergence first seen at example {self.first_failure[0]:,}"))
 
     def probe(self, impl: Driver) -> Optional[StateProbe]:
         """The run's ``StateProbe`` when ``impl`` is read over the protocol (an external adapter), else None."""

@@ -585,6 +585,7 @@ class LockstepMachine(RuleBasedStateMachine):
             ctx.failure = {"steps": list(self.steps), "reason": self.failure, "ffwd_scales": self.ffwd_scales}
         if self.impl_dead:
             ctx.discard()
+        ctx.report_progress()
         hypothesis.target(float(len(self.seen_edges)), label="gate transitions seen")
         hypothesis.target(float(self.max_staged), label="staged records")
         hypothesis.target(float(self.max_applied), label="consumed sequences")

@@ -36,6 +36,7 @@ import hypothesis
 from hypothesis import HealthCheck, Phase, Verbosity
 from hypothesis.stateful import run_state_machine_as_test
 
+from envreplica.checker.progress import ProgressHook, Tick
 from envreplica.conformance.drivers import Driver, ModelDriver
 from envreplica.conformance.external import AdapterError, AdapterFailure, ProtocolBreak, StateProbe
 from envreplica.conformance.lockstep import literals, rename
@@ -237,6 +238,7 @@ def run_lockstep(
     settings: Optional[hypothesis.settings] = None,
     out_dir: Optional[Path] = None,
     state_check: bool = True,
+    progress: Optional[ProgressHook] = None,
 ) -> LockstepReport:
     """Run ``LockstepMachine`` against ``impl_factory()``'s driver under ``variant``.
 
@@ -252,16 +254,19 @@ def run_lockstep(
     ``settings`` defaults to ``lockstep_settings("dev")``; whatever is given,
     the deadline is off, only the first bug is reported, and Hypothesis's own
     printing is quiet (the report carries the readable trace).
+    ``progress`` is told the examples and steps after each example (of the budget), then each replay of a
+    divergence's minimization (``checker.progress.Tick``).
     """
     variant = Variant(variant)
-    run = _Run(impl_factory, variant, out_dir, state_check)
+    effective = _effective_settings(settings)
+    run = _Run(impl_factory, variant, out_dir, state_check, progress=progress, budget=effective.max_examples)
     machine = LockstepMachine.bind(run)
     started = time.perf_counter()
     error: Optional[BaseException] = None
     try:
         try:
             with _shrink_budget(SHRINK_CALLS, SHRINK_GUARD_SECONDS), literals.pinned():
-                run_state_machine_as_test(machine, settings=_effective_settings(settings))
+                run_state_machine_as_test(machine, settings=effective)
         except Exception as exc:  # a divergence, a driver crash, or Flaky
             error = exc
         except AdapterFailure as broke:  # the adapter broke: nothing after it is judged, nothing shrunk
@@ -332,14 +337,19 @@ MINIMIZE_GUARD_SECONDS = 600.0
 
 
 class _Budget:
-    """``replays`` replays, and a guard of ``guard_seconds`` on the clock against a hang."""
+    """``replays`` replays, and a guard of ``guard_seconds`` on the clock against a hang; each replay spent is
+    reported to ``progress`` with ``note`` (what the replays are for)."""
 
-    def __init__(self, replays: int, guard_seconds: float) -> None:
-        self.replays = replays
+    def __init__(self, replays: int, guard_seconds: float, progress: Optional[ProgressHook] = None,
+                 note: str = "") -> None:
+        self.replays = self.total = replays
         self.wall_end = time.perf_counter() + guard_seconds
+        self.progress, self.note = progress, note
 
     def spend(self) -> None:
         self.replays -= 1
+        if self.progress is not None:
+            self.progress(Tick(self.total - self.replays, self.total, "replays", note=self.note))
 
     def left(self) -> bool:
         return self.replays > 0 and time.perf_counter() < self.wall_end
@@ -529,7 +539,8 @@ def _minimize(run: _Run, steps: list, reason: str) -> tuple[list, str]:
     Bounded by ``MINIMIZE_REPLAYS``; returns the steps as replayed and their
     divergence.
     """
-    budget = _Budget(MINIMIZE_REPLAYS, MINIMIZE_GUARD_SECONDS)
+    budget = _Budget(MINIMIZE_REPLAYS, MINIMIZE_GUARD_SECONDS, run.progress,
+                     "deleting the divergence's needless steps")
     kind = _failure_kind(reason)
     best_requests = [s["request"] for s in steps]
     # A fast-forward's deliveries (machine.do_ffwd): checked at their end, and never deleted one by one
@@ -706,7 +717,7 @@ def _shrink_data(run: _Run, steps: list, reason: str, quiet: Collection) -> tupl
     """
     best_requests = [s["request"] for s in steps]
     allowed = min(DATA_REPLAYS, max(1, DATA_STEPS // max(1, len(best_requests))))
-    budget = _Budget(allowed, DATA_GUARD_SECONDS)
+    budget = _Budget(allowed, DATA_GUARD_SECONDS, run.progress, "shortening the divergence's keys and values")
     shape, length = _divergence_shape(reason), len(best_requests)
     best = (steps, reason)
     before = _longest(best_requests)

@@ -19,9 +19,9 @@ Leaves out on purpose: what the adapter does to answer (its files, processes, ki
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
-from envreplica.conformance.external import AdapterError, AdapterFailure, SubprocessDriver
+from envreplica.conformance.external import AdapterError, AdapterFailure, AdapterTimeout, SubprocessDriver
 from envreplica.conformance.migration.coverage import required_for
 from envreplica.conformance.migration.invocations import HarnessError
 from envreplica.conformance.migration.observe import Observation, Outcome
@@ -48,9 +48,10 @@ class AdapterBroken(HarnessError):
     """The adapter failed or broke the protocol: nothing was judged (exit 2 from the command line).
     ``request``: the request to the adapter process it broke on (from 1; 0: it could not start)."""
 
-    def __init__(self, why: str, request: int = 0) -> None:
+    def __init__(self, why: str, request: int = 0, timed_out: bool = False) -> None:
         super().__init__(why)
         self.request = request
+        self.timed_out = timed_out  # it did not answer within its timeout
 
 
 def move_words(request: dict[str, Any]) -> str:
@@ -68,10 +69,15 @@ class AdapterShared:
     """The adapter of ``command`` for a whole run (see the module)."""
 
     def __init__(self, command: str, variant: mm.MigrationVariant = mm.MigrationVariant.FIXED, *,
-                 timeout: float = 120.0, base: mm.MigrationBounds = LOCKSTEP_BOUNDS) -> None:
+                 timeout: float = 120.0, base: mm.MigrationBounds = LOCKSTEP_BOUNDS,
+                 start_timeout: Optional[float] = None,
+                 waiting: Optional[Callable[[str, float, float], None]] = None) -> None:
         self.command = command
         self.variant = variant
         self.timeout = timeout
+        #: the first answer's bound, and what is told while it is awaited (``external.SubprocessDriver``'s)
+        self.start_timeout = start_timeout
+        self.waiting = waiting
         self.ids = 0
         self.driver: Optional[SubprocessDriver] = None
         self.broken: Optional[AdapterBroken] = None  # once broken, the run's every request fails so
@@ -97,16 +103,17 @@ class AdapterShared:
 
     def _start(self) -> SubprocessDriver:
         try:
-            self.driver = SubprocessDriver(self.command, timeout=self.timeout)
+            self.driver = SubprocessDriver(self.command, timeout=self.timeout, start_timeout=self.start_timeout,
+                                           waiting=self.waiting)
         except AdapterError as error:
             raise self._broke(str(error)) from None
         return self.driver
 
-    def _broke(self, why: str, request: Optional[int] = None) -> "AdapterBroken":
+    def _broke(self, why: str, request: Optional[int] = None, timed_out: bool = False) -> "AdapterBroken":
         """The adapter is broken for the rest of the run (never restarted: what it answers then would be judged
         against a world it does not have), so every later request fails the same way. ``request``: the request
-        it broke on (default: the last one sent)."""
-        self.broken = AdapterBroken(why, self.ids if request is None else request)
+        it broke on (default: the last one sent); ``timed_out``: it did not answer in time."""
+        self.broken = AdapterBroken(why, self.ids if request is None else request, timed_out)
         if self.driver is not None:
             self.driver.close()
             self.driver = None
@@ -121,7 +128,7 @@ class AdapterShared:
         try:
             response = driver.handle({"id": self.ids, **request})
         except AdapterError as error:
-            raise self._broke(str(error), error.request or self.ids) from None
+            raise self._broke(str(error), error.request or self.ids, isinstance(error, AdapterTimeout)) from None
         if response.get("id") != self.ids:
             raise self._broke(f"the adapter answered id {response.get('id')!r} to request {self.ids} "
                               f"({request.get('op')})")

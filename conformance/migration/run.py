@@ -29,6 +29,7 @@ import hypothesis
 from hypothesis import HealthCheck, Phase, Verbosity
 from hypothesis.stateful import run_state_machine_as_test
 
+from envreplica.checker.progress import ProgressHook, Tick
 from envreplica.conformance import hermetic
 from envreplica.conformance.external import AdapterFailure
 from envreplica.conformance.lockstep import literals
@@ -122,8 +123,13 @@ class _Run:
     """What one run shares across its examples: the sides' shared parts, counts, coverage, the failure."""
 
     def __init__(self, profile: str, modes: Sequence[tuple[Mode, int]], shared: World,
-                 collect: Optional[list[list[Move]]] = None) -> None:
+                 collect: Optional[list[list[Move]]] = None, progress: Optional[ProgressHook] = None,
+                 budget: Optional[int] = None) -> None:
         self.profile = profile
+        #: told the examples and moves after each example (``budget``: the examples Hypothesis generates, the
+        #: tour's added once it is known; shrinking runs more)
+        self.progress = progress
+        self.budget = budget
         self.collect = collect  # each example's moves, appended as it ends (the tour's search)
         self.modes = list(modes)
         self.shared = shared
@@ -154,6 +160,11 @@ class _Run:
         self.moves += len(example.moves)
         self.coverage.merge(example.coverage)
         example.close()
+        if self.progress is not None:
+            shrinking = self.first_example is not None
+            note = f"shrinking the divergence first seen at example {self.first_example:,}" if shrinking else ""
+            self.progress(Tick(self.examples, None if shrinking else self.budget, "examples", self.moves, "moves",
+                               note=note))
 
     def note_failure(self, example: Example, error: Divergence) -> None:
         self.failure = (list(example.moves), error.key, error.reason)
@@ -165,27 +176,30 @@ def run_migration_lockstep(profile: str = "ci", *, max_examples: Optional[int] =
                            step_count: Optional[int] = None, modes: Optional[Sequence[tuple[Mode, int]]] = None,
                            out_dir: Optional[Path] = None, shared: Optional[World] = None,
                            shrink_calls: Optional[int] = None, minimize_replays: Optional[int] = None,
-                           tour: Optional[bool] = None,
-                           collect: Optional[list[list[Move]]] = None) -> MigrationLockstepReport:
+                           tour: Optional[bool] = None, collect: Optional[list[list[Move]]] = None,
+                           progress: Optional[ProgressHook] = None) -> MigrationLockstepReport:
     """Hold ``impl.paired`` (or ``shared``'s implementation: an ``AdapterShared``) to ``model.migration`` for
     ``profile``'s budget, a failure shrunk within ``shrink_calls`` and ``minimize_replays`` (default
     ``SHRINK_CALLS`` and ``MINIMIZE_REPLAYS``, read when it runs); the report. ``tour`` (default: the profile's,
-    ``tour.TOUR_PROFILES``) plays the coverage tour first; ``collect`` gets each example's moves. Hermetic: this
+    ``tour.TOUR_PROFILES``) plays the coverage tour first; ``collect`` gets each example's moves; ``progress`` is
+    told the examples and moves after each example, then each replay of the minimization. Hermetic: this
     process's ``ENVREPLICA_*`` variables are set aside while it runs (``conformance.hermetic``)."""
     settings = migration_settings(profile, max_examples=max_examples, step_count=step_count)
     with hermetic.scrubbed_environ():  # thread invocations read this process's environment: none of the caller's
         return _lockstep(profile, settings=settings, modes=modes, out_dir=out_dir, shared=shared,
-                         shrink_calls=shrink_calls, minimize_replays=minimize_replays, tour=tour, collect=collect)
+                         shrink_calls=shrink_calls, minimize_replays=minimize_replays, tour=tour, collect=collect,
+                         progress=progress)
 
 
 def _lockstep(profile: str, *, settings: hypothesis.settings, modes: Optional[Sequence[tuple[Mode, int]]],
               out_dir: Optional[Path], shared: Optional[World], shrink_calls: Optional[int],
               minimize_replays: Optional[int], tour: Optional[bool],
-              collect: Optional[list[list[Move]]]) -> MigrationLockstepReport:
+              collect: Optional[list[list[Move]]],
+              progress: Optional[ProgressHook] = None) -> MigrationLockstepReport:
     own = shared is None
     shared = Shared() if shared is None else shared
     run = _Run(profile, modes or getattr(shared, "modes", None) or PROFILE_MODES.get(profile, PROFILE_MODES["ci"]),
-               shared, collect)
+               shared, collect, progress, settings.max_examples)
     machine = MigrationMachine.bind(run)
     started = time.perf_counter()
     error: Optional[BaseException] = None
@@ -225,6 +239,8 @@ def _lockstep(profile: str, *, settings: hypothesis.settings, modes: Optional[Se
 def _play_tour(run: _Run) -> Tour:
     """Find the coverage tour on the model (``tour.find_tour``) and play it on both sides, example by example."""
     found = find_tour(run.shared, getattr(run.shared, "required", REQUIRED))
+    if run.budget is not None:
+        run.budget += len(found.examples)
     for moves in found.examples:
         example = run.new_example(read_only=any(isinstance(m.action, mm.ReadOnly) for m in moves))
         try:
@@ -262,7 +278,7 @@ def _explain(report: MigrationLockstepReport, run: _Run, error: BaseException, o
     moves, key, reason = run.failure
     report.found_moves, report.hypothesis_moves = run.first, len(moves)
     report.found_after_examples = run.first_example
-    moves, reason, lines, records = minimize(run.shared, moves, key, reason, replays)
+    moves, reason, lines, records = minimize(run.shared, moves, key, reason, replays, run.progress)
     report.key, report.divergence, report.shrunk_moves = key, reason, len(moves)
     report.lines, report.records = list(lines), list(records)
     report.finding = finding_of(run.shared, moves)
@@ -338,12 +354,13 @@ def without(moves: Sequence[Move], drop: Iterable[int]) -> list[Move]:
     return out
 
 
-def minimize(shared: World, moves: list[Move], key: str, reason: str,
-             replays: Optional[int] = None) -> tuple[list[Move], str, list[str], list[dict[str, Any]]]:
+def minimize(shared: World, moves: list[Move], key: str, reason: str, replays: Optional[int] = None,
+             progress: Optional[ProgressHook] = None) -> tuple[list[Move], str, list[str], list[dict[str, Any]]]:
     """Delete the moves a divergence of kind ``key`` does not need, then run its invocations in this process
-    where that keeps it; within ``replays`` replays (default ``MINIMIZE_REPLAYS``). The moves, the reason, and
-    what each move answered (lines, records) on the last replay that diverged."""
-    budget = [MINIMIZE_REPLAYS if replays is None else replays]
+    where that keeps it; within ``replays`` replays (default ``MINIMIZE_REPLAYS``), each told to ``progress``.
+    The moves, the reason, and what each move answered (lines, records) on the last replay that diverged."""
+    total = MINIMIZE_REPLAYS if replays is None else replays
+    budget = [total]
     best: tuple[list[Move], str, list[str], list[dict[str, Any]]] = (moves, reason, [], [])
 
     def attempt(candidate: list[Move]) -> bool:
@@ -351,6 +368,8 @@ def minimize(shared: World, moves: list[Move], key: str, reason: str,
         if budget[0] <= 0:
             return False
         budget[0] -= 1
+        if progress is not None:
+            progress(Tick(total - budget[0], total, "replays", note="deleting the divergence's needless moves"))
         found, example = replay_moves(shared, candidate)
         if found is None or found.key != key:
             return False

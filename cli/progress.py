@@ -1,0 +1,237 @@
+"""Progress of a command's long stages: a row each on a terminal, a heartbeat line every few seconds elsewhere.
+
+``Stages`` shows the ``Tick`` s (``checker.progress``) the model checks and the locksteps report while they
+run. Each stage is named (``with stages.stage("lockstep") as progress: run(..., progress=progress)``) and
+shown one of three ways:
+
+* on a terminal, a row of rich's ``Progress`` per running stage: units done (of the budget, when there is
+  one), the rate, the time left where the budget is known, the time since the stage began; the row goes
+  when the stage ends (the stage prints its own result);
+* elsewhere (a pipe, a CI log), one plain line per stage at most every ``HEARTBEAT_SECONDS`` (a constant),
+  ``envreplica check: lockstep: 230/800 examples, 6,900 steps, 370 steps/s, about 45 s left (19 s)``: the
+  first once the stage has run that long, so a stage shorter than it prints none;
+* with ``quiet``, nothing.
+
+The gate's model checks run in a second process (``cli.main._BackgroundModelCheck``): there ``PipeStages``
+writes each tick as a JSON line to a pipe, and the gate's ``Stages`` shows them beside its own stages
+(``relay``). Rates and times are measured here, on the clock ``Stages`` is given (a test passes a fake one and
+an interval of 0; no verdict of the run depends on them).
+
+Left out: a stage's own results (each stage prints them when it ends) and progress within one example.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass
+from typing import IO, Callable, Iterator, Optional
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+
+from envreplica.checker.progress import ProgressHook, Tick
+
+__all__ = ["HEARTBEAT_SECONDS", "Stages", "PipeStages", "describe", "relay"]
+
+#: Seconds between two heartbeat lines of one stage when the output is not a terminal (and before the first).
+HEARTBEAT_SECONDS = 5.0
+#: Seconds between two ticks ``PipeStages`` sends of one stage (the gate's background process; the last of a
+#: stage is always sent).
+PIPE_SECONDS = 0.2
+
+
+def _duration(seconds: float) -> str:
+    """``42 s``, ``3 min 05 s``."""
+    seconds = max(0, round(seconds))
+    return f"{seconds} s" if seconds < 60 else f"{seconds // 60} min {seconds % 60:02d} s"
+
+
+def describe(tick: Tick, elapsed: float) -> str:
+    """What a tick says, ``elapsed`` seconds into its stage: ``230/800 examples, 6,900 steps, 370 steps/s,
+    about 45 s left``; a wait (unit ``s``): ``waiting for ...: 3 s of 5 s``."""
+    if tick.unit == "s":
+        return f"{tick.note}: {tick.done} s" + (f" of {tick.total} s" if tick.total is not None else "")
+    counts = f"{tick.done:,}/{tick.total:,} {tick.unit}" if tick.total is not None else f"{tick.done:,} {tick.unit}"
+    parts = [counts]
+    if tick.work is not None:
+        parts.append(f"{tick.work:,} {tick.work_unit}")
+    if elapsed > 0:
+        rate, unit = (tick.work, tick.work_unit) if tick.work is not None else (tick.done, tick.unit)
+        parts.append(f"{rate / elapsed:,.{0 if rate / elapsed >= 10 else 1}f} {unit}/s")
+        if tick.total is not None and 0 < tick.done < tick.total:
+            parts.append(f"about {_duration(elapsed * (tick.total - tick.done) / tick.done)} left")
+    if tick.note:
+        parts.append(tick.note)
+    return ", ".join(parts)
+
+
+@dataclass
+class _Row:
+    """A running stage: when it began, when its last heartbeat line was printed, its row on a terminal."""
+
+    began: float
+    last_line: float
+    task: Optional[TaskID] = None
+
+
+class Stages:
+    """The progress of a command's stages (see the module). ``live``: rows on a terminal (default: whether
+    ``console`` is one); ``prefix`` begins each heartbeat line (``envreplica check``)."""
+
+    def __init__(self, console: Console, prefix: str, *, live: Optional[bool] = None, quiet: bool = False,
+                 interval: float = HEARTBEAT_SECONDS, clock: Callable[[], float] = time.monotonic) -> None:
+        self.console = console
+        self.prefix = prefix
+        self.quiet = quiet
+        self.live = (console.is_terminal if live is None else live) and not quiet
+        self.interval = interval
+        self.clock = clock
+        self._rows: dict[str, _Row] = {}
+        self._lock = threading.RLock()  # the relay thread and the main thread report alike
+        self._closed = False
+        self._progress: Optional[Progress] = None
+        if self.live:
+            self._progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(bar_width=30),
+                                      TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=console,
+                                      transient=True)
+            self._progress.start()
+
+    def __enter__(self) -> "Stages":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """No more rows or lines (idempotent): before a command prints its verdict, which is its last line."""
+        with self._lock:
+            self._closed = True
+            self._rows.clear()
+            if self._progress is not None:
+                self._progress.stop()
+                self._progress = None
+
+    @contextlib.contextmanager
+    def stage(self, name: str) -> Iterator[ProgressHook]:
+        """A stage called ``name`` runs in the block; the hook to give it."""
+        self.begin(name)
+        try:
+            yield lambda tick: self.update(name, tick)
+        finally:
+            self.end(name)
+
+    def begin(self, name: str) -> None:
+        """Stage ``name`` begins now (its first heartbeat line once it has run ``interval`` seconds)."""
+        with self._lock:
+            if self.quiet or self._closed or name in self._rows:
+                return
+            now = self.clock()
+            task = self._progress.add_task(name, total=None, info="starting") if self._progress else None
+            self._rows[name] = _Row(began=now, last_line=now, task=task)
+
+    def update(self, name: str, tick: Tick) -> None:
+        """Stage ``name`` has got as far as ``tick``."""
+        with self._lock:
+            if self.quiet or self._closed:
+                return
+            if name not in self._rows:
+                self.begin(name)
+            row = self._rows[name]
+            now = self.clock()
+            text = describe(tick, now - row.began)
+            if self._progress is not None and row.task is not None:
+                self._progress.update(row.task, total=tick.total, completed=tick.done, info=text)
+            elif now - row.last_line >= self.interval:
+                row.last_line = now
+                self.console.print(f"{self.prefix}: {name}: {text} ({_duration(now - row.began)})",
+                                   markup=False, highlight=False, soft_wrap=True)
+
+    def end(self, name: str) -> None:
+        """Stage ``name`` has ended: its row goes (it prints its own result)."""
+        with self._lock:
+            row = self._rows.pop(name, None)
+            if row is not None and row.task is not None and self._progress is not None:
+                self._progress.remove_task(row.task)
+
+
+class PipeStages:
+    """The stages of the gate's background process, each tick sent as one JSON line to ``stream`` (a pipe
+    ``relay`` reads in the gate's process), at most one per stage every ``interval`` seconds but the last."""
+
+    def __init__(self, stream: IO[str], *, interval: float = PIPE_SECONDS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.stream = stream
+        self.interval = interval
+        self.clock = clock
+        self._sent: dict[str, float] = {}
+        self._held: dict[str, Tick] = {}
+        self._lock = threading.Lock()
+
+    def _send(self, message: dict) -> None:
+        try:
+            self.stream.write(json.dumps(message, separators=(",", ":")) + "\n")
+            self.stream.flush()
+        except (OSError, ValueError):  # the gate stopped listening (it ended): progress is not a result
+            pass
+
+    @contextlib.contextmanager
+    def stage(self, name: str) -> Iterator[ProgressHook]:
+        with self._lock:
+            self._send({"stage": name, "begin": True})
+        try:
+            yield lambda tick: self.update(name, tick)
+        finally:
+            self.end(name)
+
+    def update(self, name: str, tick: Tick) -> None:
+        with self._lock:
+            now = self.clock()
+            if now - self._sent.get(name, float("-inf")) < self.interval:
+                self._held[name] = tick
+                return
+            self._sent[name] = now
+            self._held.pop(name, None)
+            self._send({"stage": name, "tick": tick.as_json()})
+
+    def end(self, name: str) -> None:
+        with self._lock:
+            held = self._held.pop(name, None)
+            if held is not None:
+                self._send({"stage": name, "tick": held.as_json()})
+            self._sent.pop(name, None)
+            self._send({"stage": name, "end": True})
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            self.stream.close()
+
+
+def relay(lines: IO[str], stages: Stages, stop: Optional[threading.Event] = None) -> None:
+    """Show on ``stages`` each line ``PipeStages`` wrote to ``lines``, until its end or ``stop`` is set; a line
+    that is not one of its messages is skipped (progress is never a result)."""
+    with contextlib.closing(lines):
+        for line in lines:
+            if stop is not None and stop.is_set():
+                break
+            try:
+                message = json.loads(line)
+                name = message["stage"]
+                if not isinstance(name, str):
+                    continue
+                if message.get("begin"):
+                    stages.begin(name)
+                elif message.get("end"):
+                    stages.end(name)
+                elif isinstance(message.get("tick"), dict):
+                    stages.update(name, Tick.from_json(message["tick"]))
+            except (ValueError, KeyError, TypeError):
+                continue
+
+
+def open_pipe_stages(fd: int) -> PipeStages:
+    """The ``PipeStages`` of the gate's background process, writing to the pipe its parent passed as ``fd``."""
+    return PipeStages(os.fdopen(fd, "w", encoding="utf-8", buffering=1))
