@@ -381,8 +381,9 @@ class _BackgroundModelCheck:
     def _end_relay(self) -> None:
         """The child has ended: its last ticks relayed (within ``RELAY_GRACE_SECONDS``: a process it forked may
         hold the pipe open), none after."""
-        if self.relay is not None:
-            self.relay.join(timeout=RELAY_GRACE_SECONDS)
+        relayed = getattr(self, "relay", None)  # None: no progress pipe (or a test made the object bare)
+        if relayed is not None:
+            relayed.join(timeout=RELAY_GRACE_SECONDS)
             self.stop_relay.set()
             self.relay = None
 
@@ -961,7 +962,7 @@ def _model_check(args, stages: Optional[Stages] = None) -> int:
     for col in ("bounds", "mode", "distinct states", "transitions", "depth", "complete", "seconds", "states/s"):
         summary.add_column(col, justify="right" if col not in ("bounds", "mode") else "left")
     for bounds in bounds_suite:
-        with stages.stage(f"model check {bounds.name} ({bounds.mode.value})") as progress:
+        with stages.stage(f"model check {bounds.name}") as progress:
             def report(r, progress=progress):
                 progress(Tick(r.states, None, "states", note=f"depth {r.depth}"))
 

@@ -52,18 +52,20 @@ def _duration(seconds: float) -> str:
 
 def describe(tick: Tick, elapsed: float) -> str:
     """What a tick says, ``elapsed`` seconds into its stage: ``230/800 examples, 6,900 steps, 370 steps/s,
-    about 45 s left``; a wait (unit ``s``): ``waiting for ...: 3 s of 5 s``."""
+    about 45 s left`` (the time left once 5 % of the budget is done; past the budget, as Hypothesis goes when it
+    discards examples, the count alone); a wait (unit ``s``): ``waiting for ...: 3 s of 5 s``."""
     if tick.unit == "s":
         return f"{tick.note}: {tick.done} s" + (f" of {tick.total} s" if tick.total is not None else "")
-    counts = f"{tick.done:,}/{tick.total:,} {tick.unit}" if tick.total is not None else f"{tick.done:,} {tick.unit}"
+    budget = tick.total if tick.total is not None and tick.done <= tick.total else None  # past it: no budget
+    counts = f"{tick.done:,}/{budget:,} {tick.unit}" if budget is not None else f"{tick.done:,} {tick.unit}"
     parts = [counts]
     if tick.work is not None:
         parts.append(f"{tick.work:,} {tick.work_unit}")
     if elapsed > 0:
         rate, unit = (tick.work, tick.work_unit) if tick.work is not None else (tick.done, tick.unit)
         parts.append(f"{rate / elapsed:,.{0 if rate / elapsed >= 10 else 1}f} {unit}/s")
-        if tick.total is not None and 0 < tick.done < tick.total:
-            parts.append(f"about {_duration(elapsed * (tick.total - tick.done) / tick.done)} left")
+        if budget is not None and max(1, budget // 20) <= tick.done < budget:  # from 5 % done on
+            parts.append(f"about {_duration(elapsed * (budget - tick.done) / tick.done)} left")
     if tick.note:
         parts.append(tick.note)
     return ", ".join(parts)
@@ -80,15 +82,16 @@ class _Row:
 
 class Stages:
     """The progress of a command's stages (see the module). ``live``: rows on a terminal (default: whether
-    ``console`` is one); ``prefix`` begins each heartbeat line (``envreplica check``)."""
+    ``console`` is one); ``prefix`` begins each heartbeat line (``envreplica check``); ``interval``: seconds
+    between two of a stage's heartbeat lines (default ``HEARTBEAT_SECONDS``, read when made)."""
 
     def __init__(self, console: Console, prefix: str, *, live: Optional[bool] = None, quiet: bool = False,
-                 interval: float = HEARTBEAT_SECONDS, clock: Callable[[], float] = time.monotonic) -> None:
+                 interval: Optional[float] = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.console = console
         self.prefix = prefix
         self.quiet = quiet
         self.live = (console.is_terminal if live is None else live) and not quiet
-        self.interval = interval
+        self.interval = HEARTBEAT_SECONDS if interval is None else interval
         self.clock = clock
         self._rows: dict[str, _Row] = {}
         self._lock = threading.RLock()  # the relay thread and the main thread report alike
