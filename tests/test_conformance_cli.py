@@ -120,10 +120,10 @@ def run_cli(argv: list[str], capsys) -> tuple[int, str]:
 def test_own_adapter_passes_under_each_variant(variant, tmp_path, capsys):
     code, out = run_cli(["conformance", "--adapter", adapter_command(tmp_path / "r.db", variant),
                          "--variant", variant, "--profile", "dev", "--max-examples", "12",
-                         "--out", str(tmp_path / "out")], capsys)
+                         "--out", str(tmp_path / "out"), "--coverage"], capsys)
     assert code == 0, out
     assert "no divergence" in out and "PASS" in out
-    assert "lockstep coverage" in out and "restart: open -> closed.idle" in out
+    assert "lockstep coverage" in out and "restart: open -> closed.idle" in out  # --coverage: the table
     assert not (tmp_path / "out").exists()  # nothing is written when they agree
 
 

@@ -160,13 +160,18 @@ def test_the_lockstep_reports_each_example():
     assert {t.total for t in ticks} == {4} and ticks[-1].work == report.steps
 
 
-def test_the_migration_lockstep_reports_each_example():
+def test_the_migration_lockstep_reports_each_example_and_its_tours_search():
     from envreplica.conformance.migration.run import run_migration_lockstep
+    from envreplica.conformance.migration.tour import SEARCH_EXAMPLES
 
     ticks: list[Tick] = []
-    report = run_migration_lockstep("dev", max_examples=2, tour=False, progress=ticks.append)
+    report = run_migration_lockstep("dev", max_examples=1, progress=ticks.append)  # dev plays the tour first
     assert report.ok, report.failure
-    assert [t.done for t in ticks] == list(range(1, report.examples + 1)) and ticks[-1].work == report.moves
+    search = [t for t in ticks if t.note == "searching the model for the coverage tour"]
+    assert [t.done for t in search] == list(range(1, len(search) + 1)) and len(search) >= SEARCH_EXAMPLES
+    played = ticks[len(search):]  # the search first, then the run's examples: the tour's, then the drawn
+    assert [t.done for t in played] == list(range(1, report.examples + 1)) and played[-1].work == report.moves
+    assert played[0].total == report.tour_examples + 1  # the budget: the tour's examples and the one drawn
     assert {t.unit for t in ticks} == {"examples"} and {t.work_unit for t in ticks} == {"moves"}
 
 

@@ -238,7 +238,7 @@ def _lockstep(profile: str, *, settings: hypothesis.settings, modes: Optional[Se
 
 def _play_tour(run: _Run) -> Tour:
     """Find the coverage tour on the model (``tour.find_tour``) and play it on both sides, example by example."""
-    found = find_tour(run.shared, getattr(run.shared, "required", REQUIRED))
+    found = find_tour(run.shared, getattr(run.shared, "required", REQUIRED), progress=run.progress)
     if run.budget is not None:
         run.budget += len(found.examples)
     for moves in found.examples:
