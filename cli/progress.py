@@ -145,13 +145,13 @@ class Stages:
                 self.begin(name)
             row = self._rows[name]
             now = self.clock()
-            text = describe(tick, now - row.began)
             if self._progress is not None and row.task is not None:
-                self._progress.update(row.task, total=tick.total, completed=tick.done, info=text)
-            elif now - row.last_line >= self.interval:
+                self._progress.update(row.task, total=tick.total, completed=tick.done,
+                                      info=describe(tick, now - row.began))
+            elif now - row.last_line >= self.interval:  # a stage may tick at every step: the text only when shown
                 row.last_line = now
-                self.console.print(f"{self.prefix}: {name}: {text} ({_duration(now - row.began)})",
-                                   markup=False, highlight=False, soft_wrap=True)
+                self.console.print(f"{self.prefix}: {name}: {describe(tick, now - row.began)} "
+                                   f"({_duration(now - row.began)})", markup=False, highlight=False, soft_wrap=True)
 
     def end(self, name: str) -> None:
         """Stage ``name`` has ended: its row goes (it prints its own result)."""

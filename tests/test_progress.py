@@ -150,14 +150,16 @@ def test_the_pipe_holds_ticks_between_sends_and_sends_a_stages_last():
 # ---------------------------------------------------------------------------
 
 
-def test_the_lockstep_reports_each_example():
+def test_the_lockstep_reports_each_step_and_example():
     from envreplica.conformance.lockstep import lockstep_settings, run_lockstep
 
     ticks: list[Tick] = []
     report = run_lockstep(None, settings=lockstep_settings("dev", max_examples=4), progress=ticks.append)
     assert report.ok, report.failure
-    assert [t.done for t in ticks] == list(range(1, report.examples + 1))
-    assert {t.total for t in ticks} == {4} and ticks[-1].work == report.steps
+    assert len(ticks) == report.steps + report.examples  # a tick after each step, and after each example
+    assert [t.work for t in ticks if t.work is not None] == sorted(t.work for t in ticks if t.work is not None)
+    assert {t.done for t in ticks} == set(range(report.examples + 1))  # examples done: 0 during the first
+    assert {t.total for t in ticks} == {4} and (ticks[-1].done, ticks[-1].work) == (report.examples, report.steps)
 
 
 def test_the_migration_lockstep_reports_each_example_and_its_tours_search():
@@ -168,9 +170,12 @@ def test_the_migration_lockstep_reports_each_example_and_its_tours_search():
     report = run_migration_lockstep("dev", max_examples=1, progress=ticks.append)  # dev plays the tour first
     assert report.ok, report.failure
     search = [t for t in ticks if t.note == "searching the model for the coverage tour"]
-    assert [t.done for t in search] == list(range(1, len(search) + 1)) and len(search) >= SEARCH_EXAMPLES
+    searched = max(t.done for t in search)  # Hypothesis may draw past the budget (examples it discards)
+    assert searched >= SEARCH_EXAMPLES and {t.done for t in search} == set(range(1, searched + 1))
     played = ticks[len(search):]  # the search first, then the run's examples: the tour's, then the drawn
-    assert [t.done for t in played] == list(range(1, report.examples + 1)) and played[-1].work == report.moves
+    assert len(played) == report.moves + report.examples  # a tick after each move, and after each example
+    assert {t.done for t in played} == set(range(1, report.examples + 1)) and played[-1].work == report.moves
+    assert [t.done for t in played] == sorted(t.done for t in played)
     assert played[0].total == report.tour_examples + 1  # the budget: the tour's examples and the one drawn
     assert {t.unit for t in ticks} == {"examples"} and {t.work_unit for t in ticks} == {"moves"}
 

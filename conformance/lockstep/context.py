@@ -71,13 +71,14 @@ class _Run:
         #: docs/protocol.md section 6 requests the implementation offers (an external one is asked once).
         self.offers: dict[str, bool] = {name: True for name in GENERATED_EXTENSIONS}
         self._probed = False
-        #: told how far the run has got (``checker.progress``): after each example, and each replay of a
+        #: told how far the run has got (``checker.progress``): after each step and example, each replay of a
         #: divergence's minimization; ``budget`` the examples Hypothesis generates (its shrinking runs more)
         self.progress = progress
         self.budget = budget
 
     def report_progress(self) -> None:
-        """Tell ``progress`` the examples and steps so far (after each example)."""
+        """Tell ``progress`` the examples and steps so far (after each step and each example: an example through
+        an adapter may take seconds)."""
         if self.progress is None:
             return
         if self.first_failure is None:

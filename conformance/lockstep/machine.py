@@ -318,6 +318,7 @@ class LockstepMachine(RuleBasedStateMachine):
         self.steps.append({"request": request, "model": model_response, "impl": impl_response,
                            **({"quiet": True} if quiet else {})})
         self.ctx.steps += 1
+        self.ctx.report_progress()
         probe = self.ctx.probe(self.impl)
         if probe is not None:
             probe.observe(request, model_response)

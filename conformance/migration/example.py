@@ -25,7 +25,7 @@ import os
 import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Optional, Protocol
+from typing import Any, Callable, Optional, Protocol
 
 from envreplica.conformance import scratch as S
 from envreplica.conformance.migration.coverage import MigrationCoverage
@@ -169,6 +169,8 @@ class Example:
     lines: list[str] = field(default_factory=list)  # per move: what both answered
     records: list[dict[str, Any]] = field(default_factory=list)
     coverage: MigrationCoverage = field(default_factory=MigrationCoverage)
+    #: told the moves taken so far after each move both sides took (the run's progress), when given
+    on_move: Optional[Callable[[int], None]] = None
 
     def __post_init__(self) -> None:
         if self.cfg is None:
@@ -196,6 +198,8 @@ class Example:
         self.lines.append(f"{described}: {expected}" if expected == got
                           else f"{described}: model {expected} | implementation {got}")
         self.records.append({"model": str(expected), "implementation": str(got)})
+        if self.on_move is not None:
+            self.on_move(len(self.moves))
         if expected != got:
             key = f"outcome:{expected.kind}"
             detail = ""

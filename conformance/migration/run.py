@@ -152,7 +152,12 @@ class _Run:
 
     def new_example(self, read_only: bool) -> Example:
         self.examples += 1
-        return Example(self.shared, read_only=read_only)
+        return Example(self.shared, read_only=read_only, on_move=None if self.progress is None else self._moved)
+
+    def _moved(self, moves: int) -> None:
+        """The example being played has taken ``moves`` moves: told to ``progress`` (an example may take seconds
+        through an adapter)."""
+        self._tick(self.moves + moves)
 
     def end_example(self, example: Example) -> None:
         if self.collect is not None:
@@ -160,10 +165,13 @@ class _Run:
         self.moves += len(example.moves)
         self.coverage.merge(example.coverage)
         example.close()
+        self._tick(self.moves)
+
+    def _tick(self, moves: int) -> None:
         if self.progress is not None:
             shrinking = self.first_example is not None
             note = f"shrinking the divergence first seen at example {self.first_example:,}" if shrinking else ""
-            self.progress(Tick(self.examples, None if shrinking else self.budget, "examples", self.moves, "moves",
+            self.progress(Tick(self.examples, None if shrinking else self.budget, "examples", moves, "moves",
                                note=note))
 
     def note_failure(self, example: Example, error: Divergence) -> None:
