@@ -47,7 +47,7 @@ from envreplica.cli.errors import (INTERNAL_ERROR_EXIT, INTERRUPTED_EXIT, USER_E
 from envreplica.checker.coverage import UNREACHABLE, Coverage, print_coverage_table
 from envreplica.checker.progress import Tick
 from envreplica.checker.run import run
-from envreplica.cli.progress import Stages, open_pipe_stages, relay
+from envreplica.cli.progress import Board, Stages, open_pipe_stages, relay
 from envreplica.model.migration import PRESETS as MIGRATION_PRESETS
 from envreplica.model.presets import PRESETS, suite
 from envreplica.model.state import Variant
@@ -116,7 +116,7 @@ def _stages(args, command: str = "check") -> Stages:
     return Stages(console, f"envreplica {command}", quiet=getattr(args, "quiet", False))
 
 
-def _model_stage(args, started: float, stages) -> int:
+def _model_stage(args, started: float, stages: Board) -> int:
     """``check --model-stage``, the child of ``_BackgroundModelCheck``: the model checks (and the migration
     lockstep) with their results on standard output for the gate, their progress on ``stages``."""
     import time
@@ -818,7 +818,7 @@ def _replica_conformance(args, stages: Stages) -> int:
     return 1
 
 
-def _migration_lockstep(args, stages: Optional[Stages] = None) -> dict:
+def _migration_lockstep(args, stages: Optional[Board] = None) -> dict:
     """The migration lockstep (``conformance.migration``) at ``--migration-lockstep``'s profile: it prints its
     coverage and any divergence; its row for the gate's table (status, what, seconds)."""
     from envreplica.conformance.migration.run import run_migration_lockstep
@@ -850,7 +850,7 @@ def _migration_lockstep(args, stages: Optional[Stages] = None) -> dict:
             **({"trace": str(trace)} if trace is not None else {})}
 
 
-def _migration_check(args, name: str, gate: bool = False, stages: Optional[Stages] = None) -> int:
+def _migration_check(args, name: str, gate: bool = False, stages: Optional[Board] = None) -> int:
     """The paired writer migration's model check (``checker.migration``) at bounds suite ``name``: a table,
     each violation's and each stuck state's shortest trace, the "sometimes" properties never witnessed.
     In the ``gate`` (beside the replica's check), a replica-only variant such as fix-f1 takes the fixed one."""
@@ -939,7 +939,7 @@ def _migration_trace(args, suite_name: str, variant, bounds: str, prop: str, vio
         add_trace(args.report, path)
 
 
-def _model_check(args, stages: Optional[Stages] = None) -> int:
+def _model_check(args, stages: Optional[Board] = None) -> int:
     """The replica's model check at ``--bounds``: each bounds searched (its progress on ``stages``), the tables,
     each violation's shortest trace; 1 when a property is violated or a "sometimes" property never witnessed."""
     stages = stages or _stages(args)

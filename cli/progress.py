@@ -28,14 +28,14 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import IO, Callable, Iterator, Optional
+from typing import IO, Callable, Iterator, Optional, Union
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from envreplica.checker.progress import ProgressHook, Tick
 
-__all__ = ["HEARTBEAT_SECONDS", "Stages", "PipeStages", "describe", "relay"]
+__all__ = ["HEARTBEAT_SECONDS", "Board", "Stages", "PipeStages", "describe", "relay", "open_pipe_stages"]
 
 #: Seconds between two heartbeat lines of one stage when the output is not a terminal (and before the first).
 HEARTBEAT_SECONDS = 5.0
@@ -211,6 +211,10 @@ class PipeStages:
     def close(self) -> None:
         with contextlib.suppress(OSError, ValueError):
             self.stream.close()
+
+
+#: Where a stage reports: shown here (``Stages``), or sent to the gate's process (``PipeStages``).
+Board = Union[Stages, PipeStages]
 
 
 def relay(lines: IO[str], stages: Stages, stop: Optional[threading.Event] = None) -> None:
