@@ -244,6 +244,8 @@ def _gate_failure(rows: list[tuple[str, ...]], where: dict[str, str], args) -> s
     are (``where``, by the stage's row; a model check's are in ``--out``)."""
     failed = [f"{name} ({where.get(name, f'its traces in {args.out}')})" for name, *cells in rows
               if cells[1] == _verdict(False)]
+    if not failed:  # every row passed, yet the gate failed: say so rather than name none
+        failed = [f"a stage the table does not show as failed (its traces in {args.out})"]
     listed = failed[0] if len(failed) == 1 else ", ".join(failed[:-1]) + f" and {failed[-1]}"
     return (f"[bold red]FAIL[/]: the gate failed at {escape(listed)}; the table above has each stage's figures, "
             f"and the output above each stage's findings")
