@@ -1102,6 +1102,7 @@ class _FakeRun:
 
     variant = Variant.FIXED
     state_check = True
+    progress = None  # no progress hook (``_Budget`` reports each replay to one)
 
     def __init__(self) -> None:
         self.impl = _FakeImpl()
