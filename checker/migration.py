@@ -33,7 +33,7 @@ from typing import Any, Callable, Optional, cast
 from envreplica.checker import itf
 from envreplica.checker.bfs import Model, Result, Violation, check
 from envreplica.checker.liveness import ClosureBudgetExceeded, Liveness, closure_budget, stuck_states
-from envreplica.checker.progress import ProgressHook, Tick
+from envreplica.checker.progress import ProgressHook, suite_tick
 from envreplica.model import migration as mm
 from envreplica.spec import migration as spec
 
@@ -111,7 +111,7 @@ def run_suite(bounds: tuple[mm.MigrationBounds, ...], liveness: bool = True, sto
     for i, b in enumerate(bounds):
         before = sum(r.result.states for r in runs)
         where = f"bounds {b.name} ({i + 1}/{len(bounds)})"
-        hook = None if progress is None else partial(_suite_tick, progress, before, where)
+        hook = None if progress is None else partial(suite_tick, progress, before, where)
         runs.append(run(b, liveness, stop_on_first, hook))
         if stop_on_first and not runs[-1].safe:
             break
@@ -122,10 +122,6 @@ def operator_successors(cfg: mm.MigrationBounds, st: mm.MigrationState) -> list[
     """The states the operator's steps alone lead to from ``st`` (``enabled`` without the environment)."""
     invocations = (cfg.migrations + RERUNS, cfg.recoveries + RERUNS)
     return [mm.next_state(cfg, st, a)[0] for a in mm.enabled(cfg, st, environment=False, invocations=invocations)]
-
-
-def _suite_tick(progress: ProgressHook, before: int, where: str, states: int, depth: int, phase: str) -> None:
-    progress(Tick(before + states, None, "states", note=f"{where}, {phase}" if phase else f"{where}, depth {depth}"))
 
 
 def run(cfg: mm.MigrationBounds, liveness: bool = True, stop_on_first: bool = False,

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Optional
 
-__all__ = ["Tick", "ProgressHook"]
+__all__ = ["Tick", "ProgressHook", "suite_tick"]
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class Tick:
 ProgressHook = Callable[[Tick], None]
 
 
-def tick_to(progress: Optional[ProgressHook], tick: Tick) -> None:
-    """Call ``progress`` with ``tick`` when there is a hook."""
-    if progress is not None:
-        progress(tick)
+def suite_tick(progress: ProgressHook, before: int, where: str, states: int, depth: int, phase: str) -> None:
+    """A suite's search, told to ``progress``: ``states`` reached at one bounds (``where``: which, of how many)
+    after ``before`` at the bounds before it, at ``depth``, or in ``phase`` (its liveness check)."""
+    progress(Tick(before + states, None, "states", note=f"{where}, {phase}" if phase else f"{where}, depth {depth}"))

@@ -251,20 +251,25 @@ def test_check_runs_model_check_then_lockstep(tmp_path, capsys, monkeypatch):
     assert "model check" in out and "SQLite vs model" in out and "lockstep coverage" in out
     assert "bounds migration (paired writer migration)" in out  # the migration's check, from the background child
     assert "migration lockstep" in out and "paired migration vs model" in out  # and its lockstep, after it
+    assert "bounds lock (projection lock)" in out  # the lock's check, from the background child
+    assert "lock lockstep" in out and "impl.lock vs model" in out  # and its lockstep, in this process
     # Progress while it runs (issue 40): the lockstep's here, a line per example; the background process's
     # relayed through its pipe while it runs; the coverage tables one line each; the verdict last.
     assert out.count("envreplica check: lockstep: ") >= 5
     assert "envreplica check: concurrent processes: " in out and "envreplica check: concurrent threads: " in out
     assert "envreplica check: migration model check: " in out and "bounded liveness" in out
     assert "envreplica check: migration lockstep: " in out
+    assert "envreplica check: lock lockstep: " in out and "envreplica check: lock model check: " in out
     assert "(--coverage lists them)" in out and "┃ group" not in out
     last = [line for line in out.split("\n[stderr]\n")[0].splitlines() if line.strip()][-1]
     assert last.startswith("PASS: every property holds at these bounds, and the implementation agrees"), last
-    code, out = run_cli(["check", "--bounds", "tiny", "--quiet", "--model-only", "--out", str(tmp_path)], capsys)
+    code, out = run_cli(["check", "--bounds", "tiny", "--quiet", "--model-only", "--lock-bounds", "none",
+                         "--out", str(tmp_path)], capsys)
     assert code == 0 and "skipped (--model-only)" in out and "bounds migration (paired writer migration)" in out
     assert "paired migration vs model" not in out  # a lockstep: --model-only skips it
+    assert "projection lock" not in out  # --lock-bounds none
     code, out = run_cli(["check", "--bounds", "tiny", "--quiet", "--model-only", "--migration-bounds", "none",
-                         "--out", str(tmp_path)], capsys)
+                         "--lock-bounds", "none", "--out", str(tmp_path)], capsys)
     assert code == 0 and "paired writer migration" not in out
 
 

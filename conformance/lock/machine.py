@@ -14,7 +14,7 @@ Leaves out on purpose: moves the model does not enable (never drawn).
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Optional
+from typing import Any, Callable, ClassVar, Optional
 
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
@@ -56,6 +56,9 @@ class LockMachine(RuleBasedStateMachine):
 
     coverage: ClassVar[Optional[LockCoverage]] = None
     bounds: ClassVar[tuple[ml.LockBounds, ...]] = BOUNDS
+    #: told the examples and moves after each example (``checker.progress``; set by ``run``; a tuple, so that a
+    #: function here stays a function, not a method)
+    progress: ClassVar[tuple[Callable[[int, int], None], ...]] = ()
 
     def __init__(self) -> None:
         super().__init__()
@@ -88,4 +91,6 @@ class LockMachine(RuleBasedStateMachine):
             return
         if self.coverage is not None:
             self.coverage.add(self.example.reached, len(self.example.moves))
+            for tell in self.progress:
+                tell(self.coverage.examples, self.coverage.moves)
         self.example.close()

@@ -20,6 +20,7 @@ import hypothesis
 from hypothesis import HealthCheck, Phase, Verbosity
 from hypothesis.stateful import run_state_machine_as_test
 
+from envreplica.checker.progress import ProgressHook, Tick
 from envreplica.conformance.lock.coverage import LockCoverage
 from envreplica.conformance.lock.example import Divergence, Example, Move, NotEnabled, describe
 from envreplica.conformance.lock.machine import BOUNDS, LockMachine
@@ -83,10 +84,15 @@ def format_moves(moves: Sequence[Move], cfg: Optional[ml.LockBounds] = None) -> 
 
 
 def run_lock_lockstep(max_examples: int = 100, *, steps: int = STEPS_PER_EXAMPLE,
-                      bounds: Sequence[ml.LockBounds] = BOUNDS) -> LockLockstepReport:
-    """Run the lockstep (see the module) over ``bounds``; the report."""
+                      bounds: Sequence[ml.LockBounds] = BOUNDS,
+                      progress: Optional[ProgressHook] = None) -> LockLockstepReport:
+    """Run the lockstep (see the module) over ``bounds``; the report. ``progress`` is told the examples (of
+    ``max_examples``; Hypothesis's shrinking runs more) and moves after each example."""
     report = LockLockstepReport()
-    machine = type("LockRun", (LockMachine,), {"coverage": report.coverage, "bounds": tuple(bounds)})
+    told = () if progress is None else \
+        (lambda examples, moves: progress(Tick(examples, max_examples, "examples", moves, "moves")),)
+    machine = type("LockRun", (LockMachine,), {"coverage": report.coverage, "bounds": tuple(bounds),
+                                               "progress": told})
     started = time.perf_counter()
     try:
         run_state_machine_as_test(machine, settings=lock_settings(max_examples, steps))
