@@ -192,6 +192,28 @@ def test_the_migration_model_check_reports_each_bounds_liveness():
     assert [t.done for t in ticks] == sorted(t.done for t in ticks)
 
 
+def test_the_lock_model_check_reports_each_bounds_liveness():
+    from envreplica.checker import lock as cl
+    from envreplica.model import lock as ml
+
+    ticks: list[Tick] = []
+    bounds = (ml.LockBounds("two", processes=2, calls=1, crashes=0, max_tries=0),)  # small: a count, not a clock
+    suite = cl.run_suite(bounds, progress=ticks.append)
+    liveness = [t for t in ticks if "bounded liveness" in t.note]
+    assert len(liveness) == 1 and liveness[0].done == suite.runs[0].result.states
+    assert f"bounds {bounds[0].name} (1/1)" in liveness[0].note
+
+
+def test_the_lock_lockstep_reports_each_example():
+    from envreplica.conformance.lock import run_lock_lockstep
+
+    ticks: list[Tick] = []
+    report = run_lock_lockstep(3, progress=ticks.append)
+    assert report.passed
+    assert [t.done for t in ticks] == list(range(1, report.examples + 1)) and ticks[-1].work == report.moves
+    assert {t.total for t in ticks} == {3}
+
+
 def test_the_concurrent_stage_reports_each_history():
     from envreplica.conformance.concurrent import run_concurrent
 
