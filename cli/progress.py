@@ -17,7 +17,9 @@ writes each tick as a JSON line to a pipe, and the gate's ``Stages`` shows them 
 (``relay``). Rates and times are measured here, on the clock ``Stages`` is given (a test passes a fake one and
 an interval of 0; no verdict of the run depends on them).
 
-Left out: a stage's own results (each stage prints them when it ends) and progress within one example.
+Left out: a stage's own results (each stage prints them when it ends), and a timer: lines follow ticks, so a
+stage silent for longer than the interval (one step that takes that long) prints its next line at its next
+tick. The stages tick often (after each step, move, history or replay; a search every 0.2 s).
 """
 
 from __future__ import annotations
