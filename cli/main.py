@@ -144,7 +144,7 @@ def cmd_check(args) -> int:
 def _stages(args, command: str = "check") -> Stages:
     """The progress of a command's stages (``cli.progress``): rows on a terminal, heartbeat lines elsewhere,
     nothing with ``--quiet``."""
-    return Stages(console, f"envreplica {command}", quiet=getattr(args, "quiet", False))
+    return Stages(console, f"envreplica {command}", quiet=getattr(args, "quiet", False), timer=True)
 
 
 def _model_stage(args, started: float, stages: Board) -> int:

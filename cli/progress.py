@@ -7,7 +7,7 @@ shown one of three ways:
 * on a terminal, a row of rich's ``Progress`` per running stage: units done (of the budget, when there is
   one), the rate, the time left where the budget is known, the time since the stage began; the row goes
   when the stage ends (the stage prints its own result);
-* elsewhere (a pipe, a CI log), one plain line per stage at most every ``HEARTBEAT_SECONDS`` (a constant),
+* elsewhere (a pipe, a CI log), one plain line per stage every ``HEARTBEAT_SECONDS`` (a constant),
   ``envreplica check: lockstep: 230/800 examples, 6,900 steps, 370 steps/s, about 45 s left (19 s)``: the
   first once the stage has run that long, so a stage shorter than it prints none;
 * with ``quiet``, nothing.
@@ -17,9 +17,12 @@ writes each tick as a JSON line to a pipe, and the gate's ``Stages`` shows them 
 (``relay``). Rates and times are measured here, on the clock ``Stages`` is given (a test passes a fake one and
 an interval of 0; no verdict of the run depends on them).
 
-Left out: a stage's own results (each stage prints them when it ends), and a timer: lines follow ticks, so a
-stage silent for longer than the interval (one step that takes that long) prints its next line at its next
-tick. The stages tick often (after each step, move, history or replay; a search every 0.2 s).
+The stages tick often (after each step, move, history or replay; a search every 0.2 s), and a line follows a
+tick once the interval has passed; the command line's ``Stages`` also has a timer (``timer``), which prints a
+running stage's line when it has not ticked for the interval (``starting``, before its first tick: a stage
+that prepares for seconds, as Hypothesis and a scratch replica do before the lockstep's first step).
+
+Left out: a stage's own results (each stage prints them when it ends).
 """
 
 from __future__ import annotations
@@ -44,6 +47,8 @@ HEARTBEAT_SECONDS = 5.0
 #: Seconds between two ticks ``PipeStages`` sends of one stage (the gate's background process; the last of a
 #: stage is always sent).
 PIPE_SECONDS = 0.2
+#: Seconds between two looks of the heartbeat timer (``Stages(timer=True)``) at the running stages.
+TIMER_SECONDS = 1.0
 
 
 def _duration(seconds: float) -> str:
@@ -75,20 +80,26 @@ def describe(tick: Tick, elapsed: float) -> str:
 
 @dataclass
 class _Row:
-    """A running stage: when it began, when its last heartbeat line was printed, its row on a terminal."""
+    """A running stage: when it began, when its last heartbeat line was printed, its row on a terminal, its last
+    tick (None: none yet)."""
 
     began: float
     last_line: float
     task: Optional[TaskID] = None
+    tick: Optional[Tick] = None
 
 
 class Stages:
     """The progress of a command's stages (see the module). ``live``: rows on a terminal (default: whether
     ``console`` is one); ``prefix`` begins each heartbeat line (``envreplica check``); ``interval``: seconds
-    between two of a stage's heartbeat lines (default ``HEARTBEAT_SECONDS``, read when made)."""
+    between two of a stage's heartbeat lines (default ``HEARTBEAT_SECONDS``, read when made); ``timer``: a thread
+    that prints the heartbeat line of a stage that has not ticked for ``interval`` seconds (its last tick again,
+    or ``starting``), so that a CI log hears from every running stage every interval whatever it does (the
+    command line's; a test calls ``beat`` instead, on its fake clock)."""
 
     def __init__(self, console: Console, prefix: str, *, live: Optional[bool] = None, quiet: bool = False,
-                 interval: Optional[float] = None, clock: Callable[[], float] = time.monotonic) -> None:
+                 interval: Optional[float] = None, clock: Callable[[], float] = time.monotonic,
+                 timer: bool = False) -> None:
         self.console = console
         self.prefix = prefix
         self.quiet = quiet
@@ -104,6 +115,31 @@ class Stages:
                                       TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=console,
                                       transient=True)
             self._progress.start()
+        self._stop = threading.Event()
+        self._timer: Optional[threading.Thread] = None
+        if timer and not self.live and not quiet and self.interval > 0:
+            self._timer = threading.Thread(target=self._beat_every, name="progress-heartbeat", daemon=True)
+            self._timer.start()
+
+    def _beat_every(self) -> None:
+        while not self._stop.wait(min(TIMER_SECONDS, self.interval)):
+            self.beat()
+
+    def beat(self) -> None:
+        """A heartbeat line for each running stage that has printed none for ``interval`` seconds (the timer's)."""
+        with self._lock:
+            if self.quiet or self._closed or self._progress is not None:
+                return
+            now = self.clock()
+            for name, row in self._rows.items():
+                if now - row.last_line >= self.interval:
+                    self._line(name, row, now)
+
+    def _line(self, name: str, row: _Row, now: float) -> None:
+        row.last_line = now
+        said = describe(row.tick, now - row.began) if row.tick is not None else "starting"
+        self.console.print(f"{self.prefix}: {name}: {said} ({_duration(now - row.began)})", markup=False,
+                           highlight=False, soft_wrap=True)
 
     def __enter__(self) -> "Stages":
         return self
@@ -113,6 +149,7 @@ class Stages:
 
     def close(self) -> None:
         """No more rows or lines (idempotent): before a command prints its verdict, which is its last line."""
+        self._stop.set()
         with self._lock:
             self._closed = True
             self._rows.clear()
@@ -146,14 +183,13 @@ class Stages:
             if name not in self._rows:
                 self.begin(name)
             row = self._rows[name]
+            row.tick = tick
             now = self.clock()
             if self._progress is not None and row.task is not None:
                 self._progress.update(row.task, total=tick.total, completed=tick.done,
                                       info=describe(tick, now - row.began))
             elif now - row.last_line >= self.interval:  # a stage may tick at every step: the text only when shown
-                row.last_line = now
-                self.console.print(f"{self.prefix}: {name}: {describe(tick, now - row.began)} "
-                                   f"({_duration(now - row.began)})", markup=False, highlight=False, soft_wrap=True)
+                self._line(name, row, now)
 
     def end(self, name: str) -> None:
         """Stage ``name`` has ended: its row goes (it prints its own result)."""

@@ -79,6 +79,32 @@ def test_a_heartbeat_line_per_stage_every_interval_on_a_fake_clock():
     assert lines[-1].startswith("envreplica check: lockstep: 20/20 examples")
 
 
+def test_a_stage_that_does_not_tick_is_heard_from_every_interval():
+    """The timer's pass (``beat``): a stage silent for the interval prints its line again, or ``starting`` before
+    its first tick (a stage that prepares for seconds); a stage that printed lately does not."""
+    now = [0.0]
+    console = _console()
+    stages = Stages(console, "envreplica check", interval=5.0, clock=lambda: now[0])
+    stages.begin("lockstep")
+    stages.begin("model check cloud")
+    now[0] = 4.0
+    stages.beat()
+    assert _lines(console) == []  # not yet an interval
+    now[0] = 5.0
+    stages.update("model check cloud", Tick(1_000, None, "states", note="depth 3"))  # its line, from the tick
+    stages.beat()
+    assert _lines(console) == ["envreplica check: model check cloud: 1,000 states, 200 states/s, depth 3 (5 s)",
+                               "envreplica check: lockstep: starting (5 s)"]
+    now[0] = 10.0
+    stages.beat()
+    assert _lines(console)[2:] == ["envreplica check: lockstep: starting (10 s)",
+                                   "envreplica check: model check cloud: 1,000 states, 100 states/s, depth 3 (10 s)"]
+    stages.close()
+    now[0] = 20.0
+    stages.beat()
+    assert len(_lines(console)) == 4
+
+
 def test_interval_zero_a_line_per_tick_quiet_none_closed_none():
     console = _console()
     stages = Stages(console, "envreplica conformance", interval=0)
