@@ -201,7 +201,8 @@ class Stages:
 
 class PipeStages:
     """The stages of the gate's background process, each tick sent as one JSON line to ``stream`` (a pipe
-    ``relay`` reads in the gate's process), at most one per stage every ``interval`` seconds but the last."""
+    ``relay`` reads in the gate's process), at most one per stage every ``interval`` seconds but the last and
+    each that begins a phase (a note other than the last sent: the liveness check after the search)."""
 
     def __init__(self, stream: IO[str], *, interval: float = PIPE_SECONDS,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -210,6 +211,7 @@ class PipeStages:
         self.clock = clock
         self._sent: dict[str, float] = {}
         self._held: dict[str, Tick] = {}
+        self._notes: dict[str, str] = {}  # the note of each stage's last tick sent
         self._lock = threading.Lock()
 
     def _send(self, message: dict) -> None:
@@ -231,10 +233,11 @@ class PipeStages:
     def update(self, name: str, tick: Tick) -> None:
         with self._lock:
             now = self.clock()
-            if now - self._sent.get(name, float("-inf")) < self.interval:
-                self._held[name] = tick
+            phase = self._notes.get(name)
+            if now - self._sent.get(name, float("-inf")) < self.interval and tick.note == phase:
+                self._held[name] = tick  # a new phase (its note) is sent at once: it may tick no more for long
                 return
-            self._sent[name] = now
+            self._sent[name], self._notes[name] = now, tick.note
             self._held.pop(name, None)
             self._send({"stage": name, "tick": tick.as_json()})
 
@@ -244,6 +247,7 @@ class PipeStages:
             if held is not None:
                 self._send({"stage": name, "tick": held.as_json()})
             self._sent.pop(name, None)
+            self._notes.pop(name, None)
             self._send({"stage": name, "end": True})
 
     def close(self) -> None:

@@ -165,10 +165,13 @@ def test_the_pipe_holds_ticks_between_sends_and_sends_a_stages_last():
         for i in range(1, 6):
             now[0] = float(i)
             progress(Tick(i, 5))
+        now[0] = 5.5
+        progress(Tick(5, 5, note="minimizing"))  # a new phase: sent at once, whatever the interval
     console = _console()
-    stages = Stages(console, "envreplica check", interval=0)
+    stages = Stages(console, "envreplica check", interval=0, clock=lambda: 0.0)
     relay(io.StringIO(sent.getvalue()), stages)
     assert [line.split(": ")[2].split(",")[0] for line in _lines(console)] == ["1/5 examples", "5/5 examples"]
+    assert _lines(console)[-1].endswith("minimizing (0 s)")
 
 
 # ---------------------------------------------------------------------------
