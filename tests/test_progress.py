@@ -170,8 +170,8 @@ def test_the_pipe_holds_ticks_between_sends_and_sends_a_stages_last():
     console = _console()
     stages = Stages(console, "envreplica check", interval=0, clock=lambda: 0.0)
     relay(io.StringIO(sent.getvalue()), stages)
-    assert [line.split(": ")[2].split(",")[0] for line in _lines(console)] == ["1/5 examples", "5/5 examples"]
-    assert _lines(console)[-1].endswith("minimizing (0 s)")
+    assert _lines(console) == ["envreplica check: migration lockstep: 1/5 examples (0 s)",  # the first, then
+                               "envreplica check: migration lockstep: 5/5 examples, minimizing (0 s)"]  # the phase
 
 
 # ---------------------------------------------------------------------------
