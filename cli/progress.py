@@ -43,7 +43,7 @@ from envreplica.checker.progress import ProgressHook, Tick
 __all__ = ["HEARTBEAT_SECONDS", "Board", "Stages", "PipeStages", "describe", "relay", "open_pipe_stages"]
 
 #: Seconds between two heartbeat lines of one stage when the output is not a terminal (and before the first).
-HEARTBEAT_SECONDS = 5.0
+HEARTBEAT_SECONDS = 4.0
 #: Seconds between two ticks ``PipeStages`` sends of one stage (the gate's background process; the last of a
 #: stage is always sent).
 PIPE_SECONDS = 0.2
