@@ -253,7 +253,7 @@ def test_check_refuses_another_protocols_bounds_with_one_line(tmp_path):
 
 
 @pytest.mark.slow
-def test_check_protocol_lock_finds_the_seeds_flaws_and_passes_fixed(tmp_path):
+def test_check_protocol_lock_finds_the_seeds_flaws_and_writes_their_traces(tmp_path):
     seed = run_cli("check", "--protocol", "lock", "--variant", "seed", "--out", "traces", "--no-trace-pages",
                    cwd=tmp_path)
     assert seed.returncode == 1, seed.stdout[-3000:] + seed.stderr[-2000:]
@@ -262,9 +262,7 @@ def test_check_protocol_lock_finds_the_seeds_flaws_and_passes_fixed(tmp_path):
     traces = sorted(p.name for p in (tmp_path / "traces").glob("lock-seed-*.itf.json"))
     assert "lock-seed-race-mutual_exclusion.itf.json" in traces
     assert "lock-seed-crash-lock_never_wedged.itf.json" in traces
-    fixed = run_cli("check", "--bounds", "lock", "--variant", "fixed", cwd=tmp_path)
-    assert fixed.returncode == 0, fixed.stdout[-3000:] + fixed.stderr[-2000:]
-    assert "PASS: the projection lock" in fixed.stdout
+    # (fixed passing through the command line is the gate's: tests/test_conformance_cli.py)
 
 
 def test_the_bounds_presets_are_what_the_docs_name():
