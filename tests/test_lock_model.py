@@ -330,3 +330,18 @@ def test_a_renamings_key_is_the_key_of_the_renamed_state():
     for st in states[::3]:
         for renaming in ml.renamings(cfg):
             assert renaming.key(st) == ml._key(renaming.state(st))
+
+
+@pytest.mark.parametrize("finding", cl.FINDINGS, ids=lambda f: f.id)
+def test_each_findings_saved_traces_replay_and_break_where_the_page_says(finding):
+    """docs/traces holds each finding's traces (the seed's, and the flaw alone): each replays on today's model
+    (report.lock marks the step where its property breaks) at the length docs/findings.md gives."""
+    from envreplica.report.traces import read
+
+    root = Path(__file__).resolve().parent.parent / "docs" / "traces"
+    for label, length in (("seed", finding.seed), ("alone", finding.alone)):
+        path = root / f"{finding.id}-lock-{label}-{finding.bounds}-{finding.prop}.itf.json"
+        view = read(path)
+        assert view.kind == "counterexample" and view.finding == finding.id
+        assert len(view.steps) == length + 1
+        assert view.breaks_at == length, view.breaks_note  # the property breaks at the last step, not before
