@@ -288,6 +288,9 @@ for variant in ("seed", "fixed"):
         if r.stuck is not None:
             traces["stuck"] = [cl.action_json(s.action) for s in r.stuck.steps[1:]]
         out[f"{variant}/{b.name}"] = [r.result.states, r.stuck.length if r.stuck else None, r.missed, traces]
+        for v in [*r.result.violations.values(), *([r.stuck] if r.stuck else [])]:
+            for s in v.steps[1:]:  # the report replays a trace from its JSON: compiled classes too
+                assert cl.action_from_json(cl.action_json(s.action)) == s.action, s.action
 print(json.dumps(out))
 """
 
