@@ -237,6 +237,10 @@ def test_a_counterexample_is_an_itf_trace_whose_page_marks_the_breaking_step(tmp
     assert view.kind == "counterexample"
     assert view.breaks_at == violation.length  # the answer is the last step
     assert "answers_are_true" in view.breaks_note
+    # its picture: a sequence, every step a row, the breaking one red, the same steps as Mermaid text
+    assert view.diagram is not None and view.diagram.svg.startswith("<svg")
+    assert view.diagram.svg.count('class="breaks"') == 1 and "sequence" in view.diagram.caption
+    assert view.diagram.dot.startswith("sequenceDiagram") and f"#{violation.length} " in view.diagram.dot
 
 
 def run_cli(*argv: str, cwd: Path) -> subprocess.CompletedProcess:
