@@ -26,7 +26,8 @@ _LEFT = 30
 
 
 def _inside(state: dict) -> set[int]:
-    return {p.get("slot") for p in state.get("procs") or [] if isinstance(p, dict) and p.get("inside")}
+    return {int(p["slot"]) for p in state.get("procs") or []
+            if isinstance(p, dict) and p.get("inside") and isinstance(p.get("slot"), int)}
 
 
 def draw(doc: dict, breaks_at: Optional[int] = None, prefix: str = "seq") -> Diagram:
@@ -49,7 +50,8 @@ def draw(doc: dict, breaks_at: Optional[int] = None, prefix: str = "seq") -> Dia
             continue
         y = _TOP + i * _ROW
         meta = state.get("#meta") if isinstance(state.get("#meta"), dict) else {}
-        action: dict[str, Any] = meta.get("action") if isinstance(meta.get("action"), dict) else {}
+        found = meta.get("action")
+        action: dict[str, Any] = found if isinstance(found, dict) else {}
         kind, slot = action.get("kind", "?"), action.get("slot")
         result = str(meta.get("result", ""))
         what = str(meta.get("step") or kind)
