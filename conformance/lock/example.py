@@ -46,12 +46,14 @@ class Divergence(AssertionError):
     """The implementation parted from the model (or the model broke a property) at the last move."""
 
     def __init__(self, key: str, reason: str, moves: tuple["Move", ...] = (),
-                 cfg: Optional[ml.LockBounds] = None) -> None:
+                 cfg: Optional[ml.LockBounds] = None, records: tuple["Record", ...] = (), prop: str = "") -> None:
         super().__init__(reason)
         self.key = key  # what kind of difference: "step", "call", "answer", "state", "property", "model"
         self.reason = reason
         self.moves = moves  # the moves played, the last one the divergent
         self.cfg = cfg  # the example's bounds
+        self.records = records  # each move's answers and observations (the last move's may be partial)
+        self.prop = prop  # the property the model broke (key "property")
 
 
 class NotEnabled(Exception):
@@ -157,7 +159,7 @@ class Example:
         self.reached: list[str] = []  # what this example reached (coverage items, in order)
         self.silent = frozenset(pc.value for pc in ml.silent_steps(cfg))
         self.where: dict[int, Optional[pr.Event]] = {p.slot: None for p in self.state.procs}  # None: idle
-        self.side: RealSide = (side or ThreadSide)(cfg, self.state, self.instances)
+        self.side: RealSide = (side or ThreadSide.of)(cfg, self.state, self.instances)
         self._compare_state()
 
     # the thread side's parts, as the tests read them
@@ -200,9 +202,9 @@ class Example:
         try:
             self._play(move)
         except CallDivergence as c:
-            raise Divergence("call", str(c), tuple(self.moves), self.cfg) from None
+            raise Divergence("call", str(c), tuple(self.moves), self.cfg, tuple(self.records)) from None
         except Divergence as d:
-            raise Divergence(d.key, d.reason, tuple(self.moves), self.cfg) from None
+            raise Divergence(d.key, d.reason, tuple(self.moves), self.cfg, tuple(self.records), d.prop) from None
 
     def _play(self, move: Move) -> None:
         action = move.action
@@ -213,8 +215,6 @@ class Example:
         post, result = ml.next_state(self.cfg, pre, action)
         record = self.records[-1]
         record.model = result
-        if self.properties:
-            self._properties(pre, action, result, post)
         self._cover(pre, action, result)
         self.state = post
         event: Optional[pr.Event] = None
@@ -241,6 +241,8 @@ class Example:
             self.where[getattr(action, "slot")] = event if event.at is not None else None
             self._answered(getattr(action, "slot"), event, result)
         self._compare_state()
+        if self.properties:  # on a move both sides took alike: a break is the implementation's as much as the model's
+            self._properties(pre, action, result, post)
 
     def _place(self, slot: int) -> int:
         """The model's ``choice`` for the ticket ``slot`` is about to make: the one that puts it after exactly the
@@ -356,14 +358,14 @@ class Example:
     def _properties(self, pre: ml.LockState, action: ml.Action, result: ml.Result, post: ml.LockState) -> None:
         for prop in sl.INVARIANTS:
             if not prop.check(post):
-                raise Divergence("property", f"the model broke {prop.name}: {prop.statement}")
+                raise Divergence("property", f"the model broke {prop.name}: {prop.statement}", prop=prop.name)
         for prop in sl.STEP_PROPERTIES:
             if prop.actions is not None and action.kind not in prop.actions:
                 continue
             if prop.results is not None and not isinstance(result, prop.results):
                 continue
             if not prop.check(pre, action, result, post):
-                raise Divergence("property", f"the model broke {prop.name}: {prop.statement}")
+                raise Divergence("property", f"the model broke {prop.name}: {prop.statement}", prop=prop.name)
 
     def _cover(self, pre: ml.LockState, action: ml.Action, result: ml.Result) -> None:
         for prop in sl.SOMETIMES:

@@ -16,16 +16,16 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from typing import Optional
+from typing import Optional, Sequence
 
 from envreplica.conformance.lock import protocol as pr
 from envreplica.conformance.lock.processes import HarnessError, Process, World, lock_path_in
+from envreplica.conformance.lock.wire import GONE_NONCE
 from envreplica.impl import lock as il
 from envreplica.model import lock as ml
 from envreplica.spec.lock import Effect
 
 SCRATCH_PREFIX = "envreplica-lock-lockstep-"
-GONE_NONCE = "ffffffffffffffff"
 
 
 def scratch_root() -> Optional[str]:
@@ -41,29 +41,36 @@ class ThreadSide:
     """``impl.lock`` in the harness's threads (see the module); ``instances``: the example's nonce -> the model's
     (slot, call), shared with it."""
 
-    def __init__(self, cfg: ml.LockBounds, first: ml.LockState, instances: dict[str, tuple[int, int]]) -> None:
-        self.cfg = cfg
+    def __init__(self, identities: Sequence[tuple[int, int, int, int]], max_tries: int,
+                 pause: frozenset[il.Step], stale: Optional[il.Owner], instances: dict[str, tuple[int, int]]) -> None:
+        """``identities``: each lock user's (slot, pid, start, ns); ``stale``: the owner of a lock a dead process
+        left in L before the first move (its nonce is put in ``instances`` as ``model.lock.GONE``'s call)."""
         self.instances = instances
         self.directory = tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=scratch_root())
         self.lock_path = lock_path_in(self.directory)
         self.base = os.path.basename(self.lock_path)
         self.world = World()
-        pause = pr.paused_at(cfg)
         self.procs: list[Process] = []
-        for p in first.procs:
-            self.world.born(p.ns, p.pid, p.start)
-            self.procs.append(Process(p.slot, p.pid, p.start, p.ns, self.lock_path, cfg.max_tries, pause, self.world))
-        if cfg.stale:
-            self._plant_stale()
+        for slot, pid, start, ns in identities:
+            self.world.born(ns, pid, start)
+            self.procs.append(Process(slot, pid, start, ns, self.lock_path, max_tries, pause, self.world))
+        if stale is not None:
+            self._plant_stale(stale)
 
-    def _plant_stale(self) -> None:
-        """The lock the process dead before the first state left (``model.lock.GONE``): its owner file in L."""
-        gone = il.Owner(ml.GONE_PID, 1, pr.PIDNS_BASE, GONE_NONCE)
-        self.world.starts[(0, ml.GONE_PID)] = 1
-        self.instances[GONE_NONCE] = (ml.GONE, 0)
-        temp = os.path.join(self.directory, f"{self.base}.n.{GONE_NONCE}")
+    @classmethod
+    def of(cls, cfg: ml.LockBounds, first: ml.LockState, instances: dict[str, tuple[int, int]]) -> "ThreadSide":
+        """The side of an example of ``cfg`` (``example.SideFactory``)."""
+        stale = il.Owner(ml.GONE_PID, 1, pr.PIDNS_BASE, GONE_NONCE) if cfg.stale else None
+        return cls([(p.slot, p.pid, p.start, p.ns) for p in first.procs], cfg.max_tries, pr.paused_at(cfg), stale,
+                   instances)
+
+    def _plant_stale(self, gone: il.Owner) -> None:
+        """The lock a process dead before the first state left (``model.lock.GONE``): its owner file in L."""
+        self.world.starts[(gone.pidns - pr.PIDNS_BASE, gone.pid)] = gone.started_at
+        self.instances[gone.nonce] = (ml.GONE, 0)
+        temp = os.path.join(self.directory, f"{self.base}.n.{gone.nonce}")
         os.mkdir(temp)
-        with open(os.path.join(temp, f"owner-{GONE_NONCE}.json"), "wb") as f:
+        with open(os.path.join(temp, f"owner-{gone.nonce}.json"), "wb") as f:
             f.write(gone.record())
         os.rename(temp, self.lock_path)
 
@@ -100,8 +107,8 @@ class ThreadSide:
         names = tuple(t.step.value for t in taken)
         calls = tuple(t.step.call.value for t in taken)
         if isinstance(report, pr.Paused):
-            return pr.Event(names, calls, report.step.value, path=os.path.basename(str(report.args[0]))
-                            if report.args else None)
+            path = os.path.basename(str(report.args[0])) if report.step is il.Step.TICKET_MKDIR else None
+            return pr.Event(names, calls, report.step.value, path=path)
         if isinstance(report, pr.Inside):
             return pr.Event(names, calls, pr.INSIDE)
         if isinstance(report, pr.Ended):
