@@ -204,7 +204,19 @@ class Example:
         except CallDivergence as c:
             raise Divergence("call", str(c), tuple(self.moves), self.cfg, tuple(self.records)) from None
         except Divergence as d:
+            self._observe_after(d)
             raise Divergence(d.key, d.reason, tuple(self.moves), self.cfg, tuple(self.records), d.prop) from None
+
+    def _observe_after(self, d: Divergence) -> None:
+        """The implementation's observation after a move whose answers parted (kept for the trace, and for the
+        finding the divergence is: ``traces.finding_of``); none when the side took no move."""
+        record = self.records[-1]
+        if record.observed is not None or (record.event is None and d.key in ("step", "call")):
+            return
+        try:
+            record.observed = (self.observe_model(), self.side.observe())
+        except Exception:  # noqa: BLE001 - the divergence stands; what could not be observed is left out
+            pass
 
     def _play(self, move: Move) -> None:
         action = move.action
