@@ -331,7 +331,7 @@ class ImplServer(_Server):
             return {}
         if op == "reap":
             if side.world.occupants.get((ns, pid), (0, False))[1] is not True or now != "dead":
-                raise InvalidRequest(f"reap: process {slot} is not a zombie")
+                raise InvalidRequest(f"reap: out of order: process {slot} is not a zombie")
             side.reap(slot, ns, pid)
             return {}
         raise Unsupported(f"unknown op {shown(op)} (the ops: {', '.join(wire.OPS)})")
