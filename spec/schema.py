@@ -667,8 +667,8 @@ def _lock_adapter() -> dict[str, JSON]:
         "design": {"enum": ["seed", "claim"]}, "steps": {"type": "array", "items": step, "minItems": 1},
         "maxTries": _nullable(n), "world": {"type": "array", "items": {"enum": ["zombie", "namespace", "reuse",
                                                                                 "stale"]}},
-        "busyNames": {"type": "boolean"},
-    }, optional=("world", "busyNames", "maxTries"), description="hello's result: what the adapter declares "
+        "busyNames": {"type": "boolean"}, "inodes": _nullable({"enum": ["reuse", "fresh"]}),
+    }, optional=("world", "busyNames", "maxTries", "inodes"), description="hello's result: what the adapter declares "
                                                                  "(section 12.3).", additionalProperties=True)
     busy = _nullable(_obj({"nonce": _nullable({"type": "string"}), "judged": {"type": "boolean"}}))
     d["LockEvent"] = _obj({

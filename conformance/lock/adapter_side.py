@@ -7,7 +7,8 @@ between examples; its ``Declaration``; the bounds it is held to), and ``AdapterS
 after every move read as the ``Observation`` the model's is compared with.
 
 The bounds: the lockstep's (``machine.BOUNDS``), those of a world the adapter cannot stage left out (``hello``'s
-``world``), each with the tries the implementation fixes (``maxTries``: the seed's 80) and the design it declares:
+``world``), each with the tries the implementation fixes (``maxTries``: the seed's 80), its filesystem's inode
+numbering (``inodes``: the seed compares inode numbers) and the design it declares:
 a ``claim`` implementation is held to ``variant``'s steps, a ``seed`` one to the seed's steps (``model.lock``'s
 ``seed`` variant) under either variant; under ``fixed`` the model's properties (``spec.lock``) are checked on
 every move both sides agreed on, so a seed that agrees step by step is caught where those steps break one.
@@ -65,7 +66,8 @@ def bounds_for(decl: wire.Declaration, variant: ml.Variant,
         if not needs(b) <= decl.world:
             continue
         tries = b.max_tries if decl.max_tries is None else decl.max_tries
-        out.append(replace(b, fixes=fixes, max_tries=tries))
+        inodes = b.inodes if decl.inodes is None else ml.Inodes(decl.inodes)
+        out.append(replace(b, fixes=fixes, max_tries=tries, inodes=inodes))
     return tuple(out)
 
 

@@ -8,8 +8,9 @@ builds and reads the lines, and refuses (``ProtocolError``) an answer the harnes
   ``owner.json`` of ``{pid, started_at}``; ``claim``: the CLAIM design of ``impl.lock``, owner files and tickets
   named by nonces), the model's steps it pauses at (``steps``), ``maxTries`` (the tries before busy when the
   implementation fixes them, as the seed's 80; null: ``reset`` sets them), the world it can stage (``world``:
-  ``zombie``, ``namespace``, ``reuse``, ``stale``), and whether a busy answer names whom it waited for
-  (``busyNames``).
+  ``zombie``, ``namespace``, ``reuse``, ``stale``), whether a busy answer names whom it waited for
+  (``busyNames``), and how its filesystem numbers a new directory (``inodes``: ``reuse``, the lowest free number,
+  as ext4 mostly does; ``fresh``, a number never used, as tmpfs does; null: the design compares none).
 * An event (``spawn``, ``step``, ``leave``): the steps taken (``[{"step", "call"}]``), where the process stopped
   (``at``: a step name, ``"inside"``, or null when its call ended), the name the next step acts on (``path``), and
   the call's ``answer`` (``{"answer", "busy": {"nonce", "judged"} | null, "error"}``).
@@ -63,6 +64,7 @@ class Declaration:
     max_tries: Optional[int]
     world: frozenset[str]
     busy_names: bool
+    inodes: Optional[str] = None  # how the adapter's filesystem numbers a new directory: "reuse", "fresh", or unsaid
 
 
 def _need(doc: Any, key: str, kind: Any, where: str) -> Any:
@@ -94,15 +96,19 @@ def parse_hello(doc: Any) -> Declaration:
     world = doc.get("world", [])
     if not isinstance(world, list) or any(w not in WORLD for w in world):
         raise ProtocolError(f"hello's world must list some of {', '.join(WORLD)}: got {world!r}")
+    inodes = doc.get("inodes")
+    if inodes is not None and inodes not in {i.value for i in ml.Inodes}:
+        raise ProtocolError(f"hello's inodes must be null or one of {', '.join(i.value for i in ml.Inodes)}, not "
+                            f"{inodes!r}")
     return Declaration(str(doc.get("implementation", "?")), design, frozenset(steps), tries, frozenset(world),
-                       bool(doc.get("busyNames", False)))
+                       bool(doc.get("busyNames", False)), inodes)
 
 
 def hello_of(decl: Declaration) -> dict[str, Any]:
     """A declaration as ``hello`` answers it."""
     return {"protocol": PROTOCOL, "implementation": decl.implementation, "design": decl.design,
             "steps": sorted(decl.steps), "maxTries": decl.max_tries, "world": sorted(decl.world),
-            "busyNames": decl.busy_names}
+            "busyNames": decl.busy_names, "inodes": decl.inodes}
 
 
 # -- requests

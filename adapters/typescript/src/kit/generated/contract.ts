@@ -1961,6 +1961,7 @@ export interface LockHello {
   maxTries?: number | null;
   world?: ("zombie" | "namespace" | "reuse" | "stale")[];
   busyNames?: boolean;
+  inodes?: ("reuse" | "fresh") | null;
   [k: string]: unknown | undefined;
 }
 /**
