@@ -135,16 +135,19 @@ def replay_moves(cfg: ml.LockBounds, moves: Sequence[Move], side: Optional[SideF
 
 def _diverges(cfg: ml.LockBounds, moves: Sequence[Move], key: str, side: Optional[SideFactory] = None,
               properties: bool = True) -> Optional[Divergence]:
-    """The divergence of kind ``key`` replaying ``moves`` gives at their last move (None: none, another, earlier,
-    or a move not enabled)."""
+    """The divergence of kind ``key`` replaying ``moves`` gives (None: none, or another). A move the model does not
+    enable where it comes is skipped (a deletion before it changed what its process does: a ``Step`` is "the
+    process's next step", whichever it is), and the divergence carries the moves played, up to the one that
+    parted: a deletion that leaves a process's later moves meaningless keeps what still makes sense of them."""
     example = Example(cfg, side, properties)
     try:
         for move in moves:
-            example.play(move)
+            try:
+                example.play(move)
+            except NotEnabled:
+                continue
     except Divergence as d:
-        return d if d.key == key and len(d.moves) == len(moves) else None
-    except NotEnabled:
-        return None
+        return d if d.key == key else None
     finally:
         example.close()
     return None
@@ -153,8 +156,8 @@ def _diverges(cfg: ml.LockBounds, moves: Sequence[Move], key: str, side: Optiona
 def minimize(divergence: Divergence, replays: int = MINIMIZE_REPLAYS, side: Optional[SideFactory] = None,
              properties: bool = True) -> Divergence:
     """``divergence`` with the moves it does not need deleted: spans of moves (halves, quarters, ... single
-    moves), kept deleted when the moves left still end in a divergence of the same kind; at most ``replays``
-    replays."""
+    moves), kept deleted when the moves left (those the model still enables where they come: ``_diverges``) part
+    the same way in fewer moves; at most ``replays`` replays."""
     cfg, best = divergence.cfg, divergence
     if cfg is None:
         return divergence
@@ -166,7 +169,7 @@ def minimize(divergence: Divergence, replays: int = MINIMIZE_REPLAYS, side: Opti
             if len(moves) < len(best.moves) and moves:
                 replays -= 1
                 found = _diverges(cfg, moves, best.key, side, properties)
-                if found is not None:
+                if found is not None and len(found.moves) < len(best.moves):
                     best, progressed = found, True
                     continue
             start += 1

@@ -131,6 +131,10 @@ def finding_of(divergence: Divergence, variant: ml.Variant) -> Optional[str]:
             return f"{f.id}: {f.title} (the seed's steps with {f.fix.value} take these moves without breaking " \
                    f"{divergence.prop}: docs/findings.md#{f.id.lower()})"
         candidates = cl.findings_breaking(divergence.prop)
+        if len(candidates) == 1:
+            f = candidates[0]
+            return f"{f.id}: {f.title} (the one finding that breaks {divergence.prop}: " \
+                   f"docs/findings.md#{f.id.lower()})"
         if candidates:
             return f"one of {', '.join(f.id for f in candidates)} (the findings that break {divergence.prop}; no " \
                    f"one fix alone takes these moves: docs/findings.md)"

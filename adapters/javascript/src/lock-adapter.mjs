@@ -369,9 +369,11 @@ export class LockAdapter {
             record = JSON.parse(text);
         }
         catch {
-            return "empty"; // unreadable, as an empty file is to the seed (half-written: the model's empty)
+            return "empty"; // unreadable: to the seed as an empty file is (the model's empty owner file)
         }
-        const pid = Number(record?.pid), start = Number(record?.started_at);
+        const pid = record?.pid, start = record?.started_at;
+        if (!Number.isInteger(pid) || !Number.isInteger(start))
+            return "empty"; // no {pid, started_at}: the seed finds no owner in it, as in an empty file
         const who = this.owners.find(([p, s]) => p === pid && s === start);
         return { pid, start, ns: who ? who[2] : 0 };
     }

@@ -50,6 +50,11 @@ async function main() {
     process.kill = (pid, signal) => {
         if (signal !== 0)
             throw new Error(`the lock kit's process.kill sends signal 0 only (the probe), not ${signal}`);
+        if (pid != (pid | 0)) { // Node's own check, before any system call: no step
+            const error = new TypeError(`The "pid" argument must be of type number. Received ${typeof pid}`);
+            error.code = "ERR_INVALID_ARG_TYPE";
+            throw error;
+        }
         stepper.pause("kill probe", "kill");
         if (stepper.alive(Number(pid)))
             return true;
