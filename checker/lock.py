@@ -15,11 +15,14 @@ Leaves out on purpose: parallel search (the bounds are small; ``checker.parallel
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from functools import partial
-from typing import Callable, Optional
+from pathlib import Path
+from typing import Any, Callable, Optional, cast
 
+from envreplica.checker import itf
 from envreplica.checker.bfs import Model, Result, Violation, check
 from envreplica.checker.liveness import ClosureBudgetExceeded, Liveness, closure_budget, stuck_states
 from envreplica.model import lock as ml
@@ -112,13 +115,27 @@ def operator_successors(cfg: ml.LockBounds, canonical: Callable[[ml.LockState], 
     return [canonical(ml.next_state(cfg, st, a)[0]) for a in chosen]
 
 
+def _remember_last(canonical: Callable[[ml.LockState], ml.LockState]) -> Callable[[ml.LockState], ml.LockState]:
+    """``canonical`` remembering its last argument: the search takes a new state's representative for its
+    fingerprint, and the liveness record asks again for the same state at once."""
+    last: list[Optional[ml.LockState]] = [None, None]
+
+    def remembered(st: ml.LockState) -> ml.LockState:
+        if st is not last[0]:
+            last[0], last[1] = st, canonical(st)
+        return cast(ml.LockState, last[1])
+
+    return remembered
+
+
 def run(cfg: ml.LockBounds, liveness: bool = True, stop_on_first: bool = False, symmetry: bool = True) -> LockRun:
     """Check ``cfg``: properties by breadth-first search, then bounded liveness."""
     started = time.perf_counter()
-    canonical = ml.canonical_function(cfg) if symmetry else (lambda st: st)
+    canonical = _remember_last(ml.canonical_function(cfg)) if symmetry else (lambda st: st)
     states: list[ml.LockState] = []
-    result = check(build_model(cfg, symmetry, observe_state=lambda st: states.append(canonical(st))),
-                   stop_on_first=stop_on_first)
+    model = build_model(cfg, symmetry, observe_state=lambda st: states.append(canonical(st)))
+    model.canonical = canonical if symmetry else None  # the search's fingerprint and the record share one call
+    result = check(model, stop_on_first=stop_on_first)
     live, stuck = None, None
     if liveness and result.complete and not (stop_on_first and result.violations):
         settled = partial(spec.settled, empty_is_free=ml.Fix.ATOMIC_PUBLISH in cfg.fixes)
@@ -143,4 +160,178 @@ def run_suite(bounds: tuple[ml.LockBounds, ...], liveness: bool = True, stop_on_
     return SuiteRun(runs)
 
 
-__all__ = ["ClosureBudgetExceeded", "EXTRA_CALLS", "LockRun", "SuiteRun", "build_model", "run", "run_suite"]
+# ---------------------------------------------------------------------------
+# Findings: each way the seed breaks a property, and the fix that prevents it
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A flaw of the seed's lock: the property it breaks, the ``Fix`` of ``fixed`` that prevents it, and where the
+    checker shows it (``bounds`` of the ``lock`` suite). ``alone`` is the length of the shortest trace with every
+    other fix in place (the flaw alone: ``fixed`` without ``fix``), ``seed`` the seed's own shortest trace of
+    ``prop`` at ``bounds`` (other flaws may shorten it); both are pinned by tests/test_lock_model.py."""
+
+    id: str  # F7, F8, ... (docs/findings.md; F1 to F6 are the replica's and the migration's)
+    title: str  # the flaw in one line
+    fix: ml.Fix  # what prevents it
+    prop: str  # the property it breaks (``spec.RECOVERABLE[0]`` for a wedged lock)
+    bounds: str  # the bounds of the ``lock`` suite where it shows
+    alone: int  # steps of the shortest trace of ``prop`` at ``bounds`` under ``fixed`` without ``fix``
+    seed: int  # steps of the seed's shortest trace of ``prop`` at ``bounds``
+    lines: str  # the seed's lines it runs through (projection-lock.js)
+    sees: str  # what a user sees
+
+
+FINDINGS: tuple[Finding, ...] = (
+    Finding("F7", "a kill between mkdir(L) and the owner file's write wedges the lock for good", ml.Fix.ATOMIC_PUBLISH,
+            spec.RECOVERABLE[0], "crash", 6, 3, "14-16, 29-44, 56-57",
+            "every later call waits its 80 tries and answers `publication_pending` \"Projection publisher is busy\", "
+            "forever: an empty L (or an empty owner.json) is unreadable, and unreadable counts as not stale"),
+    Finding("F8", "a takeover renames away a lock a live process acquired after the stale one was judged",
+            ml.Fix.CLAIMED_TAKEOVER, "takeover_only_of_the_dead", "race", 26, 16, "30-36, 45-50",
+            "two processes inside the operation at once: the inode check and the rename are two calls; between them "
+            "another process takes the stale lock over and a third makes a new one, which the rename moves away "
+            "(and on ext4 a freed inode number comes back, so the check proves nothing even without the window)"),
+    Finding("F9", "a release removes the lock by its path, whoever holds it now", ml.Fix.CLAIMED_RELEASE,
+            "release_removes_only_its_own", "namespace", 17, 18, "67-68",
+            "a holder whose lock was taken over (judged dead, or the directory removed by hand) removes the next "
+            "holder's lock in its finally: a third process enters beside the second"),
+    Finding("F10", "the start time is cached per pid for the whole call: a dead owner stays alive to it",
+            ml.Fix.FRESH_PROBE, "busy_only_while_a_live_owner_holds", "crash", 20, 10, "11, 33-36",
+            "`publication_pending` busy after 80 tries while the owner is dead (a zombie, or its pid reused): "
+            "the lock could have been taken over"),
+    Finding("F11", "an owner of another PID namespace is judged by its pid read in ours", ml.Fix.NAMESPACE,
+            "takeover_only_of_the_dead", "namespace", 15, 12, "9, 33-39",
+            "a container's live holder is taken for dead (its pid is nobody here, or somebody else): two processes "
+            "inside the operation"),
+    Finding("F12", "a killed owner not yet reaped (a zombie) answers kill(pid, 0): its lock is held until its parent "
+            "reaps it", ml.Fix.ZOMBIE_DEAD, "busy_only_while_a_live_owner_holds", "crash", 13, 10, "33-36",
+            "busy answers for as long as the dead holder's parent does not wait() for it"),
+    Finding("F13", "no order among waiters: a waiter can be overtaken by later arrivals without bound", ml.Fix.TICKETS,
+            "overtakes_are_bounded", "fair", 14, 14, "12-14, 56-58",
+            "a caller that arrived first is overtaken again and again, and can end busy while others ran"),
+    Finding("F14", "every failure of the operation is reported as committed", ml.Fix.TRUE_ANSWERS, "answers_are_true",
+            "answers", 9, 8, "61-66",
+            "`publication_pending` \"Committed projection needs reconciliation\" (effect committed) for an operation "
+            "that threw having changed nothing: the caller reconciles what never happened"),
+)
+
+
+def findings_breaking(prop: str) -> tuple[Finding, ...]:
+    """The findings whose flaw breaks ``prop`` (a seed's violation of it is one of them, or several at once)."""
+    return tuple(f for f in FINDINGS if f.prop == prop or (prop == "mutual_exclusion" and f.id in ("F8", "F9", "F11")))
+
+
+def finding_of(fixes: frozenset[ml.Fix]) -> Optional[Finding]:
+    """The finding a run with exactly ``fixes`` exposes when it is ``fixed`` less one fix (else None)."""
+    missing = frozenset(ml.Fix) - fixes
+    if len(missing) != 1:
+        return None
+    (fix,) = missing
+    return next(f for f in FINDINGS if f.fix is fix)
+
+
+def trace_lines(violation: Violation) -> list[str]:
+    """A counterexample, one numbered line per step with what it returned, then the state it left."""
+    lines: list[str] = []
+    prev: Optional[ml.LockState] = None
+    for i, step in enumerate(violation.steps):
+        if step.action is None:
+            lines.append(f"  #0 init: {ml.describe_state(step.state)}")
+        else:
+            lines.append(f"  #{i} {ml.describe_action(step.action, prev)} -> {result_text(step.result)}")
+            lines.append(f"       {ml.describe_state(step.state)}")
+        prev = step.state
+    return lines
+
+
+def result_text(result: object) -> str:
+    """A step's result in words: the call and what it found, the answer a call ended with, a lock removed."""
+    if isinstance(result, spec.Done) and result.note == "called":  # ``model.lock.start``: no call made yet
+        return "the call begins"
+    if isinstance(result, spec.Done):
+        text = result.call.value + (f": {result.note}" if result.note else "")
+    elif isinstance(result, spec.Ended):
+        text = f"{result.call.value}, the call answers {result.answer.value}"
+    elif isinstance(result, spec.EnvDone):
+        return result.note or "done"
+    elif isinstance(result, spec.Crashed):
+        return "killed"
+    else:
+        return type(result).__name__.lower()
+    if result.removed is not None:
+        who = result.removed.instance
+        text += f" (removed the lock of p{who[0]}#{who[1]}: {result.removed.how})"
+    if result.busy is not None:
+        text += " (gives up: busy)"
+    return text
+
+
+# ---------------------------------------------------------------------------
+# Traces: ITF
+# ---------------------------------------------------------------------------
+
+#: The protocol's name in an ITF trace's ``#meta.protocol``.
+PROTOCOL = "lock"
+#: A state's variables (``LockState``'s fields, each as ``itf.to_itf`` writes it).
+LOCK_VARS = ("procs", "fs", "os", "crashes", "reuses")
+#: Every argument an action may have (``mbt::nondetPicks``): the fields of ``model.lock``'s actions.
+LOCK_PICKS = ("slot", "choice", "effect", "ns", "pid")
+#: Each action's class by its kind (``mbt::actionTaken``).
+ACTIONS: dict[str, type] = {cls.kind: cls for cls in (ml.Start, ml.Step, ml.Leave, ml.Crash, ml.Reap, ml.Reuse)}
+
+
+def state_vars(st: ml.LockState) -> dict[str, Any]:
+    """A state's variables as ITF values."""
+    return {name: itf.to_itf(getattr(st, name)) for name in LOCK_VARS}
+
+
+def action_json(action: ml.Action) -> dict[str, Any]:
+    """An action as JSON: its ``kind`` and its fields (enums as their values)."""
+    out: dict[str, Any] = {"kind": action.kind}
+    for name in _fields(action):
+        value = getattr(action, name)
+        out[name] = value.value if hasattr(value, "value") else value
+    return out
+
+
+def _fields(action: object) -> list[str]:
+    """An action's own fields (compiled by mypyc, its class attribute ``kind`` is a dataclass field too)."""
+    return _fields_of(type(action))
+
+
+def _fields_of(cls: type) -> list[str]:
+    return [f.name for f in dataclasses.fields(cls) if f.name != "kind"]
+
+
+def action_from_json(data: dict[str, Any]) -> ml.Action:
+    """The inverse of ``action_json``."""
+    if data.get("kind") not in ACTIONS:
+        raise ValueError(f"action kind {data.get('kind')!r} is not an action of the lock model ({', '.join(ACTIONS)})")
+    cls = ACTIONS[data["kind"]]
+    fields = set(_fields_of(cls))
+    args = {name: spec.Effect(value) if name == "effect" else value for name, value in data.items() if name in fields}
+    return cast(ml.Action, cls(**args))
+
+
+def action_picks(action: ml.Action) -> dict[str, Any]:
+    """An action's fields as ITF values (``mbt::nondetPicks``)."""
+    return {name: itf.to_itf(getattr(action, name)) for name in _fields(action)}
+
+
+#: The lock's ITF writing (``checker.itf.write_steps``).
+ENCODER = itf.Encoder(PROTOCOL, LOCK_VARS, LOCK_PICKS, state_vars, lambda a: a.kind, action_picks, action_json,
+                      result_text, describe=lambda a, before: ml.describe_action(a, before))
+
+
+def write_trace(path: Path, violation: Violation, meta: Optional[dict[str, Any]] = None) -> Path:
+    """Write a violation's (or a stuck state's) path as an ITF trace; ``meta`` names the property, bounds, suite
+    and variant (``#meta.violated``, ``bounds``, ``suite``, ``variant``, ``fixes``)."""
+    return itf.write_steps(path, ENCODER, violation.steps, f"{violation.prop.name}: {violation.prop.statement}",
+                           meta)
+
+
+__all__ = ["ClosureBudgetExceeded", "ENCODER", "EXTRA_CALLS", "FINDINGS", "Finding", "LockRun", "PROTOCOL", "SuiteRun", "action_from_json",
+           "action_json", "build_model", "finding_of", "findings_breaking", "result_text", "run", "run_suite", "state_vars", "trace_lines",
+           "write_trace"]

@@ -47,6 +47,7 @@ from envreplica.cli.errors import (INTERNAL_ERROR_EXIT, INTERRUPTED_EXIT, USER_E
                                    input_file)
 from envreplica.checker.coverage import UNREACHABLE, Coverage, print_coverage_table
 from envreplica.checker.run import run
+from envreplica.model.lock import PRESETS as LOCK_PRESETS
 from envreplica.model.migration import PRESETS as MIGRATION_PRESETS
 from envreplica.model.presets import PRESETS, suite
 from envreplica.model.state import Variant
@@ -77,6 +78,29 @@ def print_counterexample(violation, out=console) -> None:
         out.print(f"      -> {_short(result)}   gate={s.state.replica.authority.gate.value}", highlight=False)
 
 
+#: ``envreplica check --protocol``: each protocol, what its check is.
+CHECK_PROTOCOLS = {
+    "all": "the gate",
+    "replica": "the gated replica's model check and its lockstep against the SQLite implementation",
+    "migration": "the paired writer migration's model check",
+    "lock": "the projection lock's model check",
+}
+
+
+def _protocol_of_check(args) -> str:
+    """The protocol ``check`` runs: ``--protocol``, or the protocol whose presets ``--bounds`` names; a bounds name
+    of another protocol than ``--protocol`` is a usage error."""
+    named = "lock" if args.bounds in LOCK_PRESETS else "migration" if args.bounds in MIGRATION_PRESETS else \
+        None if args.bounds == "default" else "replica"
+    if args.protocol == "all":
+        return named if named in ("lock", "migration") else "all"
+    if named is not None and named != args.protocol:
+        choices = {"replica": sorted(PRESETS), "migration": list(MIGRATION_PRESETS), "lock": list(LOCK_PRESETS)}
+        raise UsageError(f"--bounds {args.bounds} is not among the {args.protocol} protocol's bounds "
+                         f"({', '.join(choices[args.protocol])}): name one of them, or --protocol {named}")
+    return str(args.protocol)
+
+
 def cmd_check(args) -> int:
     """The full gate: the model check, then the lockstep against the built-in implementation."""
     import time
@@ -89,11 +113,20 @@ def cmd_check(args) -> int:
             migration_started = time.perf_counter()
             migration_rc = _migration_check(args, args.migration_bounds, gate=True)
             print(f"{_MIGRATION_RESULT}{migration_rc} {time.perf_counter() - migration_started:.3f}")
+        if args.lock_bounds != "none":
+            lock_started = time.perf_counter()
+            lock_rc = _lock_check(args, args.lock_bounds, gate=True)
+            print(f"{_LOCK_RESULT}{lock_rc} {time.perf_counter() - lock_started:.3f}")
         if args.migration_lockstep != "none":  # after the model checks, on this core (the lockstep has the other)
             print(_MIGRATION_LOCKSTEP_RESULT + json.dumps(_migration_lockstep(args)))
         return rc
-    if args.bounds in MIGRATION_PRESETS:  # the paired writer migration's model, alone
-        return _migration_check(args, args.bounds)
+    protocol = _protocol_of_check(args)
+    if protocol == "migration":  # the paired writer migration's model, alone
+        return _migration_check(args, "migration" if args.bounds == "default" else args.bounds)
+    if protocol == "lock":  # the projection lock's model, alone
+        return _lock_check(args, "lock" if args.bounds == "default" else args.bounds)
+    if protocol == "replica":  # the replica's stages alone
+        args.migration_bounds = args.migration_lockstep = args.lock_bounds = "none"
     from envreplica.model.presets import UnknownBounds
 
     try:
@@ -101,7 +134,8 @@ def cmd_check(args) -> int:
     except UnknownBounds:  # name the migration's bounds too: --bounds takes them (above)
         raise UnknownBounds(
             f"unknown bounds {args.bounds!r}: choose one of {', '.join(sorted(PRESETS))} (the replica's) "
-            f"or {', '.join(MIGRATION_PRESETS)} (the paired writer migration's)") from None
+            f"or {', '.join(MIGRATION_PRESETS)} (the paired writer migration's) or {', '.join(LOCK_PRESETS)} "
+            f"(the projection lock's)") from None
     _outputs_writable(getattr(args, "report", None))
     background = None if args.model_only or args.serial else _model_check_in_background(args)
     try:
@@ -116,6 +150,7 @@ def _gate(args, started: float, background: Optional["_BackgroundModelCheck"]) -
     import time
 
     migration = None  # (exit status, seconds) of the migration's model check
+    lock = None  # (exit status, seconds) of the lock's model check
     migration_lockstep: Optional[dict] = None  # the migration lockstep's row (_migration_lockstep)
     if background is None:
         model_rc = _model_check(args)
@@ -123,6 +158,9 @@ def _gate(args, started: float, background: Optional["_BackgroundModelCheck"]) -
         if args.migration_bounds != "none":
             migration_started = time.perf_counter()
             migration = (_migration_check(args, args.migration_bounds, gate=True), time.perf_counter() - migration_started)
+        if args.lock_bounds != "none":
+            lock_started = time.perf_counter()
+            lock = (_lock_check(args, args.lock_bounds, gate=True), time.perf_counter() - lock_started)
         if args.migration_lockstep != "none" and not args.model_only:
             migration_lockstep = _migration_lockstep(args)
     summary = _Rows()  # the summary table's rows after the model check's
@@ -157,6 +195,8 @@ def _gate(args, started: float, background: Optional["_BackgroundModelCheck"]) -
                         "[green]complete[/]" if not missing else f"[yellow]missing: {', '.join(i for _, i in missing)}[/]",
                         "")
         failed = failed or not report.ok
+        if args.lock_bounds != "none":
+            failed = _lock_lockstep(summary) or failed
         if args.no_concurrent:
             summary.add_row("concurrent processes", "skipped (--no-concurrent)", "[dim]skipped[/]", "")
             summary.add_row("concurrent threads", "skipped (--no-concurrent)", "[dim]skipped[/]", "")
@@ -164,7 +204,7 @@ def _gate(args, started: float, background: Optional["_BackgroundModelCheck"]) -
             failed = _concurrent_stage(args, summary) or failed
     if background is not None:
         console.print("\n[bold]model check[/] (ran beside the lockstep, on the other core):")
-        model_rc, output, model_seconds, migration, migration_lockstep = background.join()
+        model_rc, output, model_seconds, migration, lock, migration_lockstep = background.join()
         if model_rc not in (0, 1):  # no verdict: it could not run as asked, or it crashed (not a finding)
             return _without_verdict(model_rc, output)
         sys.stdout.write(output)
@@ -174,6 +214,10 @@ def _gate(args, started: float, background: Optional["_BackgroundModelCheck"]) -
         if migration is None:  # the child died before it reported the migration's check
             migration = (1, 0.0)
         failed = failed or migration[0] != 0
+    if args.lock_bounds != "none":
+        if lock is None:  # the child died before it reported the lock's check
+            lock = (1, 0.0)
+        failed = failed or lock[0] != 0
     table = Table(title=f"envreplica check: the gate (variant {args.variant})")
     for col in ("stage", "what", "result", "seconds"):
         table.add_column(col, justify="right" if col == "seconds" else "left")
@@ -182,6 +226,9 @@ def _gate(args, started: float, background: Optional["_BackgroundModelCheck"]) -
     if migration is not None:
         stages.append(("migration model check", f"bounds {args.migration_bounds} (paired writer migration)",
                        _verdict(migration[0] == 0), f"{migration[1]:.1f}"))
+    if lock is not None:
+        stages.append(("lock model check", f"bounds {args.lock_bounds} (projection lock)", _verdict(lock[0] == 0),
+                       f"{lock[1]:.1f}"))
     if args.migration_lockstep != "none" and not args.model_only:
         if migration_lockstep is None:  # the child died before it reported the migration lockstep
             migration_lockstep = {"status": 1, "what": "did not report", "seconds": 0.0}
@@ -221,6 +268,8 @@ class _Rows:
 _MODEL_SECONDS = "envreplica-model-check-seconds: "
 #: The line of a ``--model-stage`` child that ran the migration's check too: its exit status and seconds.
 _MIGRATION_RESULT = "envreplica-migration-check: "
+#: The line of a ``--model-stage`` child that ran the lock's check too: its exit status and seconds.
+_LOCK_RESULT = "envreplica-lock-check: "
 #: The last line of a ``--model-stage`` child that ran the migration lockstep: its row, as JSON.
 _MIGRATION_LOCKSTEP_RESULT = "envreplica-migration-lockstep: "
 
@@ -240,7 +289,7 @@ class _BackgroundModelCheck:
         self.started = time.perf_counter()
         self.output = tempfile.TemporaryFile(mode="w+", encoding="utf-8")
         argv = ["check", "--model-stage", "--quiet", "--bounds", args.bounds, "--variant", args.variant,
-                "--out", args.out, "--migration-bounds", args.migration_bounds,
+                "--out", args.out, "--migration-bounds", args.migration_bounds, "--lock-bounds", args.lock_bounds,
                 "--migration-lockstep", "none" if args.model_only else args.migration_lockstep]
         argv += ["--migration-lockstep-examples", str(args.migration_lockstep_examples)] \
             if args.migration_lockstep_examples is not None else []
@@ -254,9 +303,10 @@ class _BackgroundModelCheck:
         self.process = subprocess.Popen([sys.executable, "-c", code, *argv], stdout=self.output,
                                         stderr=subprocess.STDOUT, env=env)
 
-    def join(self) -> tuple[int, str, float, Optional[tuple[int, float]], Optional[dict]]:
-        """The child's exit status, output and seconds, the migration check's (status, seconds) and the migration
-        lockstep's row, each if it ran."""
+    def join(self) -> tuple[int, str, float, Optional[tuple[int, float]], Optional[tuple[int, float]],
+                            Optional[dict]]:
+        """The child's exit status, output and seconds, the migration check's and the lock check's (status,
+        seconds) and the migration lockstep's row, each if it ran."""
         import time
 
         rc = self.process.wait()
@@ -266,18 +316,21 @@ class _BackgroundModelCheck:
         self.output.seek(0)
         lines = self.output.read().splitlines(keepends=True)
         self.output.close()
-        migration = migration_lockstep = None
+        migration = lock = migration_lockstep = None
         for i in reversed(range(len(lines))):  # the result lines, wherever the stages' output put them
             if lines[i].startswith(_MIGRATION_LOCKSTEP_RESULT):
                 migration_lockstep = json.loads(lines.pop(i)[len(_MIGRATION_LOCKSTEP_RESULT):])
             elif lines[i].startswith(_MIGRATION_RESULT):
                 status, took = lines.pop(i)[len(_MIGRATION_RESULT):].split()
                 migration = (int(status), float(took))
+            elif lines[i].startswith(_LOCK_RESULT):
+                status, took = lines.pop(i)[len(_LOCK_RESULT):].split()
+                lock = (int(status), float(took))
         for i, line in enumerate(lines):
             if line.startswith(_MODEL_SECONDS):
                 seconds = float(lines.pop(i)[len(_MODEL_SECONDS):])
                 break
-        return rc, "".join(lines), seconds, migration, migration_lockstep
+        return rc, "".join(lines), seconds, migration, lock, migration_lockstep
 
     def stop(self) -> None:
         """End the child if it still runs (idempotent)."""
@@ -736,6 +789,37 @@ def cmd_conformance(args) -> int:
     return 1 if failed else 0
 
 
+#: Examples of the lock lockstep in the gate (``conformance.lock``: about 26 moves each).
+LOCK_LOCKSTEP_EXAMPLES = 200
+
+
+def _lock_lockstep(summary) -> bool:
+    """The lock lockstep (``conformance.lock``): ``impl.lock`` held to the lock model's ``fixed`` variant, move by
+    move, its coverage of the "sometimes" items asserted; its row in ``summary``; True when it failed."""
+    from envreplica.conformance.lock import run_lock_lockstep
+    from envreplica.conformance.lock.coverage import SOMETIMES
+
+    console.print(f"\n[bold]lock lockstep[/]: impl.lock against the lock model (fixed), {LOCK_LOCKSTEP_EXAMPLES} "
+                  f"examples, each process paused at every filesystem call")
+    report = run_lock_lockstep(LOCK_LOCKSTEP_EXAMPLES)
+    unreached = report.coverage.unreached()
+    sometimes = report.coverage.sometimes()
+    what = (f"impl.lock vs model: {report.examples:,} examples, {report.moves:,} moves; sometimes items "
+            f"{sum(1 for n in SOMETIMES if sometimes[n])}/{len(SOMETIMES)}")
+    if not report.passed:
+        console.print(f"[bold red]DIVERGENCE[/] after {report.examples:,} examples, {len(report.counterexample)} "
+                      f"moves:", highlight=False)
+        console.print("\n".join(report.trace()), highlight=False, markup=False)
+    elif unreached:
+        console.print(f"[bold red]COVERAGE[/]: not reached at this budget: {', '.join(unreached)} (a pass that "
+                      f"never reaches them proves nothing)", highlight=False)
+    else:
+        console.print(f"[green]PASS[/]: {what}; every required item reached", highlight=False)
+    ok = report.passed and not unreached
+    summary.add_row("lock lockstep", what, _verdict(ok), f"{report.seconds:.1f}")
+    return not ok
+
+
 def _migration_lockstep(args) -> dict:
     """The migration lockstep (``conformance.migration``) at ``--migration-lockstep``'s profile: it prints its
     coverage and any divergence; its row for the gate's table (status, what, seconds)."""
@@ -832,6 +916,115 @@ def _migration_check(args, name: str, gate: bool = False) -> int:
     else:
         console.print("[bold red]FAIL[/]: the paired writer migration")
     return 0 if result.ok else 1
+
+
+def _lock_check(args, name: str, gate: bool = False) -> int:
+    """The projection lock's model check (``checker.lock``) at bounds suite ``name``: a table, each violation's and
+    each stuck state's shortest trace (the finding it is, under ``seed``), the "sometimes" properties never
+    witnessed. In the ``gate``, a replica-only variant such as fix-f1 takes the fixed one."""
+    from envreplica.checker import lock as cl
+    from envreplica.model import lock as ml
+    from envreplica.spec import lock as spec
+
+    if gate and args.variant != ml.Variant.SEED.value:
+        variant = ml.Variant.FIXED
+    elif args.variant not in (ml.Variant.SEED.value, ml.Variant.FIXED.value):
+        raise UsageError(f"--variant {args.variant} is the replica's; the projection lock's model takes seed or "
+                         f"fixed")
+    else:
+        variant = ml.Variant(args.variant)
+    console.print(f"\n[bold]lock model check[/]: the projection lock, a kill at any step "
+                  f"(bounds {name}, variant {variant.value})")
+    result = cl.run_suite(ml.suite(name, variant))
+    table = Table(title=f"envreplica check --protocol lock --bounds {name} --variant {variant.value}")
+    for col in ("bounds", "processes", "calls", "kills", "pid reuses", "distinct states", "depth", "closure",
+                "stuck", "seconds", "states/s"):
+        table.add_column(col, justify="left" if col == "bounds" else "right")
+    for r in result.runs:
+        b, live = r.bounds, r.liveness
+        table.add_row(b.name, str(b.processes), str(b.calls), str(b.crashes), str(b.reuses),
+                      f"{r.result.states:,}", str(r.result.depth), f"{live.closure:,}" if live else "-",
+                      str(len(live.stuck)) if live else "-", f"{r.seconds:.1f}",
+                      f"{r.result.states / r.seconds:,.0f}" if r.seconds else "-")
+    console.print(table)
+    for r in result.runs:
+        for prop_name, violation in r.result.violations.items():
+            named = _lock_findings_named(prop_name, r.bounds)
+            console.print(f"[bold red]VIOLATED[/] {prop_name} at bounds {r.bounds.name}, {violation.length} steps"
+                          f"{named}: {violation.prop.statement}", highlight=False)
+            console.print("\n".join(cl.trace_lines(violation)), highlight=False, markup=False)
+            _lock_trace(args, name, variant, r.bounds, prop_name, violation)
+        if r.stuck is not None:
+            assert r.liveness is not None
+            name_, sentence = spec.RECOVERABLE
+            named = _lock_findings_named(name_, r.bounds)
+            console.print(f"[bold red]VIOLATED[/] {name_} at bounds {r.bounds.name}: {len(r.liveness.stuck):,} "
+                          f"reached states from which the processes alone never settle; the shortest path to one, "
+                          f"{r.stuck.length} steps{named}: {sentence}", highlight=False)
+            console.print("\n".join(cl.trace_lines(r.stuck)), highlight=False, markup=False)
+            _lock_trace(args, name, variant, r.bounds, name_, r.stuck)
+    verdicts = Table(title="properties of the projection lock (spec.lock)")
+    for col in ("property", "kind", "verdict", "statement"):
+        verdicts.add_column(col)
+    for prop in (*spec.INVARIANTS, *spec.STEP_PROPERTIES):
+        broken = [r.bounds.name for r in result.runs if prop.name in r.result.violations]
+        verdicts.add_row(prop.name, prop.kind, f"[red]violated ({', '.join(broken)})[/]" if broken
+                         else "[green]holds[/]", prop.statement)
+    stuck = [r.bounds.name for r in result.runs if r.liveness is not None and not r.liveness.ok]
+    verdicts.add_row(spec.RECOVERABLE[0], "bounded liveness",
+                     f"[red]violated ({', '.join(stuck)})[/]" if stuck else "[green]holds[/]", spec.RECOVERABLE[1])
+    for prop in spec.SOMETIMES:
+        seen = [r.bounds.name for r in result.runs if prop.name not in r.missed]
+        verdicts.add_row(prop.name, "sometimes", f"[green]witnessed ({', '.join(seen)})[/]" if seen
+                         else "[red]never witnessed[/]", prop.statement)
+    console.print(verdicts)
+    for prop_name in result.missed:
+        console.print(f"[bold red]NEVER WITNESSED[/] {prop_name} (at no bounds of the suite): a pass would be vacuous")
+    props = len(spec.INVARIANTS) + len(spec.STEP_PROPERTIES) + 1
+    if result.ok:
+        console.print(f"[bold green]PASS[/]: the projection lock: {props} properties hold (bounded liveness among "
+                      f"them), {len(spec.SOMETIMES)} sometimes properties witnessed, {result.states:,} states")
+    else:
+        broken = sorted({p for r in result.runs for p in r.result.violations}
+                        | ({spec.RECOVERABLE[0]} if stuck else set()))
+        console.print(f"[bold red]FAIL[/]: the projection lock ({variant.value}) breaks {', '.join(broken) or 'no property'}"
+                      + (f"; never witnessed: {', '.join(result.missed)}" if result.missed else "")
+                      + f" (traces in {args.out})", highlight=False)
+    return 0 if result.ok else 1
+
+
+def _lock_findings_named(prop: str, bounds) -> str:
+    """The findings a violation of ``prop`` at ``bounds`` is, in words: the one finding of a run that is ``fixed``
+    less one fix; under the seed, the findings whose flaw breaks ``prop``."""
+    from envreplica.checker import lock as cl
+
+    alone = cl.finding_of(bounds.fixes)
+    if alone is not None:
+        return f" (finding {alone.id}: {alone.title}; docs/findings.md)"
+    if bounds.fixes:
+        return ""
+    found = cl.findings_breaking(prop)
+    return f" (the seed's flaw{'s' if len(found) > 1 else ''} {', '.join(f.id for f in found)}; docs/findings.md)" \
+        if found else ""
+
+
+def _lock_trace(args, suite_name: str, variant, bounds, prop: str, violation) -> None:
+    """A lock counterexample (or a stuck state's path) written as an ITF trace to ``--out``, its page beside."""
+    from envreplica.checker import lock as cl
+
+    meta = {"variant": variant.value, "suite": suite_name, "bounds": bounds.name, "violated": prop,
+            "fixes": sorted(f.value for f in bounds.fixes)}
+    alone = cl.finding_of(bounds.fixes)
+    found = (alone,) if alone is not None else cl.findings_breaking(prop) if not bounds.fixes else ()
+    if found:
+        meta["finding"] = ", ".join(f.id for f in found)
+    path = cl.write_trace(Path(args.out) / f"lock-{variant.value}-{bounds.name}-{prop}.itf.json", violation, meta)
+    console.print(f"  trace written to [bold]{path}[/] (envreplica report {path})", highlight=False)
+    _page_beside(path, args)
+    if getattr(args, "report", None):
+        from envreplica.report.run import add_trace
+
+        add_trace(args.report, path)
 
 
 def _migration_trace(args, suite_name: str, variant, bounds: str, prop: str, violation) -> None:
@@ -1216,11 +1409,20 @@ def main(argv=None) -> int:
                     "a lockstep conformance gate, and the reference implementation on SQLite.")
     parser.add_argument("--version", action="version", version=f"envreplica {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
-    c = sub.add_parser("check", help="model-check the protocol within named bounds")
+    c = sub.add_parser("check", help="model-check the protocols within named bounds, then hold the built-in "
+                                     "implementations to them (the gate)")
+    c.add_argument("--protocol", default="all", choices=[*CHECK_PROTOCOLS],
+                   help="all (the gate: every protocol's model check and lockstep), or one protocol's model check "
+                        "alone: " + "; ".join(f"{p}: {what}" for p, what in CHECK_PROTOCOLS.items() if p != "all"))
     c.add_argument("--bounds", default="default",
-                   help=f"the replica's: one of {', '.join(PRESETS)}; or the paired writer migration's alone: "
-                        f"one of {', '.join(MIGRATION_PRESETS)}")
-    c.add_argument("--variant", default=Variant.FIXED.value, choices=[v.value for v in Variant])
+                   help=f"the bounds suite, by protocol: replica {', '.join(PRESETS)}; migration "
+                        f"{', '.join(MIGRATION_PRESETS)}; lock {', '.join(LOCK_PRESETS)} (a migration's or a lock's "
+                        f"name alone implies its --protocol)")
+    c.add_argument("--variant", default=Variant.FIXED.value, choices=[v.value for v in Variant],
+                   help="the replica's variants; the migration's and the lock's models take seed or fixed")
+    c.add_argument("--lock-bounds", default="lock", choices=[*LOCK_PRESETS, "none"],
+                   help="the projection lock's bounds the gate checks too, beside the replica's, and its lockstep "
+                        "(default: lock; none: skip both)")
     c.add_argument("--migration-bounds", default="migration", choices=[*MIGRATION_PRESETS, "none"],
                    help="the paired writer migration's bounds the gate checks too, beside the replica's "
                         "(default: migration; none: skip it)")

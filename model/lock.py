@@ -113,13 +113,13 @@ class LockBounds:
 #: Named bounds suites (``envreplica check --bounds NAME``). Each suite is checked bounds by bounds; its
 #: "sometimes" properties must each be witnessed in one of them. ``lock`` is what the gate checks: three processes
 #: racing on a lock a dead process left (``race``), a kill at any step with zombies and a pid reused (``crash``),
-#: a process of another PID namespace (``namespace``), two processes calling twice (``fair``), and every outcome
-#: of the operation (``answers``). ``lock-deep`` adds a kill to the race, inode numbers never reused, three
+#: a process of another PID namespace (``namespace``), two processes calling three times (``fair``: enough calls
+#: for a waiter to be overtaken twice), and every outcome of the operation (``answers``). ``lock-deep`` adds a kill to the race, inode numbers never reused, three
 #: processes calling twice, and two calling twice with every world move at once.
 RACE = LockBounds("race", processes=3, calls=1, crashes=0, stale=True, max_tries=0)
 CRASH = LockBounds("crash", processes=2, calls=1, crashes=1, reuses=1, zombies=True, max_tries=1)
 NAMESPACE = LockBounds("namespace", processes=2, calls=1, crashes=1, namespaces=True, max_tries=1)
-FAIR = LockBounds("fair", processes=2, calls=2, crashes=0, max_tries=2)
+FAIR = LockBounds("fair", processes=2, calls=3, crashes=0, max_tries=1)
 ANSWERS = LockBounds("answers", processes=2, calls=1, crashes=0, max_tries=1, effects=frozenset(Effect))
 RACE_CRASH = LockBounds("race-crash", processes=3, calls=1, crashes=1, max_tries=1)
 RACE_TMPFS = LockBounds("race-tmpfs", processes=3, calls=1, crashes=0, stale=True, max_tries=0, inodes=Inodes.FRESH)
@@ -194,6 +194,8 @@ class Ticket(HashOnce):
     start: int
     ns: int
     instance: Instance
+    gone: bool = False  # removed by another process that judged its owner dead, the owner alive (ghost: not on
+    # disk, read by nobody; its owner still orders itself by its own nonce, so the ranks stay those of the nonces)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -489,15 +491,26 @@ def _provable(cfg: LockBounds, prober: Proc, record_ns: int) -> bool:
     return record_ns == prober.ns or Fix.NAMESPACE not in cfg.fixes
 
 
-def _without_ticket(st: LockState, instance: Instance) -> LockState:
-    """The ticket of ``instance`` removed (``rmdir``; found by its instance: its rank may have moved since)."""
-    return replace(st, fs=replace(st.fs, tickets=frozenset(t for t in st.fs.tickets if t.instance != instance)))
+def _without_ticket(st: LockState, instance: Instance, by_other: bool = False) -> LockState:
+    """The ticket of ``instance`` removed (``rmdir``; found by its instance: its rank may have moved since). Removed
+    ``by_other`` while its owner lives (a wrong judgement: another PID namespace's ticket), it stays as a ghost
+    (``Ticket.gone``): its owner still knows its own name."""
+    owner_lives = by_other and any(p.status is Status.RUNNING and _instance(p) == instance for p in st.procs)
+    removed = next((t for t in st.fs.tickets if t.instance == instance), None)
+    if removed is None:  # already removed (ENOENT)
+        return st
+    if owner_lives:
+        kept = frozenset(t for t in st.fs.tickets if t.instance != instance) | {replace(removed, gone=True)}
+    else:  # the ranks of its seq close up: a new ticket can take any place among the ones left
+        kept = frozenset(replace(t, rank=t.rank - 1) if t.seq == removed.seq and t.rank > removed.rank else t
+                         for t in st.fs.tickets if t.instance != instance)
+    return replace(st, fs=replace(st.fs, tickets=kept))
 
 
 def _queued_ahead(cfg: LockBounds, st: LockState, proc: Proc) -> Optional[Ticket]:
     """The first ticket ordered before ``proc``'s (by (seq, nonce): ``(seq, rank)``), if any."""
-    mine = next(t for t in st.fs.tickets if t.instance == _instance(proc))
-    ahead = [t for t in st.fs.tickets if (t.seq, t.rank) < (mine.seq, mine.rank)]
+    mine = next(t for t in st.fs.tickets if t.instance == _instance(proc))  # a ghost, if another removed it
+    ahead = [t for t in st.fs.tickets if not t.gone and (t.seq, t.rank) < (mine.seq, mine.rank)]
     return min(ahead, key=lambda t: (t.seq, t.rank)) if ahead else None
 
 
@@ -572,7 +585,7 @@ def _loop_pc(cfg: LockBounds) -> Pc:
 
 
 def step_ticket_readdir(cfg: LockBounds, st: LockState, proc: Proc) -> tuple[LockState, Done]:
-    seq = 1 + max((t.seq for t in st.fs.tickets), default=0)
+    seq = 1 + max((t.seq for t in st.fs.tickets if not t.gone), default=0)
     return _go(st, proc, Pc.TICKET_MKDIR, Call.READDIR, f"seq {seq}", seq=seq)
 
 
@@ -624,7 +637,7 @@ def step_queue_proc(cfg: LockBounds, st: LockState, proc: Proc) -> tuple[LockSta
 def step_queue_rmdir(cfg: LockBounds, st: LockState, proc: Proc) -> tuple[LockState, Done]:
     ahead = proc.ahead
     assert ahead is not None
-    return _go(_without_ticket(st, ahead.instance), proc, Pc.QUEUE_READDIR, Call.RMDIR, "a dead process's ticket",
+    return _go(_without_ticket(st, ahead.instance, by_other=True), proc, Pc.QUEUE_READDIR, Call.RMDIR, "a dead process's ticket",
                ahead=None)
 
 
@@ -815,24 +828,26 @@ def step_rename_stale(cfg: LockBounds, st: LockState, proc: Proc) -> tuple[LockS
     return _go(st, proc, Pc.UNLINK_STALE, Call.RENAME, "moved L away", Removal(lock.maker, "takeover"))
 
 
-def _my_moved(st: LockState, proc: Proc) -> tuple[int, LockDir]:
-    return next(m for m in st.fs.moved if m[0] == proc.slot)
+def _my_moved(st: LockState, proc: Proc) -> int:
+    """The index in ``Fs.moved`` of the directory ``proc`` moved away (by position, never by identity: compiled
+    code may rebuild a tuple it unboxed, so ``is`` on one is not a test)."""
+    return next(i for i, m in enumerate(st.fs.moved) if m[0] == proc.slot)
 
 
 def step_unlink_stale(cfg: LockBounds, st: LockState, proc: Proc) -> tuple[LockState, Done]:
     """``rmSync(moved, {recursive})``: its entries first (the owner file, if there), then the directory."""
-    entry = _my_moved(st, proc)
-    mover, d = entry
+    at = _my_moved(st, proc)
+    mover, d = st.fs.moved[at]
     if d.owner is None:
-        moved = tuple(m for m in st.fs.moved if m is not entry)
+        moved = st.fs.moved[:at] + st.fs.moved[at + 1:]
         return _continue(cfg, replace(st, fs=replace(st.fs, moved=moved)), proc, Call.RMDIR, "removed")
-    moved = tuple((mover, replace(d, owner=None)) if m is entry else m for m in st.fs.moved)
+    moved = st.fs.moved[:at] + ((mover, replace(d, owner=None)),) + st.fs.moved[at + 1:]
     return _go(replace(st, fs=replace(st.fs, moved=moved)), proc, Pc.RMDIR_STALE, Call.UNLINK, "")
 
 
 def step_rmdir_stale(cfg: LockBounds, st: LockState, proc: Proc) -> tuple[LockState, Done]:
-    entry = _my_moved(st, proc)
-    moved = tuple(m for m in st.fs.moved if m is not entry)
+    at = _my_moved(st, proc)
+    moved = st.fs.moved[:at] + st.fs.moved[at + 1:]
     return _continue(cfg, replace(st, fs=replace(st.fs, moved=moved)), proc, Call.RMDIR, "removed")
 
 
@@ -1144,7 +1159,30 @@ class _Renaming:
     def ticket(self, t: Optional[Ticket]) -> Optional[Ticket]:
         if t is None:
             return None
-        return Ticket(t.seq, t.rank, self.slot(t.slot), self.pid(t.pid, t.ns), t.start, t.ns, self.instance(t.instance))
+        return Ticket(t.seq, t.rank, self.slot(t.slot), self.pid(t.pid, t.ns), t.start, t.ns, self.instance(t.instance),
+                      t.gone)
+
+    def key(self, st: LockState) -> tuple[object, ...]:
+        """``_key`` of ``self.state(st)``, computed without building that state (the representative's choice
+        compares candidates by key; only the winner is built)."""
+        fs = st.fs
+        procs: list[tuple[object, ...]] = [()] * len(st.procs)
+        for p in st.procs:
+            procs[self.to[p.slot]] = (
+                self.pid(p.pid, p.ns), p.start, p.ns, p.status.value, p.call, p.pc.value, p.tries,
+                p.inode if p.inode is not None else -1, self.instance(p.listed) if p.listed is not None else (),
+                _rec_key(self.record(p.read)), tuple(sorted((self.pid(pid, p.ns), s) for pid, s in p.cache)),
+                p.fd if p.fd is not None else -1, self.instance(p.holds) if p.holds is not None else (), p.made,
+                p.seq, _ticket_key(self.ticket(p.ahead)), p.inside, p.entered, p.effect.value if p.effect else "",
+                p.answer.value if p.answer else "", p.queued, p.overtaken)
+        return (tuple(procs), _dir_key(self.lockdir(fs.lock)),
+                tuple(sorted((self.slot(m), _dir_key(self.lockdir(d))) for m, d in fs.moved)),
+                tuple(sorted(self.instance(i) for i in fs.temps)),
+                tuple(sorted(_ticket_key(self.ticket(t)) for t in fs.tickets)), fs.next_inode,
+                tuple(sorted((o.ns, self.pid(o.pid, o.ns), o.start, o.zombie, self.slot(o.slot))
+                             for o in st.os.occupants)),
+                tuple(sorted(((ns, self.pid(pid, ns)), gen) for (ns, pid), gen in st.os.starts)),
+                st.crashes, st.reuses)
 
     def state(self, st: LockState) -> LockState:
         fs = st.fs
@@ -1177,7 +1215,7 @@ def _dir_key(d: Optional[LockDir]) -> tuple[object, ...]:
 
 
 def _ticket_key(t: Optional[Ticket]) -> tuple[int, ...]:
-    return () if t is None else (t.seq, t.rank, t.slot, t.pid, t.start, t.ns, *t.instance)
+    return () if t is None else (t.seq, t.rank, t.slot, t.pid, t.start, t.ns, *t.instance, int(t.gone))
 
 
 def _proc_key(p: Proc) -> tuple[object, ...]:
@@ -1223,6 +1261,13 @@ def _signature(p: Proc) -> tuple[object, ...]:
             p.inode if p.inode is not None else -1, len(p.cache), p.fd if p.fd is not None else -1)
 
 
+def _untouched(p: Proc) -> bool:
+    """A process that has not called the lock yet: nothing in the state names it but its own row and its pid's
+    occupant (without a second PID namespace, nobody probes its pid), so processes like it are interchangeable
+    in any order: renaming them among themselves gives the same state."""
+    return p.call == 0 and p.pc is Pc.IDLE and p.status is Status.RUNNING
+
+
 def canonical_function(cfg: LockBounds) -> Callable[[LockState], LockState]:
     """``st``'s representative under the permutations of interchangeable processes (sort-and-relabel, as
     ``model.symmetry``): the processes of namespace 0 are sorted by ``_signature`` and renumbered in that order;
@@ -1233,6 +1278,7 @@ def canonical_function(cfg: LockBounds) -> Callable[[LockState], LockState]:
     if len(movable) < 2:
         return lambda st: st
     identity = tuple(range(cfg.processes))
+    one_way = not cfg.namespaces
 
     def canonical(st: LockState) -> LockState:
         sigs = {slot: _signature(st.procs[slot]) for slot in movable}
@@ -1244,7 +1290,9 @@ def canonical_function(cfg: LockBounds) -> Callable[[LockState], LockState]:
             else:
                 groups.append([slot])
         candidates = []
-        for arrangement in itertools.product(*(itertools.permutations(g) for g in groups)):
+        # processes that never called are named nowhere (without a second namespace): one arrangement of them
+        for arrangement in itertools.product(*((tuple(g),) if one_way and _untouched(st.procs[g[0]])
+                                               else itertools.permutations(g) for g in groups)):
             order = [slot for group in arrangement for slot in group]  # old slots, in their new order
             to = list(identity)
             for new, old in zip(movable, order):
@@ -1252,13 +1300,14 @@ def canonical_function(cfg: LockBounds) -> Callable[[LockState], LockState]:
             candidates.append(tuple(to))
         if len(candidates) == 1:
             return st if candidates[0] == identity else _Renaming(cfg, candidates[0]).state(st)
-        best: Optional[LockState] = None
+        best: Optional[_Renaming] = None
         best_key: Optional[tuple[object, ...]] = None
         for to_ in candidates:
-            other = st if to_ == identity else _Renaming(cfg, to_).state(st)
-            k = _key(other)
+            renaming = _Renaming(cfg, to_)
+            k = renaming.key(st)
             if best_key is None or k < best_key:
-                best, best_key = other, k
-        return cast(LockState, best)
+                best, best_key = renaming, k
+        assert best is not None
+        return st if best.to == identity else best.state(st)
 
     return canonical

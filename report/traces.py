@@ -215,6 +215,7 @@ def resolve(path: Path) -> Path:
 READERS: dict[str, str] = {
     "replica": "envreplica.report.traces:read_replica",
     "migration": "envreplica.report.migration:read_trace",
+    "lock": "envreplica.report.lock:read_trace",
 }
 
 

@@ -330,7 +330,10 @@ class Property:
 
     @property
     def statement(self) -> str:
-        text = (self.check.__doc__ or "").strip()
+        # compiled by mypyc, a function keeps no docstring: read it from the source beside it, as the replica's do
+        from envreplica.spec.properties import _docstring_in_source
+
+        text = (self.check.__doc__ or _docstring_in_source(self.check) or "").strip()
         return text.splitlines()[0] if text else self.name
 
 

@@ -304,7 +304,8 @@ def test_a_bug_in_the_gates_model_check_process_is_exit_3_not_a_finding(tmp_path
     site.mkdir()
     (site / "sitecustomize.py").write_text(WITHOUT_MIGRATION)
     proc = envreplica("check", "--bounds", "tiny", "--lockstep-examples", "2", "--no-concurrent", "--migration-bounds",
-                      "none", "--migration-lockstep", "dev", "--migration-lockstep-examples", "1", "--out", "out",
+                      "none", "--migration-lockstep", "dev", "--migration-lockstep-examples", "1", "--lock-bounds", "none",
+                      "--out", "out",
                       cwd=tmp_path, stdin="", timeout=600, env_extra={"PYTHONPATH": str(site)})
     assert proc.returncode == 3, (proc.returncode, proc.stdout[-3000:], proc.stderr[-3000:])
     assert "Traceback" in proc.stderr

@@ -248,11 +248,15 @@ def test_check_runs_model_check_then_lockstep(tmp_path, capsys):
     assert "model check" in out and "SQLite vs model" in out and "lockstep coverage" in out
     assert "bounds migration (paired writer migration)" in out  # the migration's check, from the background child
     assert "migration lockstep" in out and "paired migration vs model" in out  # and its lockstep, after it
-    code, out = run_cli(["check", "--bounds", "tiny", "--quiet", "--model-only", "--out", str(tmp_path)], capsys)
+    assert "bounds lock (projection lock)" in out  # the lock's check, from the background child
+    assert "lock lockstep" in out and "impl.lock vs model" in out  # and its lockstep, in this process
+    code, out = run_cli(["check", "--bounds", "tiny", "--quiet", "--model-only", "--lock-bounds", "none",
+                         "--out", str(tmp_path)], capsys)
     assert code == 0 and "skipped (--model-only)" in out and "bounds migration (paired writer migration)" in out
     assert "paired migration vs model" not in out  # a lockstep: --model-only skips it
+    assert "projection lock" not in out  # --lock-bounds none
     code, out = run_cli(["check", "--bounds", "tiny", "--quiet", "--model-only", "--migration-bounds", "none",
-                         "--out", str(tmp_path)], capsys)
+                         "--lock-bounds", "none", "--out", str(tmp_path)], capsys)
     assert code == 0 and "paired writer migration" not in out
 
 
