@@ -414,7 +414,7 @@ def _same(a: ml.Action, b: ml.Action) -> bool:
 def _ticket_key(name: str) -> tuple[int, str]:
     match = pr.TICKET.match(name)
     if match is None:
-        raise HarnessError(f"{name} is not a ticket")
+        raise Divergence("step", f"the implementation makes a ticket named {name!r}, which is no ticket's name")
     return int(match.group(1)), match.group(2)
 
 

@@ -141,11 +141,10 @@ def finding_of(divergence: Divergence, variant: ml.Variant) -> Optional[str]:
         return None
     for fix in sorted(cfg.fixes, key=lambda f: f.value):
         if agrees_without(replace(cfg, fixes=cfg.fixes - {fix}), divergence):
-            f = cl.finding_of(cfg.fixes - {fix}) if cfg.fixes == ml.Variant.FIXED.fixes else None
-            f = f or next((x for x in cl.FINDINGS if x.fix is fix), None)
-            if f is not None:
-                return f"{f.id}: {f.title} (the implementation answers as the model without {fix.value}: " \
-                       f"docs/findings.md#{f.id.lower()})"
+            found = next((x for x in cl.FINDINGS if x.fix is fix), None)
+            if found is not None:
+                return f"{found.id}: {found.title} (the implementation answers as the model without {fix.value}: " \
+                       f"docs/findings.md#{found.id.lower()})"
     return None
 
 
