@@ -621,8 +621,12 @@ def _lock_conformance(args) -> int:
     elif report.divergence is not None:
         d = report.divergence
         finding = finding_of(d, variant)
-        console.print(f"[bold red]DIVERGENCE[/] ({d.key}) after {report.found_after_examples} examples, "
-                      f"{len(d.moves)} moves:", highlight=False)
+        if d.key == "property":  # both sides took every move alike: the implementation breaks it as the model does
+            console.print(f"[bold red]PROPERTY BROKEN[/] on moves the implementation took as the model did, after "
+                          f"{report.found_after_examples} examples, {len(d.moves)} moves:", highlight=False)
+        else:
+            console.print(f"[bold red]DIVERGENCE[/] ({d.key}) after {report.found_after_examples} examples, "
+                          f"{len(d.moves)} moves:", highlight=False)
         if finding:
             print(f"finding {finding}")
         print("\n".join(report.trace(d.cfg)))

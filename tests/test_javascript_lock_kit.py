@@ -16,6 +16,7 @@ Budgets are counts of examples (derandomized), never the clock.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -46,8 +47,11 @@ MUTANT_EXAMPLES = 300
 
 
 def lock_source() -> Path:
-    """The seed's ``storage/projection-lock.js`` (beside the migration the kit's extractor writes)."""
-    path = seed_source().parent / "projection-lock.js"
+    """The seed's ``storage/projection-lock.js``: ``ENVREPLICA_SEED_LOCK_SOURCE`` (``.ci/run`` sets it), else beside
+    the migration the kit's extractor writes (``javascript_kit.seed_source``)."""
+    named = os.environ.get("ENVREPLICA_SEED_LOCK_SOURCE")
+    path = Path(named).resolve() if named else seed_source().parent / "projection-lock.js"
+    require_kit()
     if not path.is_file():
         pytest.fail(f"{path} is missing: adapters/javascript/scripts/extract-seed.mjs writes it beside the migration")
     return path
