@@ -249,6 +249,7 @@ def test_check_runs_model_check_then_lockstep(tmp_path, capsys):
     assert "bounds migration (paired writer migration)" in out  # the migration's check, from the background child
     assert "migration lockstep" in out and "paired migration vs model" in out  # and its lockstep, after it
     assert "bounds lock (projection lock)" in out  # the lock's check, from the background child
+    assert "PASS: the projection lock" in out
     assert "lock lockstep" in out and "impl.lock vs model" in out  # and its lockstep, in this process
     code, out = run_cli(["check", "--bounds", "tiny", "--quiet", "--model-only", "--lock-bounds", "none",
                          "--out", str(tmp_path)], capsys)
