@@ -291,7 +291,8 @@ LOCK_VARS = ("procs", "fs", "os", "crashes", "reuses")
 #: Every argument an action may have (``mbt::nondetPicks``): the fields of ``model.lock``'s actions.
 LOCK_PICKS = ("slot", "choice", "effect", "ns", "pid")
 #: Each action's class by its kind (``mbt::actionTaken``).
-ACTIONS: dict[str, type] = {cls.kind: cls for cls in (ml.Start, ml.Step, ml.Leave, ml.Crash, ml.Reap, ml.Reuse)}
+ACTIONS: dict[str, type] = {"start": ml.Start, "step": ml.Step, "leave": ml.Leave, "crash": ml.Crash, "reap": ml.Reap,
+                            "reuse": ml.Reuse}  # by name: compiled by mypyc, a class's ``kind`` is a field
 
 
 def state_vars(st: ml.LockState) -> dict[str, Any]:

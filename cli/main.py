@@ -747,10 +747,145 @@ def _migration_lockstep_through(args, shared, variant, stages: Stages) -> int:
     return 1
 
 
+#: ``envreplica conformance --protocol lock``: examples per profile (each of ``conformance.lock.run``'s
+#: ``STEPS_PER_EXAMPLE`` moves at most).
+LOCK_CONFORMANCE_EXAMPLES = {"dev": 20, "ci": 100, "nightly": 1000}
+
+
+def _lock_conformance(args) -> int:
+    """``envreplica conformance --protocol lock``: the lock lockstep through an adapter (docs/protocol.md, section
+    12); exit 0 when it agrees, 1 on a divergence (named as the finding one fix explains, under ``fixed``), 2 when
+    the adapter could not be run or broke (naming the move)."""
+    from envreplica.conformance.lock.adapter_side import AdapterBroken, AdapterShared
+    from envreplica.model import lock as ml
+
+    if args.variant not in {v.value for v in ml.Variant}:
+        raise UsageError(f"--protocol lock takes --variant seed or fixed, not {args.variant!r} (the replica's)")
+    if args.traces:
+        raise UsageError("--traces replays the replica's saved requests; --protocol lock has none to replay")
+    variant = ml.Variant(args.variant)
+    _outputs_writable(args.junit, getattr(args, "report", None))
+    timeout, start = _timeouts(args)
+    with _stages(args, "conformance") as stages:
+        try:
+            shared = AdapterShared(args.adapter, variant, timeout=timeout, start_timeout=start,
+                                   waiting=_waiting_for_start(stages, args.adapter, "hello", start))
+        except AdapterBroken as error:
+            raise UsageError(f"the adapter could not be run, so nothing was checked: it broke on its first request "
+                             f"(`hello`): {error}; {_adapter_rule('12')}"
+                             f"{_first_answer_hint(error.timed_out and error.request <= 1)}") from None
+        finally:
+            stages.end("adapter start-up")
+        return _lock_lockstep_through(args, shared, variant, stages)
+
+
+def _lock_lockstep_through(args, shared, variant, stages: Stages) -> int:
+    """The lock lockstep through ``shared`` (the adapter, started and declared), its progress on ``stages``
+    (closed before the verdict, the last line); ``_lock_conformance``'s exit status."""
+    from envreplica.conformance.junit import JUnitCase, write_junit
+    from envreplica.conformance.lock.coverage import required_for
+    from envreplica.conformance.lock.run import STEPS_PER_EXAMPLE, run_lock_lockstep
+    from envreplica.conformance.lock.traces import finding_of, write_trace
+
+    decl = shared.decl
+    examples = args.max_examples if args.max_examples is not None else LOCK_CONFORMANCE_EXAMPLES[args.profile]
+    steps = args.steps if args.steps is not None else STEPS_PER_EXAMPLE
+    required = required_for(decl.design, shared.bounds[0].max_tries)
+    held = "the seed's steps" if not shared.bounds[0].fixes else f"the {variant.value} variant's steps"
+    console.print(f"[bold]lock lockstep[/]: {decl.implementation} ({args.adapter!r}, the {decl.design} design) "
+                  f"against the lock model: {held}" + (", and the properties of spec.lock on every move"
+                                                       if shared.properties else "") +
+                  f" (bounds {', '.join(b.name for b in shared.bounds)}; {examples} examples of up to {steps} "
+                  f"moves; tries before busy {shared.bounds[0].max_tries})", highlight=False)
+    try:
+        with stages.stage("lock lockstep") as progress:
+            report = run_lock_lockstep(examples, steps=steps, bounds=shared.bounds, side=shared.side,
+                                       properties=shared.properties, progress=progress)
+    finally:
+        shared.close()
+    stages.close()
+    missing = report.coverage.unreached(required)
+    finding = None
+    itf_path = None
+    if report.adapter_failure:
+        console.print(f"[bold red]ADAPTER FAILED[/]: {escape(report.adapter_failure)}", highlight=False)
+    elif report.divergence is not None:
+        d = report.divergence
+        finding = finding_of(d, variant)
+        if d.key == "property":  # both sides took every move alike: the implementation breaks it as the model does
+            console.print(f"[bold red]PROPERTY BROKEN[/] on moves the implementation took as the model did, after "
+                          f"{report.found_after_examples} examples, {len(d.moves)} moves:", highlight=False)
+        else:
+            console.print(f"[bold red]DIVERGENCE[/] ({d.key}) after {report.found_after_examples} examples, "
+                          f"{len(d.moves)} moves:", highlight=False)
+        if finding:
+            print(f"finding {finding}")
+        print("\n".join(report.trace(d.cfg)))
+        name = f"lock-{variant.value}-{d.cfg.name if d.cfg else 'lockstep'}-{d.key}"
+        meta = {"variant": variant.value, "key": d.key, "adapter": args.adapter,
+                "implementation": decl.implementation, "moves": len(d.moves)}
+        if finding:
+            meta["finding"] = finding.split(":")[0]
+        trace, itf_path = write_trace(Path(args.out), name, d, meta)
+        console.print(f"trace: {trace}")
+        console.print(f"ITF trace: {itf_path} (envreplica report {itf_path})")
+        _page_beside(itf_path, args)
+    else:
+        console.print(f"[green]PASS[/]: {report.examples:,} examples, {report.moves:,} moves, "
+                      f"{report.moves_per_second:,.1f} moves/s; coverage {len(required) - len(missing)}/"
+                      f"{len(required)} required items"
+                      + (f" (not reached at this budget: {', '.join(missing)})" if missing else ""), highlight=False)
+    if args.coverage:
+        console.print("coverage:", highlight=False)
+        for item, n in sorted(report.coverage.counts.items()):
+            console.print(f"  {item:<48} {n:>6}{'' if item in required else '  (not required)'}", highlight=False)
+    else:
+        console.print(f"coverage: {len(required) - len(missing)}/{len(required)} required items reached "
+                      f"(--coverage lists them)", highlight=False)
+    ok = report.passed and not report.adapter_failure
+    if args.junit:
+        output = (f"examples={report.examples} moves={report.moves} seconds={report.seconds:.2f} "
+                  f"moves/s={report.moves_per_second:.1f} coverage={len(required) - len(missing)}/{len(required)}")
+        failure = None
+        if report.adapter_failure:
+            failure = report.adapter_failure
+        elif report.divergence is not None:
+            failure = (f"{finding}\n" if finding else "") + "\n".join(report.trace(report.divergence.cfg))
+        case = JUnitCase(name=f"lock lockstep[{variant.value}]", classname="envreplica.conformance.lock",
+                         seconds=report.seconds, failure=failure, error=bool(report.adapter_failure),
+                         message=None if ok else (report.adapter_failure or (report.divergence.reason
+                                                                             if report.divergence else None)),
+                         output=output)
+        cov_text = "\n".join(f"lock\t{i}\t{n}" for i, n in sorted(report.coverage.counts.items()))
+        written = write_junit(args.junit, [case], suite="envreplica conformance --protocol lock",
+                              system_out=cov_text)
+        console.print(f"JUnit: {written}")
+    if getattr(args, "report", None):
+        from envreplica.report.lock_run import write_lock_report
+
+        page = write_lock_report(Path(args.report), report, decl, variant, args.adapter, required, itf_path,
+                                 finding)
+        console.print(f"report: {page}")
+    if report.adapter_failure:  # one line on stderr, exit 2: an adapter that broke is not a divergence
+        raise UsageError(f"{report.adapter_failure}; nothing after it was judged (not a verdict); "
+                         f"{_adapter_rule('12')}")
+    if ok:
+        console.print(f"[bold green]PASS[/]: the implementation agrees with the lock model (variant {variant.value}): "
+                      f"{report.examples:,} examples, {report.moves:,} moves", highlight=False)
+        return 0
+    console.print(f"[bold red]FAIL[/]: the implementation parts from the lock model (variant {variant.value}"
+                  + (f"; {finding.split(':', 1)[0]}" if finding else "") + ")"
+                  + (escape(f"; its trace: {itf_path} (envreplica report {itf_path})") if itf_path else ""),
+                  highlight=False)
+    return 1
+
+
 def cmd_conformance(args) -> int:
     """Hold an external implementation (``--adapter``) against the model."""
     if args.protocol == "migration":
         return _migration_conformance(args)
+    if args.protocol == "lock":
+        return _lock_conformance(args)
     with _stages(args, "conformance") as stages:
         return _replica_conformance(args, stages)
 
@@ -1575,9 +1710,10 @@ def main(argv=None) -> int:
     k.add_argument("--adapter", required=True,
                    help="command that serves the adapter protocol on stdin/stdout, e.g. "
                         "'envreplica adapter --impl sqlite --test-key'")
-    k.add_argument("--protocol", default="replica", choices=["replica", "migration"],
-                   help="which protocol the adapter speaks: the replica's (default) or the paired writer "
-                        "migration's (docs/protocol.md, section 11: the migration lockstep through the adapter)")
+    k.add_argument("--protocol", default="replica", choices=["replica", "migration", "lock"],
+                   help="which protocol the adapter speaks: the replica's (default), the paired writer "
+                        "migration's (docs/protocol.md, section 11: the migration lockstep through the adapter), or "
+                        "the projection lock's (section 12: the lock lockstep through the adapter)")
     k.add_argument("--variant", default=Variant.FIXED.value, choices=[v.value for v in Variant],
                    help="the model variant the implementation is held against (default: fixed; the migration's: "
                         "seed or fixed)")

@@ -126,13 +126,17 @@ def serve(driver: Driver, stdin: Any, stdout: TextIO) -> int:
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--protocol", choices=["replica", "migration"], default="replica",
-                        help="which adapter protocol: the replica's (docs/protocol.md, section 5; default) or the "
-                             "paired writer migration's (section 11)")
-    parser.add_argument("--impl", choices=["sqlite", "paired", "model"], default=None,
+    parser.add_argument("--protocol", choices=["replica", "migration", "lock"], default="replica",
+                        help="which adapter protocol: the replica's (docs/protocol.md, section 5; default), the "
+                             "paired writer migration's (section 11) or the projection lock's (section 12)")
+    parser.add_argument("--impl", choices=["sqlite", "paired", "lock", "model"], default=None,
                         help="what answers the requests: the replica's SQLite implementation (default of "
                              "--protocol replica), the paired writer migration (impl.paired; default of "
-                             "--protocol migration), or the model")
+                             "--protocol migration), the projection lock (impl.lock; default of --protocol lock), "
+                             "or the model")
+    parser.add_argument("--without", action="append", default=[], metavar="FIX",
+                        help="--protocol lock --impl model: leave this fix of the fixed variant out (repeatable; "
+                             "model.lock.Fix's values, e.g. fresh-probe)")
     parser.add_argument("--modes", default="thread,fork",
                         help="--protocol migration --impl paired: how it runs invocations, comma-separated, the "
                              "first the default (thread, fork, exec; default: thread,fork)")
@@ -287,10 +291,48 @@ def _run_migration(args: argparse.Namespace) -> int:
         sys.stdout = out
 
 
+def _run_lock(args: argparse.Namespace) -> int:
+    """Serve the lock adapter protocol with ``impl.lock`` or the model."""
+    from envreplica.conformance.lock import serve as lock_serve
+    from envreplica.model import lock as ml
+
+    impl = args.impl or "lock"
+    if impl not in ("lock", "model"):
+        raise UsageError(f"--protocol lock takes --impl lock or --impl model, not {impl!r}")
+    if args.variant not in {v.value for v in ml.Variant}:
+        raise UsageError(f"--protocol lock takes --variant seed or fixed, not {args.variant!r}")
+    known = {f.value for f in ml.Fix}
+    unknown = [w for w in args.without if w not in known]
+    if unknown:
+        raise UsageError(f"--without {unknown[0]!r} is no fix of the lock model: choose among {', '.join(sorted(known))}")
+    if args.without and impl != "model":
+        raise UsageError("--without leaves a fix out of the model: it takes --impl model")
+    server: lock_serve._Server
+    if impl == "model":
+        fixes = ml.Variant(args.variant).fixes - {ml.Fix(w) for w in args.without}
+        name = args.variant + "".join(f" without {w}" for w in args.without)
+        server = lock_serve.ModelServer(fixes, name)
+    else:
+        if args.variant != "fixed":
+            raise UsageError("--impl lock is the fixed design (impl.lock); --variant seed is the model's: add "
+                             "--impl model")
+        server = lock_serve.ImplServer()
+    out = sys.stdout
+    sys.stdout = sys.stderr  # only responses go to the protocol stream
+    try:
+        return lock_serve.serve(server, sys.stdin.buffer, out)
+    finally:
+        sys.stdout = out
+
+
 def run(args: argparse.Namespace) -> int:
     """Serve standard input to standard output with the driver ``args`` names."""
     if args.protocol == "migration":
         return _run_migration(args)
+    if args.protocol == "lock":
+        return _run_lock(args)
+    if args.impl == "lock":
+        raise UsageError("--impl lock answers the lock's protocol: add --protocol lock")
     if args.impl == "paired":
         raise UsageError("--impl paired answers the migration's protocol: add --protocol migration")
     args.impl = args.impl or "sqlite"

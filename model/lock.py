@@ -228,7 +228,7 @@ class Os(HashOnce):
     starts: tuple[tuple[tuple[int, int], int], ...]  # ((ns, pid), the last start time given), sorted
 
 
-class Pc(enum.Enum):
+class Pc(str, enum.Enum):
     """Where a process is: the step it takes next."""
 
     IDLE = "idle"  # between calls (or before the first)

@@ -30,6 +30,7 @@ class Diagram:
     dot: str  # the DOT source (always known: it needs no renderer)
     svg: Optional[str]  # inline SVG, or None when nothing could render it
     note: str = ""  # why there is no SVG
+    caption: str = ""  # what the picture shows (empty: the gate machine's own caption)
 
 
 def node_name(gate: str) -> str:

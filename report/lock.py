@@ -11,7 +11,7 @@ Where a counterexample breaks is found, not assumed: its actions are replayed on
 (``#meta.suite``, ``bounds``, ``fixes``) and the property evaluated along them, as ``report.migration`` does; a
 stuck state (``every_state_recoverable``) is the trace's last.
 
-Leaves out on purpose: a diagram (the lock has no gate machine: each step's call is in the steps' table).
+Its picture is a sequence (``report.locksequence``): the lock has no gate machine to draw.
 A lockstep divergence (``implementation`` beside ``model`` in each state) is read as the migration's is.
 """
 
@@ -131,6 +131,18 @@ def _breaks(doc: dict, meta: dict) -> tuple[Optional[int], str]:
     return None, f"replayed on this model, no step of the trace breaks {name}: no step is marked"
 
 
+def _sequence(doc: dict, breaks_at: Optional[int], prefix: str) -> Any:
+    """The trace as a sequence picture (``report.locksequence``): the lock has no gate machine to draw."""
+    from dataclasses import replace
+
+    from envreplica.report.locksequence import draw
+
+    picture = draw(doc, breaks_at, prefix=f"seq{prefix}")
+    return replace(picture, caption="the steps as a sequence: each process's calls to the lock path, a kill as a "
+                                    "red cross, a green bar while inside the operation (two side by side: mutual "
+                                    "exclusion broken), the breaking step in red")
+
+
 def _labelled(view: TraceView) -> TraceView:
     """``view`` with the lock's words for the page's columns: the step's call, who is inside after it."""
     view.function_header, view.gate_header, view.gate_word = "call", "inside after", "inside"
@@ -173,7 +185,7 @@ def read_trace(path: Path, doc: dict, meta: dict, impl_factory: Optional[Callabl
             title += f" (finding {meta['finding']})"
         return _labelled(TraceView(
             str(path), "counterexample", title, meta, [(name, kind, statement, "violated")] if name else [], steps,
-            None, final=T.full(tables[-1]), prefix=prefix, breaks_at=at, breaks_note=note,
+            _sequence(doc, at, prefix), final=T.full(tables[-1]), prefix=prefix, breaks_at=at, breaks_note=note,
             finding=str(meta.get("finding") or "")))
     assert parting is not None
     steps[parting].breaks = True

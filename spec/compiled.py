@@ -44,7 +44,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Optional, Sequence
 
-#: The modules mypyc compiles: every module a replica check runs per transition.
+#: The modules mypyc compiles: every module a replica check runs per transition, and the projection lock's model
+#: (its spec and model: ``tests/test_lock_model.py`` holds the two ways to the same states and traces).
 MODULES: tuple[str, ...] = (
     "envreplica.spec.frozen",
     "envreplica.spec.domain",
@@ -57,6 +58,8 @@ MODULES: tuple[str, ...] = (
     "envreplica.model.replica",
     "envreplica.model.actions",
     "envreplica.model.generate",
+    "envreplica.spec.lock",
+    "envreplica.model.lock",
     "envreplica.checker.bfs",
     "envreplica.checker.coverage",
     "envreplica.checker.run",

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Protocol, Sequence, cast
 
 
-class Call(enum.Enum):
+class Call(str, enum.Enum):
     """A filesystem or system call: what one step of a process does (the lockstep's and the adapter's word)."""
 
     MKDIR = "mkdir"  # mkdir(path)
@@ -43,7 +43,7 @@ class Call(enum.Enum):
     LEAVE = "leave"  # the operation ends (ok, failed having changed nothing, failed having committed)
 
 
-class Effect(enum.Enum):
+class Effect(str, enum.Enum):
     """What the operation did."""
 
     OK = "ok"  # it returned
@@ -51,7 +51,7 @@ class Effect(enum.Enum):
     COMMITTED = "failed-committed"  # it threw having committed (the projection needs reconciliation)
 
 
-class Answer(enum.Enum):
+class Answer(str, enum.Enum):
     """What a caller of the lock gets back when its call ends (a killed process gets nothing)."""
 
     OK = "ok"  # the operation ran and returned
@@ -63,7 +63,7 @@ class Answer(enum.Enum):
     ERROR = "error"  # a filesystem error thrown before the operation ran (the seed's write path)
 
 
-class Status(enum.Enum):
+class Status(str, enum.Enum):
     """A process's life."""
 
     RUNNING = "running"

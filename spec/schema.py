@@ -622,11 +622,86 @@ def _migration_adapter() -> dict[str, JSON]:
     return d
 
 
+def _lock_adapter() -> dict[str, JSON]:
+    """The lock adapter protocol's messages (docs/protocol.md, section 12), from ``spec.lock``'s enums."""
+    from envreplica.spec.lock import Answer, Call, Effect
+
+    step = {"type": "string", "description": "A step of the lock model (model.lock.Pc's value, e.g. 'mkdir L')."}
+    n = {"type": "integer", "minimum": 0}
+    slot = {"type": "integer", "minimum": 0, "description": "A lock user, by its number in reset's processes."}
+    head: JSON = {"id": {"type": "integer"}}
+    identity = _obj({"pid": {"type": "integer", "minimum": 1}, "start": {"type": "integer", "minimum": 1},
+                     "ns": n})
+    lock_states = ["absent", "owner", "empty-dir", "empty-owner", "garbage-owner", "left-over"]
+    ops: dict[str, tuple[JSON, tuple[str, ...], str]] = {
+        "hello": ({"protocol": {"const": "envreplica-lock/1"}}, (), "what the adapter declares"),
+        "reset": ({"processes": {"type": "array", "minItems": 1, "items": identity}, "maxTries": n,
+                   "lock": _obj({"state": {"enum": lock_states}, "pid": {"type": "integer", "minimum": 1},
+                                 "start": {"type": "integer", "minimum": 1}, "ns": n,
+                                 "nonce": {"type": "string"}},
+                                optional=("pid", "start", "ns", "nonce"))}, ("lock",),
+                  "a fresh lock directory and world: the lock users (none started), the lock as given"),
+        "spawn": ({"process": slot}, (), "the process calls the lock (again), and runs to its first pause"),
+        "step": ({"process": slot, "nonce": {"type": "string", "pattern": "^[0-9a-f]{16}$"}}, ("nonce",),
+                 "let the process make its next filesystem or system call"),
+        "leave": ({"process": slot, "effect": {"enum": [e.value for e in Effect]}}, (),
+                  "the process's operation ends, having done effect"),
+        "kill": ({"process": slot, "zombie": {"type": "boolean"}}, ("zombie",),
+                 "SIGKILL the process where it waits; a zombie until reaped, or reaped at once"),
+        "reuse-pid": ({"ns": n, "pid": {"type": "integer", "minimum": 1}}, (),
+                      "a new, unrelated process takes that free pid (a new start time)"),
+        "reap": ({"process": slot}, (), "the killed process, a zombie, is reaped: its pid is free"),
+        "observe": ({}, (), "the lock directory and who is inside, in the model's words"),
+    }
+    d: dict[str, JSON] = {}
+
+    def name_of(op: str) -> str:
+        return "Lock" + "".join(w[0].upper() + w[1:] for w in op.split("-")) + "Request"
+
+    for op, (fields, optional, what) in ops.items():
+        d[name_of(op)] = _obj({**head, "op": {"const": op}, **fields}, optional=optional, description=f"`{op}`: {what}.")
+    d["LockRequest"] = {"description": "One request of the lock adapter protocol (docs/protocol.md, section 12).",
+                        "oneOf": [_ref(name_of(op)) for op in ops]}
+    d["LockHello"] = _obj({
+        "protocol": {"const": "envreplica-lock/1"}, "implementation": {"type": "string"},
+        "design": {"enum": ["seed", "claim"]}, "steps": {"type": "array", "items": step, "minItems": 1},
+        "maxTries": _nullable(n), "world": {"type": "array", "items": {"enum": ["zombie", "namespace", "reuse",
+                                                                                "stale"]}},
+        "busyNames": {"type": "boolean"}, "inodes": _nullable({"enum": ["reuse", "fresh"]}),
+    }, optional=("world", "busyNames", "maxTries", "inodes"), description="hello's result: what the adapter declares "
+                                                                 "(section 12.3).", additionalProperties=True)
+    busy = _nullable(_obj({"nonce": _nullable({"type": "string"}), "judged": {"type": "boolean"}}))
+    d["LockEvent"] = _obj({
+        "taken": {"type": "array", "items": _obj({"step": step, "call": _nullable({"enum": [c.value for c in Call]})},
+                                                 optional=("call",))},
+        "at": _nullable({"type": "string"}), "path": {"type": "string"},
+        "answer": _obj({"answer": _nullable({"enum": [a.value for a in Answer]}), "busy": busy,
+                        "error": {"type": "string"}}, optional=("busy", "error")),
+    }, optional=("path", "answer"), description="spawn's, step's and leave's result (section 12.4): the steps taken, "
+                                                "where the process stopped, its call's answer once it ended.")
+    owner = _nullable(_obj({"owner": {"anyOf": [{"enum": ["none", "empty"]}, _obj(
+        {"pid": {"type": "integer"}, "start": {"type": "integer"}, "ns": {"type": "integer"},
+         "nonce": {"type": "string"}}, optional=("nonce",))]}}))
+    d["LockObservation"] = _obj({
+        "inside": {"type": "array", "items": n}, "lock": owner, "moved": {"type": "array", "items": owner},
+        "tickets": {"type": "array", "items": _obj({"seq": n, "nonce": {"type": "string"}, "pid": n, "start": n,
+                                                    "ns": n})},
+        "temps": {"type": "array", "items": {"type": "string"}}, "others": {"type": "array",
+                                                                             "items": {"type": "string"}},
+    }, description="observe's result (section 12.5).")
+    d["LockResponse"] = {"description": "One response of the lock adapter protocol.", "oneOf": [
+        _obj({"id": _nullable({"type": "integer"}), "ok": {"const": True}, "result": {}}),
+        _obj({"id": _nullable({"type": "integer"}), "ok": {"const": False},
+              "error": _obj({"type": {"enum": ["invalid", "unsupported", "internal"]}, "message": {"type": "string"}})}),
+    ]}
+    return d
+
+
 def definitions() -> dict[str, JSON]:
     """Every definition of the contract by name, each with its ``$id`` (relative to ``BASE``)."""
     parts: dict[str, JSON] = {}
     for group in (_value_types(), _frames(), _results(), _envelopes(), _adapter(), _state_document(),
-                  _migration_adapter()):
+                  _migration_adapter(), _lock_adapter()):
         parts.update(group)
     return {name: {"$id": name, **schema} for name, schema in parts.items()}
 

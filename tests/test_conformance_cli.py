@@ -252,6 +252,7 @@ def test_check_runs_model_check_then_lockstep(tmp_path, capsys, monkeypatch):
     assert "bounds migration (paired writer migration)" in out  # the migration's check, from the background child
     assert "migration lockstep" in out and "paired migration vs model" in out  # and its lockstep, after it
     assert "bounds lock (projection lock)" in out  # the lock's check, from the background child
+    assert "PASS: the projection lock" in out
     assert "lock lockstep" in out and "impl.lock vs model" in out  # and its lockstep, in this process
     # Progress while it runs (issue 40): the lockstep's here, a line per example; the background process's
     # relayed through its pipe while it runs; the coverage tables one line each; the verdict last.

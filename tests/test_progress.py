@@ -300,7 +300,7 @@ def test_conformance_shows_its_progress_and_ends_with_its_verdict(tmp_path, caps
 # ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("protocol, op", [("replica", "reset"), ("migration", "hello")])
+@pytest.mark.parametrize("protocol, op", [("replica", "reset"), ("migration", "hello"), ("lock", "hello")])
 def test_timeout_bounds_an_adapters_first_answer(protocol, op, tmp_path):
     started = time.monotonic()
     done = subprocess.run([*ENVREPLICA, "conformance", "--protocol", protocol, "--timeout", "2", "--adapter",

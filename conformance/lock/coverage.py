@@ -39,6 +39,27 @@ def required(steps: Iterable[il.Step]) -> frozenset[str]:
 #: What a run of the tests' budget must reach (every bounds stops at the same steps: the fixed variant's).
 REQUIRED = required(pr.paused_at(ml.LockBounds("any")))
 
+#: The seed's steps a run must reach (its write-failed ``rmdir`` aside: only a takeover between another's
+#: ``mkdir`` and its owner file's creation reaches it), and the answers its design gives.
+SEED_REQUIRED_STEPS = (ml.Pc.MKDIR, ml.Pc.CREATE, ml.Pc.WRITE, ml.Pc.STAT, ml.Pc.READ, ml.Pc.KILL, ml.Pc.PROC,
+                       ml.Pc.STAT_AGAIN, ml.Pc.RENAME_STALE, ml.Pc.UNLINK_STALE, ml.Pc.RMDIR_STALE, ml.Pc.ENTER,
+                       ml.Pc.UNLINK_RELEASE, ml.Pc.RMDIR_RELEASE)
+SEED_ANSWERS = (sl.Answer.OK, sl.Answer.BUSY, sl.Answer.FAILED_COMMITTED)
+
+
+def required_for(design: str, max_tries: int) -> frozenset[str]:
+    """What a run of an implementation of ``design`` (``wire.DESIGNS``) must reach. With many tries before busy
+    (the seed's 80), no example of the lockstep's length gives up busy: neither the busy answer nor the
+    "sometimes" item of a busy waiter is required then."""
+    if design == "claim":
+        wanted = set(REQUIRED)
+    else:
+        wanted = set(SOMETIMES) | {f"step:{pc.value}" for pc in SEED_REQUIRED_STEPS} | {
+            f"answer:{a.value}" for a in SEED_ANSWERS}
+    if max_tries > 4:
+        wanted -= {f"answer:{sl.Answer.BUSY.value}", "sometimes_busy"}
+    return frozenset(wanted)
+
 
 @dataclass
 class LockCoverage:

@@ -1,18 +1,26 @@
 """One example of the lock lockstep: the model and the real processes, moved alike, compared after every move.
 
-``Example(cfg)`` starts the model (``model.lock.init``) and the real side: a fresh directory (on tmpfs when there
-is one), one ``processes.Process`` per model process with the model's pid, start time and PID namespace, the
-harness's ``World`` holding them, and, for ``cfg.stale``, the dead process's lock written as it would have left
-it. ``play(move)`` takes a move on both sides and compares:
+``Example(cfg)`` starts the model (``model.lock.init``) and the real side (``RealSide``): by default the harness's
+threads (``threads.ThreadSide``: a fresh directory, on tmpfs when there is one, one ``processes.Process`` per model
+process with the model's pid, start time and PID namespace, the harness's ``World`` holding them, and, for
+``cfg.stale``, the dead process's lock written as it would have left it), or an adapter speaking docs/protocol.md
+section 12 (``adapter_side.AdapterSide``). ``play(move)`` takes a move on both sides and compares:
 
-* the step: the step a process stopped before is the model process's next step (``Pc``), and the ``Calls`` it
-  ran are the call the model's step makes (and each step's own call, silent ones too);
+* the step: the step a process stopped before is the model process's next step (``Pc``), the steps a move took
+  are the model's step then only silent ones, and the call the model's step makes is the one the implementation
+  made (where its side says: the threads' ``Calls``, each step's own call and no other);
 * the answer: a call that ends, ends on both sides with the same ``Answer`` (a busy one naming the same process
   and whether it was judged);
 * the observation (``observe``): who is inside the operation (live processes), the lock (its owner file's record:
   whose call, pid, start time, namespace), the tickets (seq, rank among their seq, whose call, identity), the
   temps, and nothing else in the directory (a grave left after a step, any name the model does not have);
-* the model's own properties (``spec.lock``: invariants and step properties) on its transition.
+* the model's own properties (``spec.lock``: invariants and step properties) on its transition (unless the
+  example is told not to: ``--variant seed`` holds an implementation to the seed's steps, which break them).
+
+The seed's design has no tickets and no temps; its lock is ``owner.json`` (a record of ``{pid, started_at}``,
+empty, or none) and what a takeover moved aside (``moved``): ``observe_model`` says each design's state in the
+observation's words (``protocol.Observation``). Each move is kept (``records``: both sides' answers and
+observations) for the trace.
 
 Nonces map to the model's calls (``instances``): the harness gives each call its nonce when it takes its
 TICKET_READDIR (``Move.draw``, drawn by the machine), so the place of a new ticket among the tickets of its seq
@@ -24,16 +32,12 @@ temp's owner file (private: nobody reads it before its rename, and after it the 
 
 from __future__ import annotations
 
-import os
-import re
-import shutil
-import tempfile
-from dataclasses import dataclass, field
-from typing import Optional, Union
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Protocol, cast
 
 from envreplica.conformance.lock import protocol as pr
-from envreplica.conformance.lock.processes import HarnessError, Process, World, lock_path_in
-from envreplica.impl import lock as il
+from envreplica.conformance.lock.protocol import Observation
+from envreplica.conformance.lock.threads import CallDivergence, ThreadSide
 from envreplica.model import lock as ml
 from envreplica.spec import lock as sl
 
@@ -42,12 +46,14 @@ class Divergence(AssertionError):
     """The implementation parted from the model (or the model broke a property) at the last move."""
 
     def __init__(self, key: str, reason: str, moves: tuple["Move", ...] = (),
-                 cfg: Optional[ml.LockBounds] = None) -> None:
+                 cfg: Optional[ml.LockBounds] = None, records: tuple["Record", ...] = (), prop: str = "") -> None:
         super().__init__(reason)
         self.key = key  # what kind of difference: "step", "call", "answer", "state", "property", "model"
         self.reason = reason
         self.moves = moves  # the moves played, the last one the divergent
         self.cfg = cfg  # the example's bounds
+        self.records = records  # each move's answers and observations (the last move's may be partial)
+        self.prop = prop  # the property the model broke (key "property")
 
 
 class NotEnabled(Exception):
@@ -62,67 +68,118 @@ class Move:
     draw: int = 0
 
 
-@dataclass(frozen=True)
-class Observation:
-    """What both sides show after a move (see the module)."""
+@dataclass
+class Record:
+    """One move of an example, as its trace keeps it: the model's result, the real side's event (None for a move
+    of the world), and both observations after it (model, implementation)."""
 
-    inside: frozenset[int]
-    lock: Optional[tuple[object, ...]]  # (instance, pid, start, ns) of the owner file's record
-    tickets: tuple[tuple[object, ...], ...]  # (seq, place among its seq, slot, pid, start, ns, instance), sorted
-    temps: frozenset[object]
-    others: tuple[str, ...]  # names the model has no word for
-
-
-def _scratch_root() -> Optional[str]:
-    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+    model: Optional[ml.Result] = None
+    event: Optional[pr.Event] = None
+    observed: Optional[tuple[Observation, Observation]] = None
 
 
-SCRATCH_PREFIX = "envreplica-lock-lockstep-"
-GONE_NONCE = "ffffffffffffffff"
+class RealSide(Protocol):
+    """An example's real side, whatever runs the implementation (``threads.ThreadSide``: the harness's threads;
+    ``adapter_side.AdapterSide``: an adapter over docs/protocol.md section 12)."""
+
+    def start(self, slot: int) -> pr.Event: ...
+
+    def step(self, slot: int, nonce: Optional[str]) -> pr.Event: ...
+
+    def leave(self, slot: int, effect: sl.Effect) -> pr.Event: ...
+
+    def kill(self, slot: int, ns: int, pid: int, zombie: bool) -> None: ...
+
+    def reap(self, slot: int, ns: int, pid: int) -> None: ...
+
+    def reuse(self, ns: int, pid: int) -> None: ...
+
+    def observe(self) -> Observation: ...
+
+    def close(self) -> None: ...
+
+
+#: Makes an example's real side from its bounds, the model's first state and the example's nonce map.
+SideFactory = Callable[[ml.LockBounds, ml.LockState, dict[str, sl.Instance]], RealSide]
+
+
+def _claimed(cfg: ml.LockBounds) -> bool:
+    """The owner file is ``owner-<nonce>.json``, its record names its call (the CLAIM design's); else the seed's
+    ``owner.json``, a record of ``{pid, started_at}`` only."""
+    return ml.Fix.CLAIMED_TAKEOVER in cfg.fixes or ml.Fix.CLAIMED_RELEASE in cfg.fixes
+
+
+def _seen(cfg: ml.LockBounds, d: Optional[ml.LockDir]) -> Optional[tuple[object, ...]]:
+    """A lock directory (at L or moved aside) as the observation says it (``protocol.Observation.lock``)."""
+    if d is None:
+        return None
+    record = d.owner.record if d.owner is not None else None
+    if _claimed(cfg):
+        return None if record is None else (record.instance, record.pid, record.start, record.ns)
+    if d.owner is None:
+        return pr.NO_OWNER
+    if record is None:
+        return pr.EMPTY_OWNER
+    return (None, record.pid, record.start, record.ns)
+
+
+def observe_model(cfg: ml.LockBounds, st: ml.LockState) -> Observation:
+    """The model's state ``st`` under ``cfg`` in the observation's words."""
+    inside = frozenset(p.slot for p in st.procs if p.inside and p.status is sl.Status.RUNNING)
+    tickets = tuple(sorted(((t.seq, sum(1 for u in st.fs.tickets if u.seq == t.seq and u.rank < t.rank), t.slot,
+                             t.pid, t.start, t.ns, t.instance) for t in st.fs.tickets), key=repr))
+    moved = tuple(sorted((cast(tuple[object, ...], _seen(cfg, d)) for _, d in st.fs.moved), key=repr))
+    return Observation(inside, _seen(cfg, st.fs.lock), tickets, frozenset(st.fs.temps), (), moved)
+
+
+def differences(model: Observation, real: Observation) -> str:
+    """What differs between two observations, field by field."""
+    return "; ".join(f"{name}: model {getattr(model, name)!r}, implementation {getattr(real, name)!r}"
+                     for name in Observation.__dataclass_fields__ if getattr(model, name) != getattr(real, name))
 
 
 class Example:
-    """Both sides of one example (see the module); ``close`` ends its processes and removes its directory."""
+    """Both sides of one example (see the module); ``close`` ends its real side.
 
-    def __init__(self, cfg: ml.LockBounds) -> None:
+    ``side``: how the real side is made (``sides.SideFactory``: the bounds, the model's first state and the
+    example's nonce map); default the harness's threads (``threads.ThreadSide``). ``properties``: whether the
+    model's properties (``spec.lock``) are checked on its moves (the ``fixed`` variant holds them; the seed's steps
+    break them, and ``--variant seed`` holds an implementation to those steps, not to the properties)."""
+
+    def __init__(self, cfg: ml.LockBounds, side: Optional[SideFactory] = None, properties: bool = True) -> None:
         self.cfg = cfg
+        self.properties = properties
         self.state = ml.init(cfg)
         self.moves: list[Move] = []
-        self.directory = tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=_scratch_root())
-        self.lock_path = lock_path_in(self.directory)
-        self.base = os.path.basename(self.lock_path)
-        self.world = World()
+        self.records: list[Record] = []  # per move: both sides' event and observation (the trace's)
         self.instances: dict[str, sl.Instance] = {}  # nonce -> the model's (slot, call)
         self.made = 0  # nonces given so far
         self.busy: dict[int, Optional[sl.Busy]] = {}  # slot -> the busy its current call decided (model side)
         self.took_over = False  # a takeover happened in this example (the "sometimes-after" of the spec)
         self.reached: list[str] = []  # what this example reached (coverage items, in order)
-        pause = pr.paused_at(cfg)
-        self.procs: list[Process] = []
-        for p in self.state.procs:
-            self.world.born(p.ns, p.pid, p.start)
-            self.procs.append(Process(p.slot, p.pid, p.start, p.ns, self.lock_path, cfg.max_tries, pause,
-                                      self.world))
-        self.where: dict[int, Union[pr.Report, None]] = {p.slot: None for p in self.state.procs}  # None: idle
-        if cfg.stale:
-            self._plant_stale()
+        self.silent = frozenset(pc.value for pc in ml.silent_steps(cfg))
+        self.where: dict[int, Optional[pr.Event]] = {p.slot: None for p in self.state.procs}  # None: idle
+        self.side: RealSide = (side or ThreadSide.of)(cfg, self.state, self.instances)
         self._compare_state()
 
-    def _plant_stale(self) -> None:
-        """The lock the process dead before the first state left (``model.lock.GONE``): its owner file in L."""
-        gone = il.Owner(ml.GONE_PID, 1, pr.PIDNS_BASE, GONE_NONCE)
-        self.world.starts[(0, ml.GONE_PID)] = 1
-        self.instances[GONE_NONCE] = (ml.GONE, 0)
-        temp = os.path.join(self.directory, f"{self.base}.n.{GONE_NONCE}")
-        os.mkdir(temp)
-        with open(os.path.join(temp, f"owner-{GONE_NONCE}.json"), "wb") as f:
-            f.write(gone.record())
-        os.rename(temp, self.lock_path)
+    # the thread side's parts, as the tests read them
+    @property
+    def procs(self) -> list[Any]:
+        return cast(Any, self.side).procs
+
+    @property
+    def directory(self) -> str:
+        return cast(Any, self.side).directory
+
+    @property
+    def lock_path(self) -> str:
+        return cast(Any, self.side).lock_path
+
+    def observe_real(self) -> Observation:
+        return self.side.observe()
 
     def close(self) -> None:
-        for proc in self.procs:
-            proc.stop()
-        shutil.rmtree(self.directory, ignore_errors=True)
+        self.side.close()
 
     # -- one move
 
@@ -141,10 +198,25 @@ class Example:
         if not any(_same(move.action, a) for a in ml.enabled(self.cfg, self.state)):
             raise NotEnabled(f"{move.action} is not enabled")
         self.moves.append(move)
+        self.records.append(Record())
         try:
             self._play(move)
+        except CallDivergence as c:
+            raise Divergence("call", str(c), tuple(self.moves), self.cfg, tuple(self.records)) from None
         except Divergence as d:
-            raise Divergence(d.key, d.reason, tuple(self.moves), self.cfg) from None
+            self._observe_after(d)
+            raise Divergence(d.key, d.reason, tuple(self.moves), self.cfg, tuple(self.records), d.prop) from None
+
+    def _observe_after(self, d: Divergence) -> None:
+        """The implementation's observation after a move whose answers parted (kept for the trace, and for the
+        finding the divergence is: ``traces.finding_of``); none when the side took no move."""
+        record = self.records[-1]
+        if record.observed is not None or (record.event is None and d.key in ("step", "call")):
+            return
+        try:
+            record.observed = (self.observe_model(), self.side.observe())
+        except Exception:  # noqa: BLE001 - the divergence stands; what could not be observed is left out
+            pass
 
     def _play(self, move: Move) -> None:
         action = move.action
@@ -153,37 +225,36 @@ class Example:
             action = ml.Step(action.slot, self._place(action.slot))
             self.moves[-1] = Move(action, move.draw)
         post, result = ml.next_state(self.cfg, pre, action)
-        self._properties(pre, action, result, post)
+        record = self.records[-1]
+        record.model = result
         self._cover(pre, action, result)
         self.state = post
+        event: Optional[pr.Event] = None
         if isinstance(action, ml.Start):
-            report = self._order(action.slot, pr.START)
-            self._check_calls(action.slot, None, self._drain(action.slot), result)
-            self._answered(action.slot, report, result)
+            event = self.side.start(action.slot)
+            self._check_steps(action.slot, None, event, result)
         elif isinstance(action, ml.Step):
-            self._step(pre, action, result, move.draw)
+            event = self._step(pre, action, result, move.draw)
         elif isinstance(action, ml.Leave):
-            report = self._order(action.slot, pr.Leave(action.effect))
-            self._check_calls(action.slot, ml.Pc.LEAVE, self._drain(action.slot), result)
-            self._answered(action.slot, report, result)
+            event = self.side.leave(action.slot, action.effect)
+            self._check_steps(action.slot, ml.Pc.LEAVE, event, result)
         elif isinstance(action, ml.Crash):
-            report = self._order(action.slot, pr.DIE)
-            if not isinstance(report, pr.Killed):
-                raise HarnessError(f"p{action.slot} was killed and reported {report}")
             p = pre.procs[action.slot]
-            self.world.killed(p.ns, p.pid, self.cfg.zombies)
+            self.side.kill(action.slot, p.ns, p.pid, self.cfg.zombies)
+            self.where[action.slot] = None
         elif isinstance(action, ml.Reap):
             p = pre.procs[action.slot]
-            self.world.reaped(p.ns, p.pid)
+            self.side.reap(action.slot, p.ns, p.pid)
         else:
             assert isinstance(action, ml.Reuse)
-            self.world.reused(action.ns, action.pid)
+            self.side.reuse(action.ns, action.pid)
+        record.event = event
+        if event is not None:
+            self.where[getattr(action, "slot")] = event if event.at is not None else None
+            self._answered(getattr(action, "slot"), event, result)
         self._compare_state()
-
-    def _order(self, slot: int, order: pr.Order) -> pr.Report:
-        report = self.procs[slot].order(order)
-        self.where[slot] = report if isinstance(report, (pr.Paused, pr.Inside)) else None
-        return report
+        if self.properties:  # on a move both sides took alike: a break is the implementation's as much as the model's
+            self._properties(pre, action, result, post)
 
     def _place(self, slot: int) -> int:
         """The model's ``choice`` for the ticket ``slot`` is about to make: the one that puts it after exactly the
@@ -192,10 +263,10 @@ class Example:
         the model does not offer (``model.lock.ticket_places``) is an order the model cannot take: a divergence
         of the model's ("model")."""
         paused = self.where[slot]
-        if not isinstance(paused, pr.Paused) or paused.step is not il.Step.TICKET_MKDIR:
+        if paused is None or paused.at != ml.Pc.TICKET_MKDIR.value or not paused.path:
             raise Divergence("step", f"p{slot}: the model makes its ticket; the implementation is at {_where(paused)}")
         proc = self.state.procs[slot]
-        seq, nonce = _ticket_key(os.path.basename(str(paused.args[0])), self.base)
+        seq, nonce = _ticket_key(paused.path)
         if seq != proc.seq:
             raise Divergence("step", f"p{slot} makes a ticket of seq {seq}; the model's seq is {proc.seq}")
         nonces = {i: n for n, i in self.instances.items()}
@@ -210,11 +281,11 @@ class Example:
                                       f"in the ranks)")
         return choice
 
-    def _step(self, pre: ml.LockState, action: ml.Step, result: ml.Result, draw: int) -> None:
+    def _step(self, pre: ml.LockState, action: ml.Step, result: ml.Result, draw: int) -> pr.Event:
         slot = action.slot
         pc = pre.procs[slot].pc
         paused = self.where[slot]
-        if not isinstance(paused, pr.Paused) or paused.step.value != pc.value:
+        if paused is None or paused.at != pc.value:
             raise Divergence("step", f"p{slot}: the model's next step is {pc.value!r}; the implementation is at "
                                      f"{_where(paused)}")
         nonce = None
@@ -222,65 +293,60 @@ class Example:
             nonce = pr.nonce_for(draw, self.made)
             self.made += 1
             self.instances[nonce] = (slot, pre.procs[slot].call)
-        report = self._order(slot, pr.Go(nonce))
-        self._check_calls(slot, pc, self._drain(slot), result)
-        self._answered(slot, report, result)
+        event = self.side.step(slot, nonce)
+        self._check_steps(slot, pc, event, result)
+        return event
 
-    def _drain(self, slot: int) -> list[pr.Taken]:
-        """The steps ``slot`` took in this move, each having run its own call and no other."""
-        taken = self.procs[slot].steps_taken()
-        for t in taken:
-            own = () if t.step in (il.Step.ENTER, il.Step.LEAVE) else (t.step.call.value,)
-            if t.calls != own:
-                raise Divergence("call", f"p{slot}'s step {t.step.value!r} ran {list(t.calls)}, not {list(own)}")
-        return taken
-
-    def _check_calls(self, slot: int, pc: Optional[ml.Pc], taken: list[pr.Taken], result: ml.Result) -> None:
-        """The steps of a move: the model's step first (``pc``; None for a call's start, which takes only what
-        the model leaves out), then silent ones; the call the model's step makes."""
+    def _check_steps(self, slot: int, pc: Optional[ml.Pc], event: pr.Event, result: ml.Result) -> None:
+        """The steps of a move: the model's step first (``pc``; None for a call's start, which takes only silent
+        ones), then silent ones; the call the model's step makes (where the side says which)."""
+        taken = event.taken
         if pc is None:
-            if any(t.step not in pr.NOT_MODELLED for t in taken):
-                raise Divergence("step", f"p{slot} took {[t.step.value for t in taken]} before its first step")
+            loud = [t for t in taken if t not in self.silent]
+            if loud:
+                raise Divergence("step", f"p{slot} took {loud} before its first step")
             return
-        if not taken or taken[0].step.value != pc.value:
-            raise Divergence("step", f"p{slot} took {[t.step.value for t in taken]} for the model's {pc.value!r}")
+        if not taken or taken[0] != pc.value:
+            raise Divergence("step", f"p{slot} took {list(taken)} for the model's {pc.value!r}")
+        loud = [t for t in taken[1:] if t not in self.silent]
+        if loud:
+            raise Divergence("step", f"p{slot} took {list(taken)} in one move: the model takes {loud} as moves "
+                                     f"of their own")
         expected = getattr(result, "call", None)
-        made = taken[-1] if isinstance(result, sl.Ended) else taken[0]
-        if expected is not None and pr.call_of(made.step) is not expected:
-            raise Divergence("call", f"p{slot}'s {made.step.value!r} is a {made.step.call.value}; the model's step "
-                                     f"makes a {expected.value}")
+        index = len(taken) - 1 if isinstance(result, sl.Ended) else 0
+        made = event.calls[index] if index < len(event.calls) else None
+        if expected is not None and made is not None and made != expected.value:
+            raise Divergence("call", f"p{slot}'s {taken[index]!r} is a {made}; the model's step makes a "
+                                     f"{expected.value}")
 
-    def _answered(self, slot: int, report: pr.Report, result: ml.Result) -> None:
-        """The process's report after a move matches the model's process and the move's result."""
+    def _answered(self, slot: int, event: pr.Event, result: ml.Result) -> None:
+        """The process's event after a move matches the model's process and the move's result."""
         busy = getattr(result, "busy", None)
         if busy is not None:
             self.busy[slot] = busy
         proc = self.state.procs[slot]
-        if isinstance(report, pr.Ended):
+        if event.ended is not None:
             if not isinstance(result, sl.Ended):
-                raise Divergence("answer", f"p{slot}'s call ended ({_answer(report)}); the model's goes on at "
+                raise Divergence("answer", f"p{slot}'s call ended ({_answer(event.ended)}); the model's goes on at "
                                            f"{proc.pc.value!r}")
-            self._same_answer(slot, report, result)
+            self._same_answer(slot, event.ended, result)
             return
         if isinstance(result, sl.Ended):
             raise Divergence("answer", f"p{slot}'s call ends in the model ({result.answer.value}); the implementation "
-                                       f"is at {_where(report)}")
-        if isinstance(report, pr.Inside):
+                                       f"is at {_where(event)}")
+        if event.at == pr.INSIDE:
             if proc.pc is not ml.Pc.LEAVE:
                 raise Divergence("step", f"p{slot} is inside the operation; the model's is at {proc.pc.value!r}")
             return
-        if isinstance(report, pr.Paused):
-            if report.step.value != proc.pc.value:
-                raise Divergence("step", f"p{slot} stopped before {report.step.value!r}; the model's next step is "
-                                         f"{proc.pc.value!r}")
-            return
-        raise HarnessError(f"p{slot} reported {report}")
+        if event.at != proc.pc.value:
+            raise Divergence("step", f"p{slot} stopped before {event.at!r}; the model's next step is "
+                                     f"{proc.pc.value!r}")
 
     def _same_answer(self, slot: int, report: pr.Ended, result: sl.Ended) -> None:
         if report.answer is not result.answer:
             raise Divergence("answer", f"p{slot}'s call answered {_answer(report)}; the model's "
                                        f"{result.answer.value}")
-        if result.answer is sl.Answer.BUSY:
+        if result.answer is sl.Answer.BUSY and report.busy_named:
             busy = self.busy.get(slot)
             named = self.instances.get(report.busy_nonce or "", (None, 0))[0]
             if busy is None or busy.slot != named or busy.provable != report.busy_judged:
@@ -291,73 +357,27 @@ class Example:
     # -- the state
 
     def observe_model(self) -> Observation:
-        st = self.state
-        inside = frozenset(p.slot for p in st.procs if p.inside and p.status is sl.Status.RUNNING)
-        lock = st.fs.lock
-        record = lock.owner.record if lock is not None and lock.owner is not None else None
-        seen = None if record is None else (record.instance, record.pid, record.start, record.ns)
-        tickets = tuple(sorted(((t.seq, sum(1 for u in st.fs.tickets if u.seq == t.seq and u.rank < t.rank), t.slot,
-                                 t.pid, t.start, t.ns, t.instance) for t in st.fs.tickets), key=repr))
-        return Observation(inside, seen, tickets, frozenset(st.fs.temps), ())
-
-    def observe_real(self) -> Observation:
-        inside = frozenset(p.slot for p in self.procs if p.inside and not p.dead)
-        lock: Optional[tuple[object, ...]] = None
-        tickets = []
-        temps = set()
-        others = []
-        for name in sorted(os.listdir(self.directory)):
-            path = os.path.join(self.directory, name)
-            if name == self.base:
-                lock, odd = self._observe_lock(path)
-                others += odd
-            elif _TICKET.match(name) and name.startswith(self.base + ".t."):
-                seq, nonce, pid, start, ns = _TICKET.match(name).groups()  # type: ignore[union-attr]
-                tickets.append((int(seq), nonce, int(pid), int(start), int(ns) - pr.PIDNS_BASE))
-            elif name.startswith(self.base + ".n.") and name[len(self.base) + 3:] in self.instances:
-                temps.add(self.instances[name[len(self.base) + 3:]])
-            else:
-                others.append(name)
-        ranked = []
-        for seq, nonce, pid, start, ns in tickets:
-            rank = sum(1 for s, n, *_ in tickets if s == seq and n < nonce)
-            instance = self.instances.get(nonce, ("?", nonce))
-            ranked.append((seq, rank, instance[0], pid, start, ns, instance))
-        return Observation(inside, lock, tuple(sorted(ranked, key=repr)), frozenset(temps), tuple(others))
-
-    def _observe_lock(self, path: str) -> tuple[Optional[tuple[object, ...]], list[str]]:
-        entries = sorted(os.listdir(path))
-        if not entries:
-            return None, []  # an empty L is no lock (PUBLISH replaces it)
-        match = il.OWNER_FILE.fullmatch(entries[0])
-        if len(entries) != 1 or match is None:
-            return None, [f"{self.base}/{e}" for e in entries]
-        with open(os.path.join(path, entries[0]), "rb") as f:
-            owner = il.parse_record(f.read(), where=os.path.join(path, entries[0]))
-        if owner.nonce != match.group(1):
-            return None, [f"{self.base}/{entries[0]} (record of {owner.nonce})"]
-        instance = self.instances.get(owner.nonce, ("?", owner.nonce))
-        return (instance, owner.pid, owner.started_at, owner.pidns - pr.PIDNS_BASE), []
+        return observe_model(self.cfg, self.state)
 
     def _compare_state(self) -> None:
-        model, real = self.observe_model(), self.observe_real()
+        model, real = self.observe_model(), self.side.observe()
+        if self.records:
+            self.records[-1].observed = (model, real)
         if model == real:
             return
-        diffs = [f"{name}: model {getattr(model, name)!r}, implementation {getattr(real, name)!r}"
-                 for name in Observation.__dataclass_fields__ if getattr(model, name) != getattr(real, name)]
-        raise Divergence("state", "; ".join(diffs))
+        raise Divergence("state", differences(model, real))
 
     def _properties(self, pre: ml.LockState, action: ml.Action, result: ml.Result, post: ml.LockState) -> None:
         for prop in sl.INVARIANTS:
             if not prop.check(post):
-                raise Divergence("property", f"the model broke {prop.name}: {prop.statement}")
+                raise Divergence("property", f"the model broke {prop.name}: {prop.statement}", prop=prop.name)
         for prop in sl.STEP_PROPERTIES:
             if prop.actions is not None and action.kind not in prop.actions:
                 continue
             if prop.results is not None and not isinstance(result, prop.results):
                 continue
             if not prop.check(pre, action, result, post):
-                raise Divergence("property", f"the model broke {prop.name}: {prop.statement}")
+                raise Divergence("property", f"the model broke {prop.name}: {prop.statement}", prop=prop.name)
 
     def _cover(self, pre: ml.LockState, action: ml.Action, result: ml.Result) -> None:
         for prop in sl.SOMETIMES:
@@ -391,24 +411,21 @@ def _same(a: ml.Action, b: ml.Action) -> bool:
     return a == b
 
 
-_TICKET = re.compile(r".*\.t\.(\d{8,})\.([0-9a-f]{16})\.(\d+)\.(\d+)\.(\d+)")
-
-
-def _ticket_key(name: str, base: str) -> tuple[int, str]:
-    match = _TICKET.match(name)
+def _ticket_key(name: str) -> tuple[int, str]:
+    match = pr.TICKET.match(name)
     if match is None:
-        raise HarnessError(f"{name} is not a ticket")
+        raise Divergence("step", f"the implementation makes a ticket named {name!r}, which is no ticket's name")
     return int(match.group(1)), match.group(2)
 
 
-def _where(report: object) -> str:
-    if isinstance(report, pr.Paused):
-        return f"{report.step.value!r}"
-    if isinstance(report, pr.Inside):
-        return "inside the operation"
-    if report is None:
+def _where(event: Optional[pr.Event]) -> str:
+    if event is None:
         return "idle"
-    return repr(report)
+    if event.at == pr.INSIDE:
+        return "inside the operation"
+    if event.at is None:
+        return f"the end of its call ({_answer(event.ended) if event.ended else '?'})"
+    return repr(event.at)
 
 
 def _answer(report: pr.Ended) -> str:

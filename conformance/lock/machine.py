@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
 from envreplica.conformance.lock.coverage import LockCoverage
-from envreplica.conformance.lock.example import Example, Move
+from envreplica.conformance.lock.example import Example, Move, SideFactory
 from envreplica.model import lock as ml
 from envreplica.spec.lock import Effect
 
@@ -56,6 +56,8 @@ class LockMachine(RuleBasedStateMachine):
 
     coverage: ClassVar[Optional[LockCoverage]] = None
     bounds: ClassVar[tuple[ml.LockBounds, ...]] = BOUNDS
+    side: ClassVar[Optional[SideFactory]] = None  # the real side (None: the harness's threads)
+    properties: ClassVar[bool] = True  # the model's properties checked on its moves
     #: told the examples and moves after each example (``checker.progress``; set by ``run``; a tuple, so that a
     #: function here stays a function, not a method)
     progress: ClassVar[tuple[Callable[[int, int], None], ...]] = ()
@@ -67,7 +69,7 @@ class LockMachine(RuleBasedStateMachine):
     @initialize(data=st.data())
     def begin(self, data: Any) -> None:
         which = data.draw(st.sampled_from(range(len(self.bounds))), label="bounds")
-        self.example = Example(self.bounds[which])
+        self.example = Example(self.bounds[which], type(self).side, type(self).properties)
 
     @rule(data=st.data())
     def move(self, data: Any) -> None:

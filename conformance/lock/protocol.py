@@ -18,6 +18,7 @@ Python objects on a queue, not JSON lines on a pipe.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Optional, Union
 
@@ -119,6 +120,7 @@ class Ended:
     error: str = ""
     busy_nonce: Optional[str] = None
     busy_judged: bool = True
+    busy_named: bool = True  # False: the implementation does not say whom it waited for (the seed's does not)
 
 
 @dataclass(frozen=True)
@@ -127,6 +129,27 @@ class Killed:
 
 
 Report = Union[Paused, Inside, Ended, Killed]
+
+
+#: ``Event.at`` of a process inside the operation.
+INSIDE = "inside"
+
+
+@dataclass(frozen=True)
+class Event:
+    """What a real side reports of one process after a move (``Start``, ``Step``, ``Leave``), in the model's words,
+    whatever drives it (threads of the harness, or an adapter: ``sides``): the steps it took in the move
+    (``taken``: the model's step names, ``Pc`` values, the move's own first, then the silent ones; a step the model
+    leaves out is not listed), the call each made (``calls``: ``spec.lock.Call`` values, None where the side does
+    not say), where it stopped (``at``: the step it is paused before, ``INSIDE``, or None: its call ended), the
+    call's end (``ended``), and the name the step it is paused before acts on (``path``: a base name beside the
+    lock, when the side says; a ticket's ``mkdir`` needs it)."""
+
+    taken: tuple[str, ...]
+    calls: tuple[Optional[str], ...]
+    at: Optional[str]
+    ended: Optional[Ended] = None
+    path: Optional[str] = None
 
 
 class OperationUnchanged(Exception):
@@ -151,3 +174,42 @@ def answer_of(error: Optional[BaseException]) -> Ended:
         return Ended(Answer.BUSY, busy_nonce=error.owner.nonce,
                      busy_judged=error.judgement is not il.Judgement.OTHER_NAMESPACE)
     return Ended(None, error=f"{type(error).__name__}: {error}")
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What both sides show after a move: who is inside the operation (live processes, by slot); the lock (the
+    CLAIM design's: its owner file's record, ``(instance, pid, start, ns)``, None when ``L`` is absent or empty;
+    the seed's: ``(None, pid, start, ns)`` for an ``owner.json`` with a record, ``EMPTY_OWNER`` for an empty one,
+    ``NO_OWNER`` for a lock directory with no owner file); the tickets (``(seq, place among its seq, slot, pid,
+    start, ns, instance)``, sorted); the temps (their instances); the seed's directories moved aside
+    (``L.stale-<uuid>``: each as ``lock`` says, sorted); and the names the model has no word for (``others``)."""
+
+    inside: frozenset[int]
+    lock: Optional[tuple[object, ...]]
+    tickets: tuple[tuple[object, ...], ...]
+    temps: frozenset[object]
+    others: tuple[str, ...]
+    moved: tuple[tuple[object, ...], ...] = ()
+
+
+#: ``Observation.lock`` of a lock directory holding an empty ``owner.json`` (created, not yet written), and of one
+#: holding no owner file at all (the seed's).
+EMPTY_OWNER: tuple[object, ...] = ("empty owner file",)
+NO_OWNER: tuple[object, ...] = ("no owner file",)
+
+
+#: A ticket's name (``impl.lock``'s ``L.t.<seq>.<nonce>.<pid>.<start>.<pidns>``).
+TICKET = re.compile(r".*\.t\.(\d{8,})\.([0-9a-f]{16})\.(\d+)\.(\d+)\.(\d+)")
+
+
+def ranked(tickets: list[tuple[int, str, int, int, int]],
+           instances: dict[str, tuple[int, int]]) -> tuple[tuple[object, ...], ...]:
+    """Tickets seen as ``(seq, nonce, pid, start, ns)`` in the observation's words: ``(seq, place among its seq,
+    slot, pid, start, ns, instance)``, sorted (a nonce no call of the example drew is ``("?", nonce)``)."""
+    out = []
+    for seq, nonce, pid, start, ns in tickets:
+        rank = sum(1 for s, n, *_ in tickets if s == seq and n < nonce)
+        instance = instances.get(nonce, ("?", nonce))
+        out.append((seq, rank, instance[0], pid, start, ns, instance))
+    return tuple(sorted(out, key=repr))

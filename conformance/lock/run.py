@@ -21,8 +21,9 @@ from hypothesis import HealthCheck, Phase, Verbosity
 from hypothesis.stateful import run_state_machine_as_test
 
 from envreplica.checker.progress import ProgressHook, Tick
+from envreplica.conformance.external import AdapterFailure
 from envreplica.conformance.lock.coverage import LockCoverage
-from envreplica.conformance.lock.example import Divergence, Example, Move, NotEnabled, describe
+from envreplica.conformance.lock.example import Divergence, Example, Move, NotEnabled, SideFactory, describe
 from envreplica.conformance.lock.machine import BOUNDS, LockMachine
 from envreplica.model import lock as ml
 
@@ -50,6 +51,12 @@ class LockLockstepReport:
     seconds: float = 0.0
     coverage: LockCoverage = field(default_factory=LockCoverage)
     divergence: Optional[Divergence] = None
+    adapter_failure: Optional[str] = None  # an adapter broke: nothing after it was judged (exit 2)
+    found_after_examples: int = 0  # examples played when the divergence was found
+
+    @property
+    def moves_per_second(self) -> float:
+        return self.moves / self.seconds if self.seconds > 0 else 0.0
 
     @property
     def passed(self) -> bool:
@@ -84,30 +91,43 @@ def format_moves(moves: Sequence[Move], cfg: Optional[ml.LockBounds] = None) -> 
 
 
 def run_lock_lockstep(max_examples: int = 100, *, steps: int = STEPS_PER_EXAMPLE,
-                      bounds: Sequence[ml.LockBounds] = BOUNDS,
-                      progress: Optional[ProgressHook] = None) -> LockLockstepReport:
-    """Run the lockstep (see the module) over ``bounds``; the report. ``progress`` is told the examples (of
+                      bounds: Sequence[ml.LockBounds] = BOUNDS, side: Optional[SideFactory] = None,
+                      properties: bool = True, progress: Optional[ProgressHook] = None) -> LockLockstepReport:
+    """Run the lockstep (see the module) over ``bounds``; the report. ``side``: the real side (default the
+    harness's threads; ``adapter_side.AdapterShared.side`` for an adapter); ``properties``: whether the model's
+    properties are checked on its moves (``example.Example``). An adapter that breaks stops the run at once
+    (``adapter_failure``: no shrinking, no minimization). ``progress`` is told the examples (of
     ``max_examples``; Hypothesis's shrinking runs more) and moves after each example."""
     report = LockLockstepReport()
     told = () if progress is None else \
         (lambda examples, moves: progress(Tick(examples, max_examples, "examples", moves, "moves")),)
     machine = type("LockRun", (LockMachine,), {"coverage": report.coverage, "bounds": tuple(bounds),
-                                               "progress": told})
+                                               "side": staticmethod(side) if side is not None else None,
+                                               "properties": properties, "progress": told})
     started = time.perf_counter()
     try:
         run_state_machine_as_test(machine, settings=lock_settings(max_examples, steps))
     except Divergence as divergence:
-        report.divergence = minimize(divergence)
+        report.found_after_examples = report.coverage.examples
+        try:
+            report.divergence = minimize(divergence, side=side, properties=properties)
+        except AdapterFailure as broke:
+            report.divergence = divergence
+            report.adapter_failure = f"the adapter broke on {broke.where}: {broke.what}"
+    except AdapterFailure as broke:
+        report.adapter_failure = f"the adapter broke on {broke.where}" + (
+            f", request {broke.request} to the adapter process" if broke.request else "") + f": {broke.what}"
     report.seconds = time.perf_counter() - started
     report.examples = report.coverage.examples
     report.moves = report.coverage.moves
     return report
 
 
-def replay_moves(cfg: ml.LockBounds, moves: Sequence[Move]) -> Example:
+def replay_moves(cfg: ml.LockBounds, moves: Sequence[Move], side: Optional[SideFactory] = None,
+                 properties: bool = True) -> Example:
     """Play ``moves`` on a fresh example of ``cfg`` (a ``Divergence`` if they part); the example, still open: the
     caller closes it."""
-    example = Example(cfg)
+    example = Example(cfg, side, properties)
     try:
         for move in moves:
             example.play(move)
@@ -117,26 +137,31 @@ def replay_moves(cfg: ml.LockBounds, moves: Sequence[Move]) -> Example:
     return example
 
 
-def _diverges(cfg: ml.LockBounds, moves: Sequence[Move], key: str) -> Optional[Divergence]:
-    """The divergence of kind ``key`` replaying ``moves`` gives at their last move (None: none, another, earlier,
-    or a move not enabled)."""
-    example = Example(cfg)
+def _diverges(cfg: ml.LockBounds, moves: Sequence[Move], key: str, side: Optional[SideFactory] = None,
+              properties: bool = True) -> Optional[Divergence]:
+    """The divergence of kind ``key`` replaying ``moves`` gives (None: none, or another). A move the model does not
+    enable where it comes is skipped (a deletion before it changed what its process does: a ``Step`` is "the
+    process's next step", whichever it is), and the divergence carries the moves played, up to the one that
+    parted: a deletion that leaves a process's later moves meaningless keeps what still makes sense of them."""
+    example = Example(cfg, side, properties)
     try:
         for move in moves:
-            example.play(move)
+            try:
+                example.play(move)
+            except NotEnabled:
+                continue
     except Divergence as d:
-        return d if d.key == key and len(d.moves) == len(moves) else None
-    except NotEnabled:
-        return None
+        return d if d.key == key else None
     finally:
         example.close()
     return None
 
 
-def minimize(divergence: Divergence, replays: int = MINIMIZE_REPLAYS) -> Divergence:
+def minimize(divergence: Divergence, replays: int = MINIMIZE_REPLAYS, side: Optional[SideFactory] = None,
+             properties: bool = True) -> Divergence:
     """``divergence`` with the moves it does not need deleted: spans of moves (halves, quarters, ... single
-    moves), kept deleted when the moves left still end in a divergence of the same kind; at most ``replays``
-    replays."""
+    moves), kept deleted when the moves left (those the model still enables where they come: ``_diverges``) part
+    the same way in fewer moves; at most ``replays`` replays."""
     cfg, best = divergence.cfg, divergence
     if cfg is None:
         return divergence
@@ -147,8 +172,8 @@ def minimize(divergence: Divergence, replays: int = MINIMIZE_REPLAYS) -> Diverge
             moves = best.moves[:start] + best.moves[start + width:]
             if len(moves) < len(best.moves) and moves:
                 replays -= 1
-                found = _diverges(cfg, moves, best.key)
-                if found is not None:
+                found = _diverges(cfg, moves, best.key, side, properties)
+                if found is not None and len(found.moves) < len(best.moves):
                     best, progressed = found, True
                     continue
             start += 1

@@ -963,6 +963,42 @@ export type MigrationResponse =
         message: string;
       };
     };
+/**
+ * One request of the lock adapter protocol (docs/protocol.md, section 12).
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "LockRequest".
+ */
+export type LockRequest =
+  | LockHelloRequest
+  | LockResetRequest
+  | LockSpawnRequest
+  | LockStepRequest
+  | LockLeaveRequest
+  | LockKillRequest
+  | LockReusePidRequest
+  | LockReapRequest
+  | LockObserveRequest;
+/**
+ * One response of the lock adapter protocol.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "LockResponse".
+ */
+export type LockResponse =
+  | {
+      id: number | null;
+      ok: true;
+      result: unknown;
+    }
+  | {
+      id: number | null;
+      ok: false;
+      error: {
+        type: "invalid" | "unsupported" | "internal";
+        message: string;
+      };
+    };
 
 /**
  * The op table: each op's request, the result of its successful response, and its response. Not a message: a map for code generators.
@@ -1768,4 +1804,244 @@ export interface MigrationObservation {
   plan: boolean[] | null;
   recoveryResult: boolean;
   lock: boolean;
+}
+/**
+ * `hello`: what the adapter declares.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "LockHelloRequest".
+ */
+export interface LockHelloRequest {
+  id: number;
+  op: "hello";
+  protocol: "envreplica-lock/1";
+}
+/**
+ * `reset`: a fresh lock directory and world: the lock users (none started), the lock as given.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "LockResetRequest".
+ */
+export interface LockResetRequest {
+  id: number;
+  op: "reset";
+  /**
+   * @minItems 1
+   */
+  processes: [
+    {
+      pid: number;
+      start: number;
+      ns: number;
+    },
+    ...{
+      pid: number;
+      start: number;
+      ns: number;
+    }[]
+  ];
+  maxTries: number;
+  lock?: {
+    state: "absent" | "owner" | "empty-dir" | "empty-owner" | "garbage-owner" | "left-over";
+    pid?: number;
+    start?: number;
+    ns?: number;
+    nonce?: string;
+  };
+}
+/**
+ * `spawn`: the process calls the lock (again), and runs to its first pause.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "LockSpawnRequest".
+ */
+export interface LockSpawnRequest {
+  id: number;
+  op: "spawn";
+  /**
+   * A lock user, by its number in reset's processes.
+   */
+  process: number;
+}
+/**
+ * `step`: let the process make its next filesystem or system call.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "LockStepRequest".
+ */
+export interface LockStepRequest {
+  id: number;
+  op: "step";
+  /**
+   * A lock user, by its number in reset's processes.
+   */
+  process: number;
+  nonce?: string;
+}
+/**
+ * `leave`: the process's operation ends, having done effect.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "LockLeaveRequest".
+ */
+export interface LockLeaveRequest {
+  id: number;
+  op: "leave";
+  /**
+   * A lock user, by its number in reset's processes.
+   */
+  process: number;
+  effect: "ok" | "failed-unchanged" | "failed-committed";
+}
+/**
+ * `kill`: SIGKILL the process where it waits; a zombie until reaped, or reaped at once.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "LockKillRequest".
+ */
+export interface LockKillRequest {
+  id: number;
+  op: "kill";
+  /**
+   * A lock user, by its number in reset's processes.
+   */
+  process: number;
+  zombie?: boolean;
+}
+/**
+ * `reuse-pid`: a new, unrelated process takes that free pid (a new start time).
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "LockReusePidRequest".
+ */
+export interface LockReusePidRequest {
+  id: number;
+  op: "reuse-pid";
+  ns: number;
+  pid: number;
+}
+/**
+ * `reap`: the killed process, a zombie, is reaped: its pid is free.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "LockReapRequest".
+ */
+export interface LockReapRequest {
+  id: number;
+  op: "reap";
+  /**
+   * A lock user, by its number in reset's processes.
+   */
+  process: number;
+}
+/**
+ * `observe`: the lock directory and who is inside, in the model's words.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "LockObserveRequest".
+ */
+export interface LockObserveRequest {
+  id: number;
+  op: "observe";
+}
+/**
+ * hello's result: what the adapter declares (section 12.3).
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "LockHello".
+ */
+export interface LockHello {
+  protocol: "envreplica-lock/1";
+  implementation: string;
+  design: "seed" | "claim";
+  /**
+   * @minItems 1
+   */
+  steps: [string, ...string[]];
+  maxTries?: number | null;
+  world?: ("zombie" | "namespace" | "reuse" | "stale")[];
+  busyNames?: boolean;
+  inodes?: ("reuse" | "fresh") | null;
+  [k: string]: unknown | undefined;
+}
+/**
+ * spawn's, step's and leave's result (section 12.4): the steps taken, where the process stopped, its call's answer once it ended.
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "LockEvent".
+ */
+export interface LockEvent {
+  taken: {
+    /**
+     * A step of the lock model (model.lock.Pc's value, e.g. 'mkdir L').
+     */
+    step: string;
+    call?:
+      | (
+          | "mkdir"
+          | "rmdir"
+          | "create"
+          | "write"
+          | "read"
+          | "stat"
+          | "rename"
+          | "unlink"
+          | "readdir"
+          | "remove"
+          | "kill"
+          | "proc"
+          | "wait"
+          | "enter"
+          | "leave"
+        )
+      | null;
+  }[];
+  at: string | null;
+  path?: string;
+  answer?: {
+    answer: ("ok" | "busy" | "failed-unchanged" | "failed-committed" | "lost" | "release-failed" | "error") | null;
+    busy?: {
+      nonce: string | null;
+      judged: boolean;
+    } | null;
+    error?: string;
+  };
+}
+/**
+ * observe's result (section 12.5).
+ *
+ * This interface was referenced by `Ops`'s JSON-Schema
+ * via the `definition` "LockObservation".
+ */
+export interface LockObservation {
+  inside: number[];
+  lock: {
+    owner:
+      | ("none" | "empty")
+      | {
+          pid: number;
+          start: number;
+          ns: number;
+          nonce?: string;
+        };
+  } | null;
+  moved: ({
+    owner:
+      | ("none" | "empty")
+      | {
+          pid: number;
+          start: number;
+          ns: number;
+          nonce?: string;
+        };
+  } | null)[];
+  tickets: {
+    seq: number;
+    nonce: string;
+    pid: number;
+    start: number;
+    ns: number;
+  }[];
+  temps: string[];
+  others: string[];
 }
