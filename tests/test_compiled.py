@@ -14,6 +14,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -181,11 +182,14 @@ def _run_check(options: list[str], tmp: Path, pure: bool) -> subprocess.Complete
                            "--out", str(tmp), *options], env=_env(pure), capture_output=True, text=True, timeout=900)
 
 
-def _agree(options: list[str], tmp: Path) -> dict[bool, subprocess.CompletedProcess]:
+def _agree(options: list[str], tmp: Path, interpreted_options: Optional[list[str]] = None
+           ) -> dict[bool, subprocess.CompletedProcess]:
     """Runs ``envreplica check`` interpreted and compiled; both pass and print the same tables (states, transitions,
     depth, verdicts; not the clock's columns); a replica check says which way its model ran (the migration's alone
-    prints no such line: its model is not among ``compiled.MODULES``, its values derive from compiled bases)."""
-    runs = {pure: _run_check(options, tmp / ("interpreted" if pure else "compiled"), pure) for pure in (True, False)}
+    prints no such line: its model is not among ``compiled.MODULES``, its values derive from compiled bases).
+    ``interpreted_options``, if given, are the interpreted run's instead (the same search another way)."""
+    runs = {True: _run_check(interpreted_options or options, tmp / "interpreted", True),
+            False: _run_check(options, tmp / "compiled", False)}
     for pure, done in runs.items():
         assert done.returncode == 0, f"pure={pure}: " + done.stdout[-2000:] + done.stderr[-2000:]
         assert "\nPASS: " in done.stdout, done.stdout[-2000:]
@@ -216,11 +220,13 @@ def test_the_issue_41_run_counts_its_pinned_states_compiled(tmp_path):
 
 
 def test_a_ray_search_compiled_agrees_with_the_interpreted_one(tmp_path):
-    """``--ray local``: the model factory is pickled to Ray's actors, compiled classes among what it carries.
-    Without the ray extra it skips (under CI, ``.ci/run`` installs it)."""
+    """``--ray local``: the model factory is pickled to Ray's actors, compiled classes among what it carries. The
+    interpreted side runs ``--workers 2`` without Ray (``test_parallel_search.test_ray_matches_bfs`` holds Ray to
+    ``bfs`` interpreted; one local cluster fewer). Without the ray extra it skips (``.ci/run`` installs it)."""
     _require_build()
     if subprocess.run([sys.executable, "-c", "import ray"], capture_output=True).returncode != 0:
         if os.environ.get("CI"):
             pytest.fail("ray is not installed: under CI, .ci/run installs the ray extra", pytrace=False)
         pytest.skip("ray is not installed (pip install 'envreplica[ray]')")
-    _agree(["--bounds", "tiny", "--ray", "local", "--workers", "2", "--migration-bounds", "none"], tmp_path)
+    tiny = ["--bounds", "tiny", "--workers", "2", "--migration-bounds", "none"]
+    _agree([*tiny, "--ray", "local"], tmp_path, interpreted_options=tiny)
