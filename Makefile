@@ -37,11 +37,12 @@ compiled: $(STAMP)
 # - make test-all: both, at CI's budget on any machine (ENVREPLICA_TEST_BUDGET=ci): what .ci/run runs. No catch
 #   lives only in make nightly or nowhere: every mutant battery is in make test-all.
 # pytest: pytest-xdist runs one worker per CPU, each test file on one worker (its module fixtures computed
-# once), in file order. A random order (pytest-randomly, installed; it prints "Using --randomly-seed=N") is one
+# once), in file order; a test class is a unit of its own (--dist loadscope), which is how a long battery is
+# split over the workers (tests/test_conformance_mutants.py's two halves). A random order (pytest-randomly, installed; it prints "Using --randomly-seed=N") is one
 # argument away: make test PYTEST_ARGS="-p randomly" (replay one with PYTEST_ARGS="-p randomly
 # --randomly-seed=N"); CI runs it so. Every test passes alone and in any order.
 PYTEST_ARGS ?=
-PYTEST := ENVREPLICA_PURE_PYTHON=1 $(BIN)/pytest -p no:cacheprovider -p no:randomly -n auto --dist loadfile
+PYTEST := ENVREPLICA_PURE_PYTHON=1 $(BIN)/pytest -p no:cacheprovider -p no:randomly -n auto --dist loadscope
 test: typecheck kit compiled
 	$(PYTEST) -m "not nightly and not slow" $(PYTEST_ARGS) tests
 

@@ -202,6 +202,7 @@ def _agree(options: list[str], tmp: Path, interpreted_options: Optional[list[str
     return runs
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("options", list(COMMAND_LINES.values()), ids=list(COMMAND_LINES))
 def test_the_command_line_compiled_agrees_with_the_interpreted_one(options, tmp_path):
     """Issue 41: ``check --model-only --bounds cloud-legacy --workers 2`` crashed compiled only (``Model[S]``
@@ -219,6 +220,7 @@ def test_the_issue_41_run_counts_its_pinned_states_compiled(tmp_path):
     assert any(row[:3] == ("cloud-legacy", "cloud", "6,935") for row in _table_rows(done.stdout)), done.stdout[-2000:]
 
 
+@pytest.mark.slow
 def test_a_ray_search_compiled_agrees_with_the_interpreted_one(tmp_path):
     """``--ray local``: the model factory is pickled to Ray's actors, compiled classes among what it carries. The
     interpreted side runs ``--workers 2`` without Ray (``test_parallel_search.test_ray_matches_bfs`` holds Ray to
