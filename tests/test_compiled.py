@@ -232,3 +232,28 @@ def test_a_ray_search_compiled_agrees_with_the_interpreted_one(tmp_path):
         pytest.skip("ray is not installed (pip install 'envreplica[ray]')")
     tiny = ["--bounds", "tiny", "--workers", "2", "--migration-bounds", "none"]
     _agree([*tiny, "--ray", "local"], tmp_path, interpreted_options=tiny)
+
+
+def test_every_module_of_the_package_imports_with_the_model_compiled():
+    """The class of issue 41's crash, everywhere at once: a module that uses a compiled class as a generic at import
+    (``Model[S]`` in a type alias) fails to import compiled only. Each module of every subpackage is imported in
+    one compiled process (Ray's module too: it imports ``ray`` only when a search asks)."""
+    _require_build()
+    code = ("import importlib, pkgutil, sys\n"
+            "from envreplica.spec import compiled\n"
+            "import envreplica.model.generate\n"
+            "assert compiled.STATUS.compiled, compiled.STATUS\n"
+            "failed = []\n"
+            "for package in sys.argv[1:]:\n"
+            "    root = importlib.import_module('envreplica.' + package)\n"
+            "    for found in pkgutil.walk_packages(root.__path__, root.__name__ + '.'):\n"
+            "        try:\n"
+            "            importlib.import_module(found.name)\n"
+            "        except Exception as error:\n"
+            "            failed.append(f'{found.name}: {type(error).__name__}: {error}')\n"
+            "print('\\n'.join(failed))\n")
+    packages = ["spec", "model", "checker", "impl", "conformance", "cli", "report", "reliability"]
+    done = subprocess.run([sys.executable, "-c", code, *packages], env=_env(pure=False), capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "", f"modules that fail to import compiled:\n{done.stdout}"
