@@ -16,7 +16,7 @@ JSKIT_STAMP := $(JSKIT)/node_modules/.installed
 # The import package's subpackages, one per top-level folder (pyproject.toml maps envreplica.X to X/).
 PACKAGES := spec model checker impl conformance cli report reliability
 
-.PHONY: check test typecheck docs docs-serve nightly diagrams clean kit kit-test compiled
+.PHONY: check test test-slow test-all typecheck docs docs-serve nightly diagrams clean kit kit-test compiled
 
 check: compiled
 	$(BIN)/envreplica check
@@ -28,16 +28,29 @@ compiled: $(STAMP)
 	@$(BIN)/python -c 'import sys; from envreplica.spec.compiled import choose; sys.exit(not choose().compiled)' \
 	  2>/dev/null || $(BIN)/python setup.py -q build_ext --inplace
 
-# mypy first, then pytest, on the interpreted model (ENVREPLICA_PURE_PYTHON=1): the model mutants rewrite the
-# model's functions, which only interpreted code lets them; tests/test_compiled.py runs the compiled build beside
-# it and holds the two to the same answers.
-# pytest: pytest-xdist runs one worker per CPU, each test file on one worker (its module
-# fixtures computed once), in file order. A random order (pytest-randomly, installed; it prints
-# "Using --randomly-seed=N") is one argument away: make test PYTEST_ARGS="-p randomly" (replay one with
-# PYTEST_ARGS="-p randomly --randomly-seed=N"); CI runs it so. Every test passes alone and in any order.
+# The suite in tiers (issue 41). Each runs mypy's or pytest's part on the interpreted model
+# (ENVREPLICA_PURE_PYTHON=1): the model mutants rewrite the model's functions, which only interpreted code lets
+# them; tests/test_compiled.py runs the compiled build beside it and holds the two to the same answers.
+# - make test: the fast tier a contributor runs before each commit (mypy, then every test not marked slow or
+#   nightly: every test file is in it, the long batteries at the dev budget, tests/budget.py).
+# - make test-slow: the tests marked slow (the long lockstep, kit and model-check runs, the packaging install).
+# - make test-all: both, at CI's budget on any machine (ENVREPLICA_TEST_BUDGET=ci): what .ci/run runs. No catch
+#   lives only in make nightly or nowhere: every mutant battery is in make test-all.
+# pytest: pytest-xdist runs one worker per CPU, each test file on one worker (its module fixtures computed
+# once), in file order; a test class is a unit of its own (--dist loadscope), which is how a long battery is
+# split over the workers (tests/test_conformance_mutants.py's two halves). A random order (pytest-randomly, installed; it prints "Using --randomly-seed=N") is one
+# argument away: make test PYTEST_ARGS="-p randomly" (replay one with PYTEST_ARGS="-p randomly
+# --randomly-seed=N"); CI runs it so. Every test passes alone and in any order.
 PYTEST_ARGS ?=
+PYTEST := ENVREPLICA_PURE_PYTHON=1 $(BIN)/pytest -p no:cacheprovider -p no:randomly -n auto --dist loadscope
 test: typecheck kit compiled
-	ENVREPLICA_PURE_PYTHON=1 $(BIN)/pytest -p no:cacheprovider -p no:randomly -n auto --dist loadfile -m "not nightly" $(PYTEST_ARGS) tests
+	$(PYTEST) -m "not nightly and not slow" $(PYTEST_ARGS) tests
+
+test-slow: kit compiled
+	$(PYTEST) -m "slow and not nightly" $(PYTEST_ARGS) tests
+
+test-all: export ENVREPLICA_TEST_BUDGET ?= ci
+test-all: test test-slow
 
 # mypy over the whole package (settings in pyproject.toml). mypy cannot follow setuptools' package-dir mapping,
 # so it runs from docs/.api, whose envreplica/ links name each folder by its import name (mkdocstrings reads the

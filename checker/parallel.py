@@ -99,8 +99,11 @@ V = TypeVar("V")
 #: What a model factory pairs with its model (e.g. the ``Coverage`` its hooks fill); the search only hands it back.
 E = TypeVar("E")
 
-#: A model factory (see ``build``): a ``Model``, or ``(Model, extra)``.
-ModelFactory = Callable[[], Union[Model[S], tuple[Model[S], E]]]
+#: A model factory (see ``build``): a ``Model``, or ``(Model, extra)``. ``Model[S]`` is quoted: this alias is
+#: evaluated at import, and where mypyc compiled ``checker.bfs`` its ``Model`` is a native class, not a generic
+#: one, so subscripting it raised ``TypeError`` (issue 41; ``tests/test_compiled.py`` runs the command line
+#: compiled).
+ModelFactory = Callable[[], Union["Model[S]", tuple["Model[S]", E]]]
 #: A pickler's reducer for objects of one class (any object of it: the pickler's argument is dynamic).
 Reducer = Callable[[Any], Union[str, tuple[Any, ...]]]
 #: Sometimes-after marks a transition carries: (property name, the earlier step as views) each.

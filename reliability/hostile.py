@@ -865,9 +865,12 @@ class _Adapter:
     Standard error goes to a file, whose tail explains a failure.
     """
 
-    def __init__(self, argv: Sequence[str], stderr_path: Path, timeout: float, tmpdir: Path) -> None:
+    def __init__(self, argv: Sequence[str], stderr_path: Path, timeout: float, tmpdir: Path,
+                 start_timeout: float = 0.0) -> None:
         self.argv = list(argv)
         self.timeout = timeout
+        self.start_timeout = max(timeout, start_timeout)  # the first answer's wait: a cold start is not a hang
+        self._answered = False
         self.stderr_path = stderr_path
         tmpdir.mkdir(exist_ok=True)
         env = {**os.environ, "TMPDIR": str(tmpdir)}  # what it leaves there if killed goes with the run's directory
@@ -911,12 +914,15 @@ class _Adapter:
             raise _Gone("it wrote a line no request asked for: " + repr(extra[:200]))
         started = time.monotonic()
         self._outbox.put(line + b"\n")
+        wait = self.timeout if self._answered else self.start_timeout
         try:
-            answer = self._lines.get(timeout=self.timeout)
+            answer = self._lines.get(timeout=wait)
         except queue.Empty:
-            raise _Gone(f"no answer within {self.timeout:g} s (a hang)") from None
+            first = "" if self._answered else " to its first request (it may still be starting)"
+            raise _Gone(f"no answer within {wait:g} s{first} (a hang)") from None
         if answer is _EOF:
             raise _Gone(f"it closed its output (exit status {self._status()}): a crash")
+        self._answered = True
         return answer, time.monotonic() - started
 
     def _status(self):
@@ -1245,14 +1251,16 @@ def _drive(run: _Run, cases: Iterator[Case], batch: int) -> None:
 
 def run_hostile(frames: int, seed: int = 0, workdir: Union[str, Path, None] = None,
                 adapter_command: Union[str, Sequence[str], None] = None, *, batch: int = 8,
-                timeout: float = 10.0) -> HostileReport:
+                timeout: float = 10.0, start_timeout: float = 120.0) -> HostileReport:
     """Send ``frames`` hostile lines to the adapter; the report, or ``HostileFailure`` at the first wrong answer.
 
     ``adapter_command`` (default ``DEFAULT_COMMAND``) is a string or an argument
     list; ``{db}`` in it becomes a fresh replica path (the subject's and its
     twin's differ: the two run at once, so a command must not name one fixed
     ``--db``). ``batch`` hostile lines go between two state probes;
-    ``timeout`` bounds every answer. ``workdir`` keeps the replicas and the
+    ``timeout`` bounds every answer but each process's first, which
+    ``start_timeout`` bounds (an adapter starting on a busy machine is not
+    hanging). ``workdir`` keeps the replicas and the
     adapters' standard error there (default: a temporary directory, removed).
     """
     if frames < len(CATEGORIES):
@@ -1264,8 +1272,9 @@ def run_hostile(frames: int, seed: int = 0, workdir: Union[str, Path, None] = No
         subject = twin = None
         try:
             subject = _Adapter(_command(adapter_command, root / "subject.db"), root / "subject.stderr", timeout,
-                               root / "tmp")
-            twin = _Adapter(_command(adapter_command, root / "twin.db"), root / "twin.stderr", timeout, root / "tmp")
+                               root / "tmp", start_timeout)
+            twin = _Adapter(_command(adapter_command, root / "twin.db"), root / "twin.stderr", timeout, root / "tmp",
+                            start_timeout)
             _drive(_Run(subject, twin, cloud, tally), generate(frames, seed, cloud), batch)
         finally:
             for adapter in (subject, twin):

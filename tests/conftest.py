@@ -1,7 +1,10 @@
-"""Hypothesis profiles: `dev` locally, `ci` when CI is set, `nightly` on request.
+"""Hypothesis profiles and the suite's test budget: `dev` locally, `ci` when CI is set or asked for, `nightly`.
 
-`pytest --hypothesis-profile NAME` still wins: the Hypothesis plugin loads it
-after this file.
+The budget (``BUDGET``) is ``ENVREPLICA_TEST_BUDGET`` when set (``make test-all`` sets ``ci``: the whole suite
+at CI's counts on any machine), else ``ci`` under ``CI``, else ``dev`` (a contributor's ``make test``). It
+names the Hypothesis profile loaded here, and ``tests/budget.py`` reads it for the batteries whose counts are
+their own (the lockstep's examples): a count, never the clock. `pytest --hypothesis-profile NAME` still wins
+for Hypothesis: its plugin loads that after this file.
 """
 
 import os
@@ -32,7 +35,13 @@ settings.register_profile(
 )
 settings.register_profile("nightly", parent=default, max_examples=5000, **UNTIMED)
 
-settings.load_profile("ci" if os.environ.get("CI") else "dev")
+import budget  # noqa: E402  (tests/budget.py: ENVREPLICA_TEST_BUDGET, else CI, decides)
+
+settings.load_profile(budget.BUDGET if budget.BUDGET in budget.BUDGETS else "dev")
+
+
+def pytest_configure(config):
+    budget.check()
 
 # Every answer an external adapter gives the test suite (the reference adapter, the model adapter, the TypeScript
 # kit, each fake one) is held to its op's response definition (conformance.answers, docs/protocol.md section 9),

@@ -14,6 +14,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -144,3 +145,115 @@ def test_the_whole_gate_passes_compiled(tmp_path):
                            "--out", str(tmp_path)], env=_env(pure=False), capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "the model ran compiled (mypyc)" in done.stdout and "\nPASS: every property holds" in done.stdout
+
+
+#: Columns the clock fills (left out of the comparison): a run's time and rates.
+CLOCK_COLUMNS = frozenset({"seconds", "states/s", "steps/s"})
+
+
+def _table_rows(out: str) -> list[tuple[str, ...]]:
+    """Every row of every table ``out`` prints, each cell stripped, without the clock's columns (by header name)."""
+    rows: list[tuple[str, ...]] = []
+    header: list[str] = []
+    for line in out.splitlines():
+        if line.startswith("┃"):
+            header = [cell.strip() for cell in line.split("┃")[1:-1]]
+        elif line.startswith("│"):
+            cells = [cell.strip() for cell in line.split("│")[1:-1]]
+            rows.append(tuple(cell for name, cell in zip(header, cells) if name not in CLOCK_COLUMNS))
+    return rows
+
+
+#: The command line as a user runs it, across the search's options, at each protocol's quick bounds: the replica's
+#: ``cloud-legacy`` (the run issue 41 found crashing compiled with --workers 2) and ``tiny`` (cloud and adversary
+#: modes), the paired writer migration's ``migration`` alone. Ray has its own case below.
+COMMAND_LINES = {
+    "cloud-legacy, 2 workers": ["--bounds", "cloud-legacy", "--workers", "2", "--migration-bounds", "none"],
+    "cloud-legacy, 2 workers, symmetry": ["--bounds", "cloud-legacy", "--workers", "2", "--symmetry",
+                                          "--migration-bounds", "none"],
+    "tiny seed, 2 workers": ["--bounds", "tiny", "--variant", "seed", "--workers", "2", "--migration-bounds", "none"],
+    "tiny, symmetry": ["--bounds", "tiny", "--symmetry", "--migration-bounds", "none"],
+    "migration alone, 2 workers": ["--bounds", "migration", "--workers", "2"],
+}
+
+
+def _run_check(options: list[str], tmp: Path, pure: bool) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "envreplica.cli.main", "check", "--model-only", "--quiet",
+                           "--out", str(tmp), *options], env=_env(pure), capture_output=True, text=True, timeout=900)
+
+
+def _agree(options: list[str], tmp: Path, interpreted_options: Optional[list[str]] = None
+           ) -> dict[bool, subprocess.CompletedProcess]:
+    """Runs ``envreplica check`` interpreted and compiled; both pass and print the same tables (states, transitions,
+    depth, verdicts; not the clock's columns); a replica check says which way its model ran (the migration's alone
+    prints no such line: its model is not among ``compiled.MODULES``, its values derive from compiled bases).
+    ``interpreted_options``, if given, are the interpreted run's instead (the same search another way)."""
+    runs = {True: _run_check(interpreted_options or options, tmp / "interpreted", True),
+            False: _run_check(options, tmp / "compiled", False)}
+    for pure, done in runs.items():
+        assert done.returncode == 0, f"pure={pure}: " + done.stdout[-2000:] + done.stderr[-2000:]
+        assert "\nPASS: " in done.stdout, done.stdout[-2000:]
+    if "migration" not in options:
+        assert "the model ran compiled (mypyc)" in runs[False].stdout
+        assert f"the model ran interpreted: {compiled.PURE_ENV}=1" in runs[True].stdout
+    interpreted, native = _table_rows(runs[True].stdout), _table_rows(runs[False].stdout)
+    assert any("distinct states" not in row and len(row) >= 4 for row in interpreted), runs[True].stdout[-2000:]
+    assert native == interpreted
+    return runs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("options", list(COMMAND_LINES.values()), ids=list(COMMAND_LINES))
+def test_the_command_line_compiled_agrees_with_the_interpreted_one(options, tmp_path):
+    """Issue 41: ``check --model-only --bounds cloud-legacy --workers 2`` crashed compiled only (``Model[S]``
+    subscripted at import time in ``checker.parallel``: a class mypyc compiled is no generic at run time), while
+    the suite ran interpreted only. Each command line here runs both ways and must print the same tables."""
+    _require_build()
+    _agree(options, tmp_path)
+
+
+def test_the_issue_41_run_counts_its_pinned_states_compiled(tmp_path):
+    """The reported run itself: 6,935 distinct states at cloud-legacy (the pin of the interpreted run), compiled."""
+    _require_build()
+    done = _run_check(["--bounds", "cloud-legacy", "--workers", "2", "--migration-bounds", "none"], tmp_path, False)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert any(row[:3] == ("cloud-legacy", "cloud", "6,935") for row in _table_rows(done.stdout)), done.stdout[-2000:]
+
+
+@pytest.mark.slow
+def test_a_ray_search_compiled_agrees_with_the_interpreted_one(tmp_path):
+    """``--ray local``: the model factory is pickled to Ray's actors, compiled classes among what it carries. The
+    interpreted side runs ``--workers 2`` without Ray (``test_parallel_search.test_ray_matches_bfs`` holds Ray to
+    ``bfs`` interpreted; one local cluster fewer). Without the ray extra it skips (``.ci/run`` installs it)."""
+    _require_build()
+    if subprocess.run([sys.executable, "-c", "import ray"], capture_output=True).returncode != 0:
+        if os.environ.get("CI"):
+            pytest.fail("ray is not installed: under CI, .ci/run installs the ray extra", pytrace=False)
+        pytest.skip("ray is not installed (pip install 'envreplica[ray]')")
+    tiny = ["--bounds", "tiny", "--workers", "2", "--migration-bounds", "none"]
+    _agree([*tiny, "--ray", "local"], tmp_path, interpreted_options=tiny)
+
+
+def test_every_module_of_the_package_imports_with_the_model_compiled():
+    """The class of issue 41's crash, everywhere at once: a module that uses a compiled class as a generic at import
+    (``Model[S]`` in a type alias) fails to import compiled only. Each module of every subpackage is imported in
+    one compiled process (Ray's module too: it imports ``ray`` only when a search asks)."""
+    _require_build()
+    code = ("import importlib, pkgutil, sys\n"
+            "from envreplica.spec import compiled\n"
+            "import envreplica.model.generate\n"
+            "assert compiled.STATUS.compiled, compiled.STATUS\n"
+            "failed = []\n"
+            "for package in sys.argv[1:]:\n"
+            "    root = importlib.import_module('envreplica.' + package)\n"
+            "    for found in pkgutil.walk_packages(root.__path__, root.__name__ + '.'):\n"
+            "        try:\n"
+            "            importlib.import_module(found.name)\n"
+            "        except Exception as error:\n"
+            "            failed.append(f'{found.name}: {type(error).__name__}: {error}')\n"
+            "print('\\n'.join(failed))\n")
+    packages = ["spec", "model", "checker", "impl", "conformance", "cli", "report", "reliability"]
+    done = subprocess.run([sys.executable, "-c", code, *packages], env=_env(pure=False), capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "", f"modules that fail to import compiled:\n{done.stdout}"

@@ -197,8 +197,7 @@ def _lockstep_params() -> list:
     return out
 
 
-@pytest.mark.parametrize("mutant", _lockstep_params())
-def test_ci_profile_catches_mutant(mutant: ImplMutant, scratch, budget, tmp_path):
+def _catch(mutant: ImplMutant, scratch, tmp_path) -> None:
     started = time.perf_counter()
     report = run_lockstep(mutant.factory(scratch), variant=mutant.variant, settings=_catch_settings(),
                           out_dir=tmp_path / "trace")
@@ -208,3 +207,29 @@ def test_ci_profile_catches_mutant(mutant: ImplMutant, scratch, budget, tmp_path
     assert not report.ok, f"{mutant.name} ({mutant.bug}) was not caught in {report.examples} examples"
     assert report.shrunk_steps is not None and report.shrunk_steps <= MAX_SHRUNK_STEPS, (
         f"{mutant.name}: shrunk trace of {report.shrunk_steps} steps\n{report.failure}")
+
+
+#: The battery in two halves (every other mutant each), each a class: ``make``'s ``--dist loadscope`` gives each
+#: class to one worker, so the two halves run side by side instead of one worker taking the whole battery
+#: (about a quarter of the suite's test time) while the other idles. Marked slow: ``make test-slow`` (and so
+#: ``make test-all`` and CI) runs it; ``make test`` runs part 1 above for every mutant.
+CATCH_PARAMS = _lockstep_params()
+
+
+@pytest.mark.slow
+class TestTheCiProfileCatchesEveryOtherMutant:
+    @pytest.mark.parametrize("mutant", CATCH_PARAMS[0::2])
+    def test_ci_profile_catches_mutant(self, mutant: ImplMutant, scratch, budget, tmp_path):
+        _catch(mutant, scratch, tmp_path)
+
+
+@pytest.mark.slow
+class TestTheCiProfileCatchesTheOtherHalf:
+    @pytest.mark.parametrize("mutant", CATCH_PARAMS[1::2])
+    def test_ci_profile_catches_mutant(self, mutant: ImplMutant, scratch, budget, tmp_path):
+        _catch(mutant, scratch, tmp_path)
+
+
+def test_the_two_halves_are_the_whole_battery():
+    names = [p.id for p in CATCH_PARAMS]
+    assert sorted(names[0::2] + names[1::2]) == sorted(m.name for m in SUITE)

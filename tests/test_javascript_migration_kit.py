@@ -27,6 +27,7 @@ from typing import Optional
 
 import pytest
 
+from budget import examples
 from javascript_kit import EXTRACT, KIT, kit_command, mutant_names, require_kit, seed_diff, seed_source, write_mutant
 from typescript_kit import _unavailable
 
@@ -35,8 +36,10 @@ from envreplica.conformance.migration.adapter_side import AdapterShared
 from envreplica.model.migration import MigrationVariant
 
 ENVREPLICA = [sys.executable, "-m", "envreplica.cli.main"]
-#: Examples of the seed's clean run, and the most a run may take to find a mutant's divergence.
-CLEAN_EXAMPLES = 20
+#: Examples of the seed's clean run (its cost grows with them; it catches nothing, so the dev budget's 5 trade
+#: only examples: tests/budget.py), and the most a run may take to find a mutant's divergence (a cap: a run
+#: stops at its divergence).
+CLEAN_EXAMPLES = examples(ci=20, dev=5)
 FIND_EXAMPLES = 150
 #: Replays minimization may take in the tests of every run (the nightly ones, and the command line, take
 #: ``run.MINIMIZE_REPLAYS``).

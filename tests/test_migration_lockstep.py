@@ -43,6 +43,7 @@ def _migration(pid: int = 0, mode: Mode = Mode.THREAD) -> list[Move]:
 # It passes, and reaches what it must
 
 
+@pytest.mark.slow  # the ci profile's 300 examples, about 100 s: make test-slow (make test runs the check profile's)
 def test_the_ci_run_passes_and_reaches_every_required_item(shared, tmp_path):
     report = R.run_migration_lockstep("ci", shared=shared, out_dir=tmp_path)
     assert report.ok, report.failure

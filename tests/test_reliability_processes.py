@@ -276,8 +276,8 @@ def test_hostile_catches_a_broken_adapter(name, tmp_path):
     command = [sys.executable, str(script), "--impl", "sqlite", "--test-key", "--db", "{db}"]
     # Only after the hostile lines began: a wrapper that breaks at start-up (a renamed private) proves nothing.
     with pytest.raises(HostileFailure, match=rf"^hostile line \d+: .*{symptom}"):
-        # The hang is caught by the answer timeout (3 s there); elsewhere it only guards against a hang, so that
-        # a slow start on a busy machine never reads as one.
+        # The hang is caught by the answer timeout (3 s there, each process's first answer excepted: a slow start
+        # on a busy machine never reads as one); elsewhere it only guards against a hang.
         timeout = 3 if name == "hangs-on-deep-nesting" else 120
         run_hostile(HOSTILE_FRAMES, seed=0, workdir=tmp_path / "run", adapter_command=command, timeout=timeout)
 

@@ -6,7 +6,8 @@
 * The example's gate can fail: with its one deliberate bug switched on (``OWN_REPLICA_BUG=stale-read``, finding
   F1 reintroduced), the same gate (at the derandomized ``ci`` profile, which stops at the divergence) exits 1.
 
-Without Node 20+, npm or the kit's packages these tests skip with one line saying what to do
+The tests that pack and install the kit are marked slow (``make test-slow``; ``make test`` runs the one that
+needs no install). Without Node 20+, npm or the kit's packages these tests skip with one line saying what to do
 (``typescript_kit.require_kit``), except under ``CI``, where they fail.
 """
 
@@ -22,8 +23,6 @@ from pathlib import Path
 import pytest
 
 from typescript_kit import KIT, install_packed_kit, pack_kit, require_kit
-
-pytestmark = pytest.mark.slow
 
 EXAMPLE = KIT / "examples" / "own-replica"
 ENVREPLICA = Path(sys.executable).with_name("envreplica")
@@ -72,6 +71,7 @@ def installed(tmp_path_factory) -> Path:
     return project
 
 
+@pytest.mark.slow
 def test_copied_out_with_the_packed_kit_it_passes_its_own_npm_test(installed):
     """``npm test``: typecheck (tsc --strict), then the gate, whose command line it prints; exit 0, PASS."""
     npm = _npm()
@@ -84,6 +84,7 @@ def test_copied_out_with_the_packed_kit_it_passes_its_own_npm_test(installed):
     assert "--impl" in run.stderr and "plug.ts" in run.stderr, _said(run)
 
 
+@pytest.mark.slow
 def test_the_example_gate_fails_its_deliberately_broken_replica(installed):
     """``OWN_REPLICA_BUG=stale-read``: a value read before a policy change installs after it (F1); exit 1.
 
@@ -96,6 +97,7 @@ def test_the_example_gate_fails_its_deliberately_broken_replica(installed):
     assert "DIVERGENCE under variant fixed" in run.stdout, _said(run)
 
 
+@pytest.mark.slow
 def test_the_gate_says_what_to_do_without_envreplica(installed):
     """No ``envreplica`` where ENVREPLICA points: one line naming the fix, exit 2 (nothing else runs)."""
     node = shutil.which("node")
@@ -103,3 +105,17 @@ def test_the_gate_says_what_to_do_without_envreplica(installed):
     run = _run([node, "scripts/gate.mjs"], installed, 120, ENVREPLICA=str(installed / "no-such-envreplica"))
     assert run.returncode == 2, _said(run)
     assert "pip install" in run.stderr and "ENVREPLICA" in run.stderr, _said(run)
+
+
+def test_copied_out_without_the_kit_the_gate_says_to_install_it(tmp_path):
+    """The example copied out with no ``npm install``: its gate finds no ``@envreplica/adapter-kit`` up from its
+    folder and says to install it, in one line, exit 2 (no ``envreplica`` starts)."""
+    require_kit()
+    node = shutil.which("node")
+    assert node is not None
+    project = tmp_path / "my-replica"
+    shutil.copytree(EXAMPLE / "scripts", project / "scripts")
+    run = _run([node, "scripts/gate.mjs"], project, 120, ENVREPLICA=str(project / "no-such-envreplica"))
+    assert run.returncode == 2, _said(run)
+    assert run.stderr.strip().splitlines() == [
+        "gate: the kit @envreplica/adapter-kit is not installed: run `npm install` first"], _said(run)

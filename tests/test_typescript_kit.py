@@ -39,8 +39,6 @@ from envreplica.model.store import legacy_envelope, staged_envelope
 from typescript_kit import (KIT, ROOT, install_packed_kit, kit_command, pack_kit, require_kit, seed_adapter,
                            seed_source)
 
-pytestmark = pytest.mark.slow
-
 ENVREPLICA = [sys.executable, "-m", "envreplica.cli.main"]
 
 
@@ -58,6 +56,7 @@ def npm(*args: str) -> subprocess.CompletedProcess:
 # ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_seed_agrees_with_variant_seed_and_follows_the_schema(tmp_path):
     """The ci profile, tables compared through ``state`` after each step; and every request and response of the
     run (the kit's ``state`` documents and nested exchanges included) follows the contract's JSON Schema. The same
@@ -123,6 +122,7 @@ def _installed_under_unkept_epoch(doc: dict) -> list[str]:
             if row["materialization"]["kind"] == "installed" and row["state"]["policyEpoch"] not in kept]
 
 
+@pytest.mark.slow
 def test_fixed_finds_f1_or_f2_in_the_seeds_code(tmp_path):
     out = tmp_path / "out"
     report = tmp_path / "report.html"
@@ -164,6 +164,7 @@ def test_fixed_finds_f1_or_f2_in_the_seeds_code(tmp_path):
     assert f'id="divergence" data-step="{len(requests)}"' in page
 
 
+@pytest.mark.slow
 def test_fixed_with_the_seeds_sealing_finds_f3(tmp_path):
     out = tmp_path / "out"
     run = conformance(seed_adapter(), "fixed", out, "--profile", "ci")
@@ -181,6 +182,7 @@ def test_fixed_with_the_seeds_sealing_finds_f3(tmp_path):
 # ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_generated_types_are_up_to_date_and_the_kit_is_strict_typescript():
     require_kit()
     check = npm("check-types")
@@ -189,6 +191,7 @@ def test_generated_types_are_up_to_date_and_the_kit_is_strict_typescript():
     assert typecheck.returncode == 0, typecheck.stdout + typecheck.stderr
 
 
+@pytest.mark.slow
 def test_the_kits_own_tests():
     """``npm test`` in the kit (node --test): the test host (counted write commits, rollback, empty, reopen, sealing
     a lone surrogate, a wrong key, the MAC, the frame checks), the seed's glue type-checked under ``tsc --strict``
@@ -235,6 +238,7 @@ export function createReplica(host: Host): Replica {
 """
 
 
+@pytest.mark.slow
 def test_the_packed_kit_installs_into_an_empty_project_and_runs(tmp_path):
     tarball, files = pack_kit(tmp_path)
     assert {"package.json", "README.md", "bin/envreplica-ts-adapter.js", "scripts/extract-seed.mjs", "dist/cli.js",
@@ -369,6 +373,7 @@ export function createReplica(host: Host): Replica {
 """
 
 
+@pytest.mark.slow
 def test_an_implementation_of_your_own_in_typescript_plugs_in(tmp_path):
     require_kit()
     plug = tmp_path / "envreplica-plug.ts"
@@ -396,6 +401,7 @@ def test_an_implementation_of_your_own_in_typescript_plugs_in(tmp_path):
     assert kinds[7:] == [{}, "corrupt", "invalid"]  # begin without its fields: the kit's own check
 
 
+@pytest.mark.slow
 def test_hostile_lines_through_the_kit(tmp_path):
     """The reliability suite's hostile harness, through the kit on the seed's code: every malformed line answered
     once, invalid or unsupported, the id echoed exactly when it was an integer, no planted secret echoed, the
@@ -407,6 +413,7 @@ def test_hostile_lines_through_the_kit(tmp_path):
     assert report.nested_run > 0
 
 
+@pytest.mark.slow
 def test_an_adapter_that_dies_mid_run_is_reported_with_its_last_words(tmp_path):
     require_kit()
     module = tmp_path / "dying.mjs"

@@ -1,0 +1,177 @@
+"""Benchmark of the suite's tiers (not a test): how long ``make test`` and CI's test steps take, and where it goes.
+
+Issue 41 holds the suite to two figures on 2 cores: ``make test`` (the fast tier a contributor runs before each
+commit, at the ``dev`` budget) within 300 s, and ``bash .ci/run`` from a fresh clone within 900 s, set-up (apt,
+the virtual environment, ``npm ci``, the mypyc build) included. This script times, in this checkout, the steps
+that follow CI's set-up, each as ``.ci/run`` runs it, and prints the figures; it asserts nothing (the clock
+decides no verdict):
+
+* ``make test`` as a contributor runs it (``ENVREPLICA_TEST_BUDGET=dev``, ``CI`` unset);
+* CI's steps (``CI=true``: the ``ci`` budget, the kits and the browser test required): ``make test``,
+  ``make test-slow`` (the two together are ``make test-all``), then ``make docs``.
+
+For each step: the wall-clock seconds, pytest's own seconds and its summary line; then the test files that took
+the most time summed over their tests (pytest's JUnit report, ``--junitxml``: where a worker's minutes go).
+``--setup-seconds`` adds a measured set-up time to CI's total (default 250 s, the upper figure issue 41 gives
+for apt, venv, npm and the mypyc build on CI's machine); ``--fresh-ci`` instead times ``bash .ci/run`` whole in a
+fresh clone (it needs root and Debian's apt, as CI's machine has).
+
+Run: ``.venv/bin/python bench/bench_ci.py [--steps contributor,ci] [--top 15] [--setup-seconds 250]
+[--fresh-ci]`` (the seeds' files in ``ENVREPLICA_SEED_SOURCE`` and ``ENVREPLICA_SEED_MIGRATION_SOURCE``/
+``ENVREPLICA_SEED_MIGRATION_DIFF`` as ``.ci/run`` sets them, else CI's kit tests fail). On a machine shared
+with other work the seconds are inflated; the ratios between steps and files still say where time goes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "out" / "bench-ci"
+#: pytest's last line, e.g. "==== 2,001 passed, 81 skipped in 840.12s (0:14:00) ====".
+SUMMARY = re.compile(r"=+ (.*) in ([\d.]+)s(?: \([\d:]+\))? =+\s*$", re.MULTILINE)
+#: Issue 41's limits, in seconds on 2 cores.
+MAKE_TEST_LIMIT = 300
+CI_LIMIT = 900
+
+
+@dataclass
+class Step:
+    """One command as ``.ci/run`` (or a contributor) runs it, and what it took."""
+
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    junit: Path | None = None
+    wall: float = 0.0
+    pytest_seconds: float | None = None
+    summary: str = ""
+    status: int = 0
+    files: dict[str, float] = field(default_factory=dict)
+
+
+def _env(ci: bool) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "ENVREPLICA_TEST_BUDGET")}
+    if ci:
+        env["CI"] = "true"
+    else:
+        env["ENVREPLICA_TEST_BUDGET"] = "dev"
+    return env
+
+
+def _pytest_step(name: str, target: str, ci: bool, extra: str) -> Step:
+    junit = OUT / f"{name.replace(' ', '-').replace('/', '-')}.xml"
+    args = f"-p randomly --durations=30 --junitxml={junit} {extra}".strip() if ci else f"--junitxml={junit} {extra}"
+    return Step(name, ["make", target, f"PYTEST_ARGS={args.strip()}"], _env(ci), junit)
+
+
+def steps(chosen: set[str], extra: str) -> list[Step]:
+    found: list[Step] = []
+    if "contributor" in chosen:
+        found.append(_pytest_step("contributor make test", "test", False, extra))
+    if "ci" in chosen:
+        found.append(_pytest_step("CI make test", "test", True, extra))
+        found.append(_pytest_step("CI make test-slow", "test-slow", True, extra))
+        found.append(Step("CI make docs", ["make", "docs"], _env(True)))
+    return found
+
+
+def per_file(junit: Path) -> dict[str, float]:
+    """Seconds summed per test file (set-up, call and tear-down of each of its tests) from a JUnit report."""
+    totals: dict[str, float] = defaultdict(float)
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        module = case.get("classname", "").split(".")
+        name = next((f"{'/'.join(module[:i + 1])}.py" for i in range(len(module))
+                     if module[i].startswith("test_")), case.get("classname", "?"))
+        totals[name] += float(case.get("time", 0) or 0)
+    return dict(totals)
+
+
+def run(step: Step) -> Step:
+    print(f"--- {step.name}: {' '.join(step.argv)}", flush=True)
+    started = time.perf_counter()
+    done = subprocess.run(step.argv, cwd=ROOT, env=step.env, capture_output=True, text=True)
+    step.wall = time.perf_counter() - started
+    step.status = done.returncode
+    matches = SUMMARY.findall(done.stdout)
+    if matches:
+        step.summary, seconds = matches[-1]
+        step.pytest_seconds = float(seconds)
+    if step.junit is not None and step.junit.exists():
+        step.files = per_file(step.junit)
+    if done.returncode != 0:
+        print(f"    exited {done.returncode}; its output ends:\n{done.stdout[-2000:]}{done.stderr[-1000:]}")
+    return step
+
+
+def fresh_ci() -> float:
+    """``bash .ci/run`` in a fresh clone of this checkout's HEAD (needs root and apt), in seconds."""
+    with tempfile.TemporaryDirectory(prefix="envreplica-ci-") as tmp:
+        clone = Path(tmp) / "main"
+        subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True)
+        started = time.perf_counter()
+        done = subprocess.run(["bash", ".ci/run"], cwd=clone)
+        seconds = time.perf_counter() - started
+        print(f"bash .ci/run in a fresh clone: exit {done.returncode}, {seconds:.0f} s (limit {CI_LIMIT} s)")
+        return seconds
+
+
+def report(done: list[Step], top: int, setup: float) -> None:
+    print("\nstep                     exit   wall s  pytest s  summary")
+    for step in done:
+        pytest_s = f"{step.pytest_seconds:8.1f}" if step.pytest_seconds is not None else "        "
+        print(f"{step.name:<24} {step.status:>4} {step.wall:8.1f}  {pytest_s}  {step.summary}")
+    contributor = [s for s in done if s.name == "contributor make test"]
+    if contributor:
+        print(f"\nmake test (contributor, dev budget): {contributor[0].wall:.0f} s (limit {MAKE_TEST_LIMIT} s)")
+    ci = [s for s in done if s.name.startswith("CI ")]
+    if ci:
+        tests = sum(s.wall for s in ci if s.junit is not None)
+        total = sum(s.wall for s in ci) + setup
+        print(f"CI's steps: make test-all {tests:.0f} s, with make docs {sum(s.wall for s in ci):.0f} s; "
+              f"with {setup:.0f} s of set-up, .ci/run about {total:.0f} s (limit {CI_LIMIT} s)")
+    for step in done:
+        if not step.files:
+            continue
+        total = sum(step.files.values())
+        print(f"\n{step.name}: {total:.0f} s of tests over {len(step.files)} files (both workers' time); "
+              f"the {top} largest:")
+        for name, seconds in sorted(step.files.items(), key=lambda kv: -kv[1])[:top]:
+            print(f"  {seconds:8.1f} s  {100 * seconds / total:5.1f} %  {name}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", default="contributor,ci",
+                        help="which to time, comma-separated: contributor (make test at the dev budget), "
+                             "ci (CI's make test, make test-slow, make docs)")
+    parser.add_argument("--top", type=int, default=15, help="how many of the slowest test files to list")
+    parser.add_argument("--setup-seconds", type=float, default=250.0,
+                        help="CI's set-up time to add to its total (apt, venv, npm ci, the mypyc build)")
+    parser.add_argument("--pytest-args", default="", help="more arguments for each pytest step")
+    parser.add_argument("--fresh-ci", action="store_true", help="also time bash .ci/run in a fresh clone")
+    args = parser.parse_args()
+    chosen = {s.strip() for s in args.steps.split(",") if s.strip()}
+    unknown = chosen - {"contributor", "ci"}
+    if unknown:
+        parser.error(f"--steps takes contributor and ci, not {', '.join(sorted(unknown))}")
+    OUT.mkdir(parents=True, exist_ok=True)
+    done = [run(step) for step in steps(chosen, args.pytest_args)]
+    report(done, args.top, args.setup_seconds)
+    if args.fresh_ci:
+        fresh_ci()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+"""The suite's tiers (issue 41): what ``make test``, ``make test-slow``, ``make test-all`` and ``.ci/run`` run.
+
+* ``make test`` (the fast tier, every test not marked slow or nightly) holds at least one test of every test
+  file: a contributor's run before a commit touches every part;
+* ``.ci/run`` runs ``make test`` (the README's command, literally) and then ``make test-slow``, the two steps of
+  ``make test-all``: nothing marked slow leaves CI;
+* ``.ci/run`` finds the seeds by the repository-relative ``../shared/seeds/`` only;
+* the budget's name is checked before any test runs (``tests/budget.py``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import budget
+
+ROOT = Path(__file__).resolve().parents[1]
+FAST = "not nightly and not slow"
+
+
+def _collected(marks: str) -> set[str]:
+    """The test files holding a test that ``-m marks`` selects (pytest's own collection, in a subprocess)."""
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly",
+                           "-p", "no:xdist", "--collect-only", "-q", "-m", marks, "tests"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    return {line.split("::")[0] for line in done.stdout.splitlines() if "::" in line}
+
+
+def test_make_test_holds_a_test_of_every_test_file():
+    files = {f"tests/{path.name}" for path in (ROOT / "tests").glob("test_*.py")}
+    missing = sorted(files - _collected(FAST))
+    assert not missing, f"test files with no test in make test (every test marked slow or nightly): {missing}"
+
+
+def _makefile_recipe(target: str) -> str:
+    text = (ROOT / "Makefile").read_text(encoding="utf-8")
+    found = re.search(rf"^{re.escape(target)}:[^\n]*\n((?:\t[^\n]*\n)*)", text, re.MULTILINE)
+    assert found, f"the Makefile has no {target} target"
+    return found.group(0)
+
+
+def test_the_tiers_split_the_suite_by_the_slow_mark():
+    assert f'-m "{FAST}"' in _makefile_recipe("test")
+    assert '-m "slow and not nightly"' in _makefile_recipe("test-slow")
+    text = (ROOT / "Makefile").read_text(encoding="utf-8")
+    assert re.search(r"^test-all: test test-slow$", text, re.MULTILINE)
+    assert re.search(rf"^test-all: export {budget.BUDGET_ENV} \?= ci$", text, re.MULTILINE)
+
+
+def test_ci_runs_make_test_then_the_rest():
+    lines = [line.strip() for line in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+             if line.strip().startswith("make ")]
+    tests = [line.split()[1] for line in lines if line.split()[1] in ("test", "test-slow", "test-all")]
+    assert tests == ["test", "test-slow"], lines
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "make test " in readme and "make test-all" in readme
+
+
+def test_ci_finds_the_seeds_by_the_repository_relative_path_only():
+    script = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert "../shared/seeds/" in script
+    assert "/work/" not in script, "a machine path in .ci/run: name the seeds by ../shared/seeds/ only"
+
+
+def test_an_unknown_budget_is_refused_before_any_test(tmp_path):
+    env = {**os.environ, budget.BUDGET_ENV: "weekly"}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-q",
+                           "tests/test_tiers.py", "-k", "repository_relative"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 4, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "ENVREPLICA_TEST_BUDGET='weekly' names no test budget" in done.stdout + done.stderr
+
+
+def test_a_battery_budget_is_its_dev_count_only_under_dev(monkeypatch):
+    monkeypatch.setattr(budget, "BUDGET", "dev")
+    assert budget.examples(ci=400, dev=100) == 100
+    for name in ("ci", "nightly"):
+        monkeypatch.setattr(budget, "BUDGET", name)
+        assert budget.examples(ci=400, dev=100) == 400
