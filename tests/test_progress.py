@@ -285,8 +285,8 @@ def test_conformance_shows_its_progress_and_ends_with_its_verdict(tmp_path, caps
     assert "envreplica conformance: lockstep: 3/3 examples" in out
     assert _last_line(out).startswith("PASS: the implementation agrees with the model")
     adapter = " ".join([PY, "-m", "envreplica.cli.main", "adapter", "--protocol", "migration", "--impl", "model"])
-    code = main(["conformance", "--protocol", "migration", "--adapter", adapter, "--profile", "dev",
-                 "--max-examples", "1", "--timeout", "60", "--out", str(tmp_path / "out")])
+    code = main(["conformance", "--protocol", "migration", "--adapter", adapter, "--profile", "ci",
+                 "--max-examples", "1", "--timeout", "60", "--out", str(tmp_path / "out")])  # ci: no tour first
     out = capsys.readouterr().out
     assert code == 0, out
     assert "waiting up to 60 s for the adapter's first answer (`hello`)" in out  # --timeout bounds it too
