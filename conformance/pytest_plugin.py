@@ -38,7 +38,7 @@ like any test, with the run's examples, steps and seconds as properties.
 Options (``pytest --help``, group "envreplica conformance gate"):
 
 * ``--envreplica-adapter CMD``: the adapter command (docs/protocol.md section 5, or 11);
-* ``--envreplica-protocol replica|migration``: which protocol it speaks (default ``replica``);
+* ``--envreplica-protocol replica|migration|lock``: which protocol it speaks (default ``replica``);
 * ``--envreplica-variant NAME``: the model variant (repeatable; default ``fixed``; the migration's: ``seed``
   or ``fixed``);
 * ``--envreplica-replay FILE``: replay a saved ITF trace (or each in a directory) through the adapter;
@@ -72,8 +72,10 @@ __all__ = ["ConformanceItem", "EnvreplicaCollector", "ConformanceFailed", "Repla
 
 PROFILES = ("dev", "ci", "nightly")
 VARIANTS = ("fixed", "seed", "fix-f1")  # model.state.Variant's values (not imported here: see above)
-PROTOCOLS = ("replica", "migration")
-MIGRATION_VARIANTS = ("fixed", "seed")  # model.migration.MigrationVariant's values
+PROTOCOLS = ("replica", "migration", "lock")
+MIGRATION_VARIANTS = ("fixed", "seed")  # model.migration.MigrationVariant's values (and model.lock.Variant's)
+#: The lock lockstep's examples per profile (``envreplica conformance --protocol lock``'s budgets).
+LOCK_EXAMPLES = {"dev": 20, "ci": 100, "nightly": 1000}
 
 _NOTES = pytest.StashKey[list]()  # lines for the terminal summary
 
@@ -84,8 +86,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="hold this adapter command (docs/protocol.md section 5) against the envreplica model: "
                          "adds the test items envreplica::conformance[VARIANT]")
     group.addoption("--envreplica-protocol", default="replica", choices=PROTOCOLS,
-                    help="which protocol the adapter speaks: the replica's (docs/protocol.md section 5; default) or "
-                         "the paired writer migration's (section 11)")
+                    help="which protocol the adapter speaks: the replica's (docs/protocol.md section 5; default), "
+                         "the paired writer migration's (section 11) or the projection lock's (section 12)")
     group.addoption("--envreplica-variant", action="append", default=None, choices=VARIANTS, metavar="NAME",
                     help=f"model variant to hold the adapter against, repeatable (one item each): "
                          f"{', '.join(VARIANTS)} (default: fixed; the migration's: seed or fixed)")
@@ -113,8 +115,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_NOTES] = []
     protocol = config.getoption("envreplica_protocol", default="replica")
     variants = config.getoption("envreplica_variant", default=None) or []
-    if protocol == "migration" and any(v not in MIGRATION_VARIANTS for v in variants):
-        raise pytest.UsageError(f"--envreplica-protocol migration takes --envreplica-variant seed or fixed, not "
+    if protocol in ("migration", "lock") and any(v not in MIGRATION_VARIANTS for v in variants):
+        raise pytest.UsageError(f"--envreplica-protocol {protocol} takes --envreplica-variant seed or fixed, not "
                                 f"{', '.join(v for v in variants if v not in MIGRATION_VARIANTS)} (the replica's)")
     replays = config.getoption("envreplica_replay", default=None) or []
     if replays and _adapter(config) is None:
@@ -213,6 +215,8 @@ class ConformanceItem(pytest.Item):
         assert command is not None, "items are collected only when --envreplica-adapter names a command"
         if config.getoption("envreplica_protocol") == "migration":
             return self._run_migration(command)
+        if config.getoption("envreplica_protocol") == "lock":
+            return self._run_lock(command)
         profile = config.getoption("envreplica_profile")
         timeout = config.getoption("envreplica_timeout")
         settings = lockstep_settings(profile, max_examples=config.getoption("envreplica_max_examples"),
@@ -239,6 +243,57 @@ class ConformanceItem(pytest.Item):
         self._write_html_report(report)
         if not report.ok:
             raise ConformanceFailed(self._failure_text(report, command))
+
+    def _run_lock(self, command: str) -> None:
+        """The lock lockstep through the adapter (``envreplica conformance --protocol lock``, docs/protocol.md
+        section 12)."""
+        from envreplica.conformance.lock.adapter_side import AdapterBroken, AdapterShared
+        from envreplica.conformance.lock.run import run_lock_lockstep
+        from envreplica.conformance.lock.traces import finding_of, write_trace
+        from envreplica.model import lock as ml
+
+        config = self.config
+        profile = config.getoption("envreplica_profile")
+        examples = config.getoption("envreplica_max_examples") or LOCK_EXAMPLES[profile]
+        variant = ml.Variant(self.variant)
+        print(f"envreplica lock lockstep: {command!r} against the lock model (variant {self.variant}, profile "
+              f"{profile}, {examples} examples)")
+        try:
+            shared = AdapterShared(command, variant, timeout=max(config.getoption("envreplica_timeout"), 30.0))
+        except AdapterBroken as error:
+            config.stash[_NOTES].append(f"{self.nodeid}: ADAPTER ERROR: {error}")
+            raise ConformanceFailed(f"the adapter could not be run (protocol lock, variant {self.variant}), so "
+                                    f"nothing was compared: {error}\n  command: {command}") from None
+        try:
+            steps = config.getoption("envreplica_steps")
+            report = run_lock_lockstep(examples, bounds=shared.bounds, side=shared.side,
+                                       properties=shared.properties, **({"steps": steps} if steps else {}))
+        finally:
+            shared.close()
+        for key, value in (("examples", report.examples), ("moves", report.moves),
+                           ("seconds", round(report.seconds, 3))):
+            self.user_properties.append((f"envreplica_{key}", value))
+        verdict = ("no divergence" if report.passed and not report.adapter_failure
+                   else "ADAPTER FAILED" if report.adapter_failure else "DIVERGENCE")
+        summary = (f"{self.nodeid}: {verdict} in {report.examples:,} examples, {report.moves:,} moves "
+                   f"({report.seconds:.1f} s)")
+        config.stash[_NOTES].append(summary)
+        print(summary)
+        if report.adapter_failure:
+            raise ConformanceFailed(f"the adapter failed during the run (protocol lock, variant {self.variant}), so "
+                                    f"nothing after it was judged: {report.adapter_failure}\n  command: {command}")
+        if report.divergence is not None:
+            d = report.divergence
+            finding = finding_of(d, variant)
+            meta = {"variant": self.variant, "key": d.key, "adapter": command, "moves": len(d.moves)}
+            if finding:
+                meta["finding"] = finding.split(":")[0]
+            trace, itf = write_trace(self._out_dir(), f"lock-{self.variant}-{d.cfg.name if d.cfg else 'lockstep'}-"
+                                     f"{d.key}", d, meta)
+            lines = [f"the implementation parts from the envreplica lock model (variant {self.variant})"
+                     + (f": finding {finding}" if finding else ""), "", *report.trace(d.cfg), "",
+                     f"trace (JSON lines): {trace}", f"ITF trace: {itf} (envreplica report {itf})"]
+            raise ConformanceFailed("\n".join(lines))
 
     def _run_migration(self, command: str) -> None:
         """The migration lockstep through the adapter (``envreplica conformance --protocol migration``)."""

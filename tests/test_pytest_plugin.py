@@ -264,8 +264,32 @@ def test_the_migration_protocol_runs_the_migration_lockstep(project, tmp_path):
     assert "Traceback" not in result.stdout.str()
 
 
+LOCK_IMPL = _adapter_command("--protocol", "lock", "--impl", "lock")
+LOCK_WITHOUT_TRUE_ANSWERS = _adapter_command("--protocol", "lock", "--impl", "model", "--variant", "fixed", "--without",
+                                             "true-answers")
+
+
+def test_the_lock_protocol_runs_the_lock_lockstep(project, tmp_path):
+    """``--envreplica-protocol lock``: impl.lock through its adapter agrees with the lock model; the model less
+    the true-answers fix is caught, named F14, its ITF trace written."""
+    passed = project.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-v", "--envreplica-adapter", LOCK_IMPL, "--envreplica-protocol", "lock",
+        "--envreplica-max-examples", "20", "--envreplica-out", str(tmp_path / "ok"), "-m", "envreplica")
+    passed.assert_outcomes(passed=1)
+    passed.stdout.fnmatch_lines(["envreplica::conformance?fixed? PASSED*"])
+    failed = project.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-v", "--envreplica-adapter", LOCK_WITHOUT_TRUE_ANSWERS, "--envreplica-protocol",
+        "lock", "--envreplica-max-examples", "150", "--envreplica-out", str(tmp_path / "out"), "-m", "envreplica")
+    failed.assert_outcomes(failed=1)
+    failed.stdout.fnmatch_lines(["envreplica::conformance?fixed? FAILED*",
+                                 "*the implementation parts from the envreplica lock model (variant fixed): finding "
+                                 "F14*", f"ITF trace: {tmp_path / 'out'}*.itf.json*"])
+    assert "Traceback" not in failed.stdout.str()
+
+
 @pytest.mark.parametrize("args, says", [
     (("--envreplica-protocol", "migration", "--envreplica-variant", "fix-f1"), "takes --envreplica-variant seed or"),
+    (("--envreplica-protocol", "lock", "--envreplica-variant", "fix-f1"), "lock takes --envreplica-variant seed or"),
     (("--envreplica-replay", "nowhere.itf.json"), "no such file or directory"),
 ])
 def test_bad_protocol_options_are_usage_errors(project, args, says):
