@@ -145,3 +145,28 @@ def test_the_random_positions_are_spread():
     """The seeds' positions differ (the random cases do not all break at one request)."""
     positions = {random.Random(seed).randint(*B.RANDOM_RANGE) for seed in SEEDS.values()}
     assert len(positions) >= 4, positions
+
+
+#: A lock adapter that diverges (the model less ``claimed-takeover``, under ``fixed``) broken at a request of each
+#: phase of the run: while Hypothesis generates (request 200: move #1 of example 6, an example whose first choices
+#: example 5 made and went on from, where a break once came back as Hypothesis's ``FlakyStrategyDefinition``, exit
+#: 3) and while ``minimize`` replays the divergence it found in example 11 (request 460: example 13). Measured:
+#: ``envreplica conformance --protocol lock --adapter "envreplica adapter --protocol lock --impl model --without
+#: claimed-takeover" --max-examples 120`` sends 511 requests; its divergence is found at request 453.
+DIVERGING_LOCK = [*WORKING["lock"], "--without", "claimed-takeover"]
+LOCK_PHASES = {"at:200": r"of example 6\b", "at:460": r"of example 13\b"}
+
+
+@pytest.mark.parametrize("when", list(LOCK_PHASES))
+@pytest.mark.parametrize("how", B.BREAKS)
+def test_a_lock_adapter_broken_while_generating_or_minimizing_is_exit_2(how, when, tmp_path):
+    adapter = shlex.join([sys.executable, str(PROXY), how, when, "--", *DIVERGING_LOCK])
+    started = time.perf_counter()
+    done = subprocess.run([*ENVREPLICA, "conformance", "--protocol", "lock", "--adapter", adapter,
+                           "--max-examples", "120", "--timeout", f"{TIMEOUT:g}", "--out", str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=600)  # a safety net only
+    seconds = time.perf_counter() - started
+    line = assert_broken_verdict(done, SAYS[how], rf"request {when[3:]} to the adapter process")
+    assert re.search(LOCK_PHASES[when], line), line
+    if how == "stall":
+        assert seconds < STALL_BOUND, seconds
