@@ -9,6 +9,11 @@ processes' moves before it), and for a TICKET_READDIR the order
 draw of its call's nonce (``NONCE_DRAWS``: few values, so that tickets of one seq tie often and their order, the
 order they were made, is tried both ways). ``Example.play`` takes it on both sides and compares.
 
+An adapter that breaks (``external.AdapterFailure``, raised by the real side) stops the example, and the machine
+keeps the break (``broken``, set by ``run``) before it passes on: Hypothesis may put its own verdict over an
+example that stopped where an earlier one went on (``FlakyStrategyDefinition``: "the second run stopped drawing
+earlier"), and the run reports the first break kept, never that verdict.
+
 Leaves out on purpose: moves the model does not enable (never drawn).
 """
 
@@ -19,6 +24,7 @@ from typing import Any, Callable, ClassVar, Optional
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
+from envreplica.conformance.external import AdapterFailure
 from envreplica.conformance.lock.coverage import LockCoverage
 from envreplica.conformance.lock.example import Example, Move, SideFactory
 from envreplica.model import lock as ml
@@ -61,6 +67,7 @@ class LockMachine(RuleBasedStateMachine):
     #: told the examples and moves after each example (``checker.progress``; set by ``run``; a tuple, so that a
     #: function here stays a function, not a method)
     progress: ClassVar[tuple[Callable[[int, int], None], ...]] = ()
+    broken: ClassVar[Optional[list[AdapterFailure]]] = None  # where an adapter's breaks are kept (set by ``run``)
 
     def __init__(self) -> None:
         super().__init__()
@@ -69,7 +76,7 @@ class LockMachine(RuleBasedStateMachine):
     @initialize(data=st.data())
     def begin(self, data: Any) -> None:
         which = data.draw(st.sampled_from(range(len(self.bounds))), label="bounds")
-        self.example = Example(self.bounds[which], type(self).side, type(self).properties)
+        self.example = self._kept(lambda: Example(self.bounds[which], type(self).side, type(self).properties))
 
     @rule(data=st.data())
     def move(self, data: Any) -> None:
@@ -86,7 +93,16 @@ class LockMachine(RuleBasedStateMachine):
         draw = 0
         if isinstance(action, ml.Step) and example.state.procs[action.slot].pc is ml.Pc.TICKET_READDIR:
             draw = data.draw(st.integers(0, NONCE_DRAWS - 1), label="nonce")
-        example.play(Move(action, draw))
+        self._kept(lambda: example.play(Move(action, draw)))
+
+    def _kept(self, do: Callable[[], Any]) -> Any:
+        """``do()``; an ``AdapterFailure`` it raises is kept in ``broken`` first, then passed on."""
+        try:
+            return do()
+        except AdapterFailure as failure:
+            if self.broken is not None:
+                self.broken.append(failure)
+            raise
 
     def teardown(self) -> None:
         if self.example is None:

@@ -6,6 +6,11 @@ not need (spans, then single moves; ``MINIMIZE_REPLAYS`` replays at most), and t
 the moves left (``LockLockstepReport.divergence`` and ``trace``), numbered as the model names them.
 ``replay_moves`` plays a list of moves on a fresh example (the tests' fixed traces; a counterexample again).
 
+An adapter that breaks stops the run where it broke, whether Hypothesis was generating or shrinking or
+``minimize`` replaying: the report's ``adapter_failure`` names the first break (``LockMachine.broken``), also
+when Hypothesis answers the stopped example with a verdict of its own (``FlakyStrategyDefinition``, when the
+break cut short an example whose choices an earlier one had made and gone on from).
+
 Leaves out on purpose: Hypothesis's example database (a run is a function of its budget and the code), and the
 clock in any verdict (the seconds in the report are figures).
 """
@@ -101,22 +106,27 @@ def run_lock_lockstep(max_examples: int = 100, *, steps: int = STEPS_PER_EXAMPLE
     report = LockLockstepReport()
     told = () if progress is None else \
         (lambda examples, moves: progress(Tick(examples, max_examples, "examples", moves, "moves")),)
+    broken: list[AdapterFailure] = []  # the adapter's breaks, as the machine met them (the first is reported)
     machine = type("LockRun", (LockMachine,), {"coverage": report.coverage, "bounds": tuple(bounds),
                                                "side": staticmethod(side) if side is not None else None,
-                                               "properties": properties, "progress": told})
+                                               "properties": properties, "progress": told, "broken": broken})
     started = time.perf_counter()
     try:
         run_state_machine_as_test(machine, settings=lock_settings(max_examples, steps))
-    except Divergence as divergence:
-        report.found_after_examples = report.coverage.examples
-        try:
-            report.divergence = minimize(divergence, side=side, properties=properties)
-        except AdapterFailure as broke:
-            report.divergence = divergence
-            report.adapter_failure = f"the adapter broke on {broke.where}: {broke.what}"
     except AdapterFailure as broke:
-        report.adapter_failure = f"the adapter broke on {broke.where}" + (
-            f", request {broke.request} to the adapter process" if broke.request else "") + f": {broke.what}"
+        report.adapter_failure = str(broken[0] if broken else broke)
+    except Exception as error:  # a divergence; or Hypothesis's verdict over an example a break stopped
+        if broken:
+            report.adapter_failure = str(broken[0])
+        elif not isinstance(error, Divergence):
+            raise
+        else:
+            report.found_after_examples = report.coverage.examples
+            try:
+                report.divergence = minimize(error, side=side, properties=properties)
+            except AdapterFailure as broke:
+                report.divergence = error
+                report.adapter_failure = str(broke)
     report.seconds = time.perf_counter() - started
     report.examples = report.coverage.examples
     report.moves = report.coverage.moves

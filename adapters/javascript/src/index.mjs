@@ -6,8 +6,11 @@
 //   taken together with the next;
 // - `registerSeed(source)`, `seedRootOf(source)`: the module loader that runs a migration as it is, what it
 //   imports and its folder lacks supplied by the stand-ins;
-// - `PROTOCOL`: the protocol's name, as `hello` gives it.
-// The lock's adapter (issue 43) will be exported beside the migration's.
+// - `PROTOCOL`: the protocol's name, as `hello` gives it;
+// - `runLockAdapter(argv)`, `LOCK_PROTOCOL`, `LOCK_STEPS`, `LOCK_MAX_TRIES`: the lock adapter (what
+//   `envreplica-lock-adapter` runs; docs/protocol.md section 12), its protocol's name, the seed's steps a lock user
+//   pauses at and its tries before busy, as its `hello` declares them.
 export { PROTOCOL, main as runMigrationAdapter } from "./migration-adapter.mjs";
+export { MAX_TRIES as LOCK_MAX_TRIES, PROTOCOL as LOCK_PROTOCOL, STEPS as LOCK_STEPS, main as runLockAdapter } from "./lock-adapter.mjs";
 export { FINAL, STEPS, point } from "./stepper.mjs";
 export { registerSeed, seedRootOf } from "./register.mjs";

@@ -3,64 +3,13 @@
 // check that the kit runs: a migration to its end, a crash and a rerun, a recovery, the writer's fence, and that
 // every mutant applies to the seed's file.
 import assert from "node:assert/strict";
-import { spawn, spawnSync } from "node:child_process";
 import fs from "node:fs";
-import os from "node:os";
 import path from "node:path";
-import readline from "node:readline";
-import { after, test } from "node:test";
-import { fileURLToPath } from "node:url";
+import { test } from "node:test";
+import { Adapter, extractSeed, skip } from "./adapter-client.mjs";
 import { MUTANTS, mutate } from "./mutants.mjs";
 
-const KIT = path.dirname(path.dirname(fileURLToPath(import.meta.url)));
-
-/** The reference seed's diff (the 001_*.txt that adds paired-writer-migration.js), named by
- * ENVREPLICA_SEED_MIGRATION_DIFF (the project's tests set it); without it these tests skip. */
-function seedDiff() {
-    return process.env.ENVREPLICA_SEED_MIGRATION_DIFF || null;
-}
-
-const diff = seedDiff();
-const skip = diff ? false : "no reference seed diff (set ENVREPLICA_SEED_MIGRATION_DIFF)";
-let source = null;
-after(() => {
-    if (source)
-        fs.rmSync(path.dirname(path.dirname(source)), { recursive: true, force: true });
-});
-
-function extract() {
-    if (source)
-        return source;
-    const out = fs.mkdtempSync(path.join(os.tmpdir(), "envreplica-js-seed-"));
-    const run = spawnSync(process.execPath, [path.join(KIT, "scripts", "extract-seed.mjs"), diff, out], { encoding: "utf8" });
-    assert.equal(run.status, 0, run.stderr);
-    assert.match(run.stderr, /paths\.js is a partial change/);
-    source = path.join(out, "storage", "paired-writer-migration.js");
-    return source;
-}
-
-class Adapter {
-    constructor(src) {
-        this.proc = spawn(process.execPath, [path.join(KIT, "bin", "envreplica-migration-adapter.js"), "--source", src],
-            { stdio: ["pipe", "pipe", "inherit"] });
-        this.lines = readline.createInterface({ input: this.proc.stdout })[Symbol.asyncIterator]();
-        this.id = 0;
-    }
-    async ask(op, fields = {}) {
-        const id = ++this.id;
-        this.proc.stdin.write(JSON.stringify({ id, op, ...fields }) + "\n");
-        const { value } = await this.lines.next();
-        const answer = JSON.parse(value);
-        assert.equal(answer.id, id);
-        if (!answer.ok)
-            throw new Error(`${op}: ${JSON.stringify(answer.error)}`);
-        return answer.result;
-    }
-    async close() {
-        this.proc.stdin.end();
-        await new Promise(resolve => this.proc.on("exit", resolve));
-    }
-}
+const extract = () => path.join(extractSeed(), "paired-writer-migration.js");
 
 test("the extracted files are the diff's whole files", { skip }, () => {
     const src = extract();
@@ -75,7 +24,7 @@ test("every mutant's edit applies exactly once", { skip }, () => {
 });
 
 test("a migration runs to its end; a crash and a rerun; a recovery; the writer's fence", { skip, timeout: 120_000 }, async () => {
-    const adapter = new Adapter(extract());
+    const adapter = new Adapter("envreplica-migration-adapter", ["--source", extract()]);
     try {
         const hello = await adapter.ask("hello", { protocol: "envreplica-migration/1" });
         assert.equal(hello.steps.length, 31);

@@ -1,6 +1,6 @@
-// Types of @envreplica/migration-kit (src/index.mjs): what the kit exports, and what a migration of your own
-// exports for the kit to run it (`--source`). Hand-written beside the JavaScript; `npm test` type-checks a
-// migration against them (test/types.test.mjs).
+// Types of @envreplica/migration-kit (src/index.mjs): what the kit exports, and what a migration or a projection lock
+// of your own exports for the kit to run it (`--source`). Hand-written beside the JavaScript; `npm test` type-checks
+// a migration and a lock against them (test/types.test.mjs).
 
 /** The migration adapter protocol's name, as `hello` answers it: "envreplica-migration/1". */
 export declare const PROTOCOL: "envreplica-migration/1";
@@ -34,6 +34,39 @@ export declare function point(name: string, info?: Record<string, unknown>): voi
 export declare function registerSeed(source: string): string;
 /** DIR of `DIR/storage/paired-writer-migration.js`: the folder above the migration's own. */
 export declare function seedRootOf(source: string): string;
+
+// ---------------------------------------------------------------------------------------------------------------
+// The projection lock's adapter (docs/protocol.md, section 12).
+
+/** The lock adapter protocol's name, as its `hello` answers it: "envreplica-lock/1". */
+export declare const LOCK_PROTOCOL: "envreplica-lock/1";
+
+/**
+ * The lock adapter: reads the command line `argv` (`--source FILE [--scratch DIR]`, or `--help`), then serves the
+ * lock adapter protocol on standard input and output until the end of input, ends its lock users (each a Node
+ * process of its own) and removes its lock directories; the promise settles then. A bad command line is one line
+ * on standard error and exit status 2; `--help` prints the options and exits 0. What `envreplica-lock-adapter`
+ * runs.
+ */
+export declare function runLockAdapter(argv: readonly string[]): Promise<void>;
+
+/** The seed's steps a lock user pauses before (the lock model's step names; the wait between tries is silent), as
+ * `hello` declares them: "mkdir L", "create owner file", ..., "rmdir L (release)". */
+export declare const LOCK_STEPS: readonly string[];
+/** The seed's tries before it answers busy (`if (tries >= 80)`), as `hello` declares them (`maxTries`). */
+export declare const LOCK_MAX_TRIES: 80;
+
+/**
+ * What the module `envreplica-lock-adapter --source` names exports: the seed's `withProjectionLock`. It takes the
+ * lock at `lockPath` (a directory), runs `operation` holding it, releases it, and returns what `operation`
+ * returned; a busy lock and a failed operation are thrown (the seed's `AppError` with code `publication_pending`).
+ * The kit gives that module its stepping `node:fs` (src/stepping-fs.mjs): each call it makes on the lock path is
+ * paused before, named as the seed's call of that kind is, so a lock of your own is held to the seed's steps
+ * (`hello` declares the seed design).
+ */
+export interface ProjectionLockModule {
+    withProjectionLock<T>(lockPath: string, operation: () => T): T;
+}
 
 // ---------------------------------------------------------------------------------------------------------------
 // A migration of your own: the module `--source` names exports these two classes, with the seed's signatures.
