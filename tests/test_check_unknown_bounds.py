@@ -7,19 +7,22 @@
 from __future__ import annotations
 
 from envreplica.cli.main import main
+from envreplica.model.lock import PRESETS as LOCK_PRESETS
 from envreplica.model.migration import PRESETS as MIGRATION_PRESETS
 from envreplica.model.presets import PRESETS
 
 
-def test_unknown_bounds_name_the_replicas_and_the_migrations(capsys):
+def test_unknown_bounds_name_every_protocols(capsys):
     assert main(["check", "--bounds", "no-such"]) == 2
     out, err = capsys.readouterr()
     assert out == ""  # no stage ran
     (line,) = err.splitlines()
     assert line.startswith("envreplica check: unknown bounds 'no-such': choose one of "), line
-    replicas, migrations = line.split(" (the replica's) or ")
+    replicas, migrations, locks = line.split(" (the replica's) or ")[0], *line.split(" (the replica's) or ")[1].split(
+        " (the paired writer migration's) or ")
     assert replicas.endswith(", ".join(sorted(PRESETS)))
-    assert migrations == f"{', '.join(MIGRATION_PRESETS)} (the paired writer migration's)"
+    assert migrations == ", ".join(MIGRATION_PRESETS)
+    assert locks == f"{', '.join(LOCK_PRESETS)} (the projection lock's)"
     assert {"migration", "migration-deep"} <= set(MIGRATION_PRESETS)
 
 

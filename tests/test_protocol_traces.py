@@ -261,11 +261,11 @@ def test_the_replica_conformance_page_shows_the_divergence_before_the_coverage(t
 
 
 def test_a_trace_of_an_unknown_protocol_is_one_line(tmp_path, capsys):
-    path = tmp_path / "lock.itf.json"
-    path.write_text(json.dumps({"#meta": {"protocol": "lock"}, "vars": [], "states": [{"x": 1}]}))
+    path = tmp_path / "queue.itf.json"
+    path.write_text(json.dumps({"#meta": {"protocol": "queue"}, "vars": [], "states": [{"x": 1}]}))
     assert main(["report", str(path), "-o", str(tmp_path / "r.html")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "protocol 'lock'" in err[0] and "replica, migration" in err[0]
+    assert len(err) == 1 and "protocol 'queue'" in err[0] and "replica, migration, lock" in err[0]
 
 
 def test_the_page_goes_beside_its_trace_by_default(tmp_path, capsys):
