@@ -17,7 +17,7 @@ The locks: ``envreplica`` (``impl.lock``), ``filelock`` (``filelock.FileLock``, 
 ``portalocker`` (``portalocker.Lock``, flock), each with its own defaults (their polling intervals set their
 rates: ours and filelock's 50 ms, fasteners' 10-100 ms, portalocker's 250 ms); and ``seed``, the seed's
 ``projection-lock.js`` unchanged under Node, extracted from the seed diff (``--seed-diff``, default
-``/work/shared/seeds/001_*.txt``) by ``adapters/javascript/scripts/extract-seed.mjs``; skipped with a note when
+``$ENVREPLICA_SEED_MIGRATION_DIFF``: the reference seed's ``001_*.txt``) by ``adapters/javascript/scripts/extract-seed.mjs``; skipped with a note when
 ``node`` or the diff is missing. The Python locks need the ``bench`` extra (``pip install -e '.[bench]'``); a
 lock whose package is missing is skipped with a note.
 
@@ -74,7 +74,9 @@ def main() -> int:
     parser.add_argument("--processes", type=int, default=8)
     parser.add_argument("--locks", nargs="+", choices=KINDS, default=list(KINDS))
     parser.add_argument("--filesystems", nargs="+", choices=list(PLACES), default=list(PLACES))
-    parser.add_argument("--seed-diff", default="/work/shared/seeds/001_*.txt")
+    parser.add_argument("--seed-diff", default=os.environ.get("ENVREPLICA_SEED_MIGRATION_DIFF", ""),
+                        help="the reference seed's diff (001_*.txt) holding projection-lock.js (default: "
+                             "$ENVREPLICA_SEED_MIGRATION_DIFF; none: the seed's row is skipped with a note)")
     parser.add_argument("--hold-ms", type=float, default=5.0, help="how long each entry holds the lock")
     parser.add_argument("--entries-per-kill", type=int, default=2, help="entries between two kills (default 2)")
     parser.add_argument("--seed", type=int, default=0)
