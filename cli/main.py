@@ -1171,7 +1171,10 @@ def _lock_check(args, name: str, gate: bool = False, stages: Optional[Board] = N
                   f"(bounds {name}, variant {variant.value})")
     with (stages or _stages(args)).stage("lock model check") as progress:
         result = cl.run_suite(ml.suite(name, variant), progress=progress)
-    table = Table(title=f"envreplica check --protocol lock --bounds {name} --variant {variant.value}")
+    from envreplica.spec.compiled import choose
+
+    table = Table(title=f"envreplica check --protocol lock --bounds {name} --variant {variant.value}",
+                  caption=f"the model ran {choose()}")  # compiled by mypyc with the replica's, or interpreted
     for col in ("bounds", "processes", "calls", "kills", "pid reuses", "distinct states", "depth", "closure",
                 "stuck", "seconds", "states/s"):
         table.add_column(col, justify="left" if col == "bounds" else "right")
