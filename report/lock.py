@@ -21,10 +21,9 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from envreplica.report import tables as T
-from envreplica.report.traces import Divergence, StepView, TraceView
-from envreplica.report.values import flatten, one_line, pretty
+from envreplica.report.traces import Divergence, Replayer, TraceView, breaking_step, model_steps
+from envreplica.report.values import flatten, pretty
 
-_ACTION_TAKEN = "mbt::actionTaken"
 
 
 def _some(value: Any) -> Any:
@@ -96,39 +95,20 @@ def _bounds(meta: dict) -> Any:
 
 
 def _breaks(doc: dict, meta: dict) -> tuple[Optional[int], str]:
-    """The step at which the counterexample's property first fails, and the sentence saying so."""
+    """The step at which the counterexample's property first fails, and the sentence saying so:
+    ``traces.breaking_step`` on the lock model at the trace's bounds and fixes."""
     from envreplica.checker import lock as cl
     from envreplica.model import lock as ml
 
+    def replayer() -> Replayer:
+        cfg = _bounds(meta)
+        return Replayer(lambda: ml.init(cfg), lambda st, a: ml.next_state(cfg, st, a), cl.action_from_json,
+                        cl.state_vars, cl.LOCK_VARS)
+
     name = str(meta.get("violated") or "")
     kind, statement, prop = _property(name)
-    last = len(doc["states"]) - 1
-    if kind == "bounded liveness":
-        return last, (f"the state after step #{last} is stuck: {statement} (the checker's liveness check found "
-                      f"no way the processes alone settle from it)")
-    if prop is None:
-        return None, f"{name or 'the trace'} names no safety property of the lock model: no step is marked"
-    try:
-        cfg = _bounds(meta)
-        st = ml.init(cfg)
-        for i, state in enumerate(doc["states"]):
-            action_data = (state.get("#meta") or {}).get("action")
-            if action_data is not None:
-                action = cl.action_from_json(action_data)
-                before = st
-                st, result = ml.next_state(cfg, st, action)
-                if prop.kind == "step" and not prop.check(before, action, result, st):
-                    return i, f"step #{i} ({action.kind}) breaks the step property {name}: {statement}"
-            if cl.state_vars(st) != {k: state.get(k) for k in cl.LOCK_VARS}:
-                return None, (f"replayed on this model, the trace's state #{i} differs (another model version?): "
-                              f"no step is marked")
-            if prop.kind == "invariant" and not prop.check(st):
-                return i, (f"the state after step #{i} is the first to violate the invariant {name}: {statement}"
-                           if i else f"the initial state violates the invariant {name}: {statement}")
-    except (KeyError, ValueError, TypeError, StopIteration) as error:
-        return None, (f"the trace's actions could not be replayed on the model ({type(error).__name__}: {error}): "
-                      f"no step is marked")
-    return None, f"replayed on this model, no step of the trace breaks {name}: no step is marked"
+    return breaking_step(doc, name, kind, statement, prop, replayer, "lock model",
+                         "the checker's liveness check found no way the processes alone settle from it")
 
 
 def _sequence(doc: dict, breaks_at: Optional[int], prefix: str) -> Any:
@@ -154,26 +134,8 @@ def read_trace(path: Path, doc: dict, meta: dict, impl_factory: Optional[Callabl
                prefix: str) -> TraceView:
     """The lock's reader (``traces.READERS``): a counterexample, or a lockstep divergence."""
     states = doc["states"]
-    lockstep = "implementation" in (doc.get("vars") or []) or "implementation" in states[-1]
     tables = [_tables(st) for st in states]
-    parting = next((i for i, st in enumerate(states) if st.get("agree") is False), len(states) - 1) \
-        if lockstep else None
-    steps = []
-    for i, st in enumerate(states):
-        smeta = st.get("#meta") if isinstance(st.get("#meta"), dict) else {}
-        action = smeta.get("action") if isinstance(smeta.get("action"), dict) else None
-        kind = str(st.get(_ACTION_TAKEN) or (action or {}).get("kind") or ("init" if i == 0 else "?"))
-        params = {k: v for k, v in (action or {}).items() if k != "kind"}
-        result = st.get("model") if lockstep else smeta.get("result")
-        impl = st.get("implementation") if lockstep else None
-        steps.append(StepView(
-            index=i, action=kind, seed=smeta.get("step") or None, seed_note="",
-            summary=one_line(params) if action else "", params=pretty(params) if action else "",
-            result=str(result or ""), result_full=pretty(result) if result else "", gate=_inside(st),
-            diff=T.diff(tables[i - 1] if i else None, tables[i]),
-            impl_result=str(impl) if lockstep and i and impl != result else None,
-            agree=st.get("agree") if isinstance(st.get("agree"), bool) else None,
-            parting=lockstep and i == parting))
+    steps, lockstep, parting = model_steps(doc, tables, _inside)
     if not lockstep:
         name = str(meta.get("violated") or "")
         kind, statement, _ = _property(name)

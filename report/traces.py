@@ -219,6 +219,80 @@ READERS: dict[str, str] = {
 }
 
 
+def model_steps(doc: dict, tables: list, after: Callable[[dict], Optional[str]]) -> tuple[list, bool, Optional[int]]:
+    """The steps of an ITF trace written by ``checker.itf.write_steps`` (a model's counterexample) or by a lockstep
+    (each state with the ``model``'s and the ``implementation``'s answers and whether they ``agree``), as the page
+    shows them: each state's action, its result, what ``tables`` say changed, and ``after``'s word for the state it
+    left (the stores' fences, who is inside). Also whether it is a lockstep's, and where the two sides part."""
+    states = doc["states"]
+    lockstep = "implementation" in (doc.get("vars") or []) or "implementation" in states[-1]
+    parting = next((i for i, st in enumerate(states) if st.get("agree") is False), len(states) - 1) \
+        if lockstep else None
+    steps = []
+    for i, st in enumerate(states):
+        smeta = st.get("#meta") if isinstance(st.get("#meta"), dict) else {}
+        action = smeta.get("action") if isinstance(smeta.get("action"), dict) else None
+        kind = str(st.get("mbt::actionTaken") or (action or {}).get("kind") or ("init" if i == 0 else "?"))
+        params = {k: v for k, v in (action or {}).items() if k != "kind"}
+        result = st.get("model") if lockstep else smeta.get("result")
+        impl = st.get("implementation") if lockstep else None
+        steps.append(StepView(
+            index=i, action=kind, seed=smeta.get("step") or None, seed_note="",
+            summary=one_line(params) if action else "", params=pretty(params) if action else "",
+            result=str(result or ""), result_full=pretty(result) if result else "", gate=after(st),
+            diff=T.diff(tables[i - 1] if i else None, tables[i]),
+            impl_result=str(impl) if lockstep and i and impl != result else None,
+            agree=st.get("agree") if isinstance(st.get("agree"), bool) else None,
+            parting=lockstep and i == parting))
+    return steps, lockstep, parting
+
+
+@dataclass(frozen=True)
+class Replayer:
+    """What ``breaking_step`` needs of one protocol's model to replay a counterexample: its first state, a step,
+    an action from the trace's JSON, and a state's variables as the trace writes them."""
+
+    init: Callable[[], Any]
+    take: Callable[[Any, Any], tuple[Any, Any]]  # (state, action) -> (next state, result)
+    action: Callable[[dict], Any]
+    variables: Callable[[Any], dict]
+    names: tuple[str, ...]  # the trace's variables (compared state by state)
+
+
+def breaking_step(doc: dict, name: str, kind: str, statement: str, prop: Any, replayer: Callable[[], Replayer],
+                  model: str, stuck_why: str) -> tuple[Optional[int], str]:
+    """The step at which a counterexample's property first fails, and the sentence saying so (or why no step is
+    marked): its actions replayed on the model (``replayer``, made here: building it may fail on a trace of
+    another model version) and the property evaluated along them; a stuck state (bounded liveness) is the last.
+    ``model`` names the model in the sentences, ``stuck_why`` says what the liveness check found."""
+    last = len(doc["states"]) - 1
+    if kind == "bounded liveness":
+        return last, f"the state after step #{last} is stuck: {statement} ({stuck_why})"
+    if prop is None:
+        return None, f"{name or 'the trace'} names no safety property of the {model}: no step is marked"
+    try:
+        r = replayer()
+        st = r.init()
+        for i, state in enumerate(doc["states"]):
+            action_data = (state.get("#meta") or {}).get("action")
+            if action_data is not None:
+                action = r.action(action_data)
+                before = st
+                st, result = r.take(st, action)
+                if prop.kind == "step" and not prop.check(before, action, result, st):
+                    return i, f"step #{i} ({action.kind}) breaks the step property {name}: {statement}"
+            if r.variables(st) != {k: state.get(k) for k in r.names}:
+                return None, (f"replayed on this model, the trace's state #{i} differs (another model version?): "
+                              f"no step is marked")
+            if prop.kind == "invariant" and not prop.check(st):
+                return i, (f"the state after step #{i} is the first to violate the invariant {name}: {statement}"
+                           if i else f"the initial state violates the invariant {name}: {statement}")
+    except (KeyError, ValueError, TypeError, StopIteration) as error:
+        return None, (f"the trace's actions could not be replayed on the model ({type(error).__name__}: {error}): "
+                      f"no step is marked")
+    return None, f"replayed on this model, no step of the trace breaks {name}: no step is marked"
+
+
 def protocol_of(doc: dict) -> str:
     """The protocol an ITF document is of (``#meta.protocol``; a trace without it is the replica's)."""
     from envreplica.checker.itf import meta_of
