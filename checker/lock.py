@@ -22,7 +22,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Optional, cast
 
-from envreplica.checker import itf
+from envreplica.checker import itf, lines
 from envreplica.checker.bfs import Model, Result, Violation, check
 from envreplica.checker.liveness import ClosureBudgetExceeded, Liveness, closure_budget, stuck_states
 from envreplica.checker.progress import ProgressHook, suite_tick
@@ -246,16 +246,7 @@ def finding_of(fixes: frozenset[ml.Fix]) -> Optional[Finding]:
 
 def trace_lines(violation: Violation) -> list[str]:
     """A counterexample, one numbered line per step with what it returned, then the state it left."""
-    lines: list[str] = []
-    prev: Optional[ml.LockState] = None
-    for i, step in enumerate(violation.steps):
-        if step.action is None:
-            lines.append(f"  #0 init: {ml.describe_state(step.state)}")
-        else:
-            lines.append(f"  #{i} {ml.describe_action(step.action, prev)} -> {result_text(step.result)}")
-            lines.append(f"       {ml.describe_state(step.state)}")
-        prev = step.state
-    return lines
+    return lines.trace_lines(violation, ml.describe_state, ml.describe_action, result_text)
 
 
 def result_text(result: object) -> str:

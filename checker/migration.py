@@ -30,7 +30,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Optional, cast
 
-from envreplica.checker import itf
+from envreplica.checker import itf, lines
 from envreplica.checker.bfs import Model, Result, Violation, check
 from envreplica.checker.liveness import ClosureBudgetExceeded, Liveness, closure_budget, stuck_states
 from envreplica.checker.progress import ProgressHook, suite_tick
@@ -163,16 +163,7 @@ def run(cfg: mm.MigrationBounds, liveness: bool = True, stop_on_first: bool = Fa
 
 def trace_lines(violation: Violation) -> list[str]:
     """A counterexample, one numbered line per step with what it returned, then the state it left."""
-    lines: list[str] = []
-    prev: Optional[mm.MigrationState] = None
-    for i, step in enumerate(violation.steps):
-        if step.action is None:
-            lines.append(f"  #0 init: {mm.describe_state(step.state)}")
-        else:
-            lines.append(f"  #{i} {mm.describe_action(step.action, prev)} -> {_result(step.result)}")
-            lines.append(f"       {mm.describe_state(step.state)}")
-        prev = step.state
-    return lines
+    return lines.trace_lines(violation, mm.describe_state, mm.describe_action, _result)
 
 
 def _result(result: object) -> str:
