@@ -1120,29 +1120,13 @@ def _migration_check(args, name: str, gate: bool = False, stages: Optional[Board
                           f"{r.stuck.length} steps: {sentence}", highlight=False)
             console.print("\n".join(cm.trace_lines(r.stuck)), highlight=False, markup=False)
             _migration_trace(args, name, variant, r.bounds.name, name_, r.stuck)
-    verdicts = Table(title="properties of the paired writer migration (spec.migration)")
-    for col in ("property", "kind", "verdict", "statement"):
-        verdicts.add_column(col)
-    for prop in (*spec.INVARIANTS, *spec.STEP_PROPERTIES):
-        broken = [r.bounds.name for r in result.runs if prop.name in r.result.violations]
-        verdicts.add_row(prop.name, prop.kind, f"[red]violated ({', '.join(broken)})[/]" if broken
-                         else "[green]holds[/]", prop.statement)
-    stuck = [r.bounds.name for r in result.runs if r.liveness is not None and not r.liveness.ok]
-    verdicts.add_row(spec.RECOVERABLE[0], "bounded liveness",
-                     f"[red]violated ({', '.join(stuck)})[/]" if stuck else "[green]holds[/]",
-                     spec.RECOVERABLE[1])
-    for prop in spec.SOMETIMES:
-        seen = [r.bounds.name for r in result.runs if prop.name not in r.missed]
-        verdicts.add_row(prop.name, "sometimes", f"[green]witnessed ({', '.join(seen)})[/]" if seen
-                         else "[red]never witnessed[/]", prop.statement)
-    console.print(verdicts)
-    for prop_name in result.missed:
-        console.print(f"[bold red]NEVER WITNESSED[/] {prop_name} (at no bounds of the suite): a pass would be vacuous")
+    _print_verdicts("properties of the paired writer migration (spec.migration)", spec, result)
     props = len(spec.INVARIANTS) + len(spec.STEP_PROPERTIES) + 1
     if result.ok:
         console.print(f"[bold green]PASS[/]: {props} properties hold (bounded liveness among them), "
                       f"{len(spec.SOMETIMES)} sometimes properties witnessed")
     else:
+        stuck = any(r.liveness is not None and not r.liveness.ok for r in result.runs)
         broken = sorted({p for r in result.runs for p in r.result.violations}
                         | ({spec.RECOVERABLE[0]} if stuck else set()))
         console.print(f"[bold red]FAIL[/]: the paired writer migration ({variant.value}, bounds {name})"
@@ -1201,7 +1185,26 @@ def _lock_check(args, name: str, gate: bool = False, stages: Optional[Board] = N
                           f"{r.stuck.length} steps{named}: {sentence}", highlight=False)
             console.print("\n".join(cl.trace_lines(r.stuck)), highlight=False, markup=False)
             _lock_trace(args, name, variant, r.bounds, name_, r.stuck)
-    verdicts = Table(title="properties of the projection lock (spec.lock)")
+    _print_verdicts("properties of the projection lock (spec.lock)", spec, result)
+    props = len(spec.INVARIANTS) + len(spec.STEP_PROPERTIES) + 1
+    if result.ok:
+        console.print(f"[bold green]PASS[/]: the projection lock: {props} properties hold (bounded liveness among "
+                      f"them), {len(spec.SOMETIMES)} sometimes properties witnessed, {result.states:,} states")
+    else:
+        stuck = any(r.liveness is not None and not r.liveness.ok for r in result.runs)
+        broken = sorted({p for r in result.runs for p in r.result.violations}
+                        | ({spec.RECOVERABLE[0]} if stuck else set()))
+        console.print(f"[bold red]FAIL[/]: the projection lock ({variant.value}) breaks {', '.join(broken) or 'no property'}"
+                      + (f"; never witnessed: {', '.join(result.missed)}" if result.missed else "")
+                      + f" (traces in {args.out})", highlight=False)
+    return 0 if result.ok else 1
+
+
+def _print_verdicts(title: str, spec, result) -> None:
+    """A suite's verdict on each property of ``spec`` (a protocol's spec module: ``INVARIANTS``,
+    ``STEP_PROPERTIES``, ``RECOVERABLE``, ``SOMETIMES``) over ``result``'s bounds, then each "sometimes" property
+    no bounds witnessed (the migration's and the lock's checks)."""
+    verdicts = Table(title=title)
     for col in ("property", "kind", "verdict", "statement"):
         verdicts.add_column(col)
     for prop in (*spec.INVARIANTS, *spec.STEP_PROPERTIES):
@@ -1218,17 +1221,6 @@ def _lock_check(args, name: str, gate: bool = False, stages: Optional[Board] = N
     console.print(verdicts)
     for prop_name in result.missed:
         console.print(f"[bold red]NEVER WITNESSED[/] {prop_name} (at no bounds of the suite): a pass would be vacuous")
-    props = len(spec.INVARIANTS) + len(spec.STEP_PROPERTIES) + 1
-    if result.ok:
-        console.print(f"[bold green]PASS[/]: the projection lock: {props} properties hold (bounded liveness among "
-                      f"them), {len(spec.SOMETIMES)} sometimes properties witnessed, {result.states:,} states")
-    else:
-        broken = sorted({p for r in result.runs for p in r.result.violations}
-                        | ({spec.RECOVERABLE[0]} if stuck else set()))
-        console.print(f"[bold red]FAIL[/]: the projection lock ({variant.value}) breaks {', '.join(broken) or 'no property'}"
-                      + (f"; never witnessed: {', '.join(result.missed)}" if result.missed else "")
-                      + f" (traces in {args.out})", highlight=False)
-    return 0 if result.ok else 1
 
 
 def _lock_findings_named(prop: str, bounds) -> str:
