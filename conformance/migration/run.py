@@ -364,8 +364,8 @@ def without(moves: Sequence[Move], drop: Iterable[int]) -> list[Move]:
 
 def minimize(shared: World, moves: list[Move], key: str, reason: str, replays: Optional[int] = None,
              progress: Optional[ProgressHook] = None) -> tuple[list[Move], str, list[str], list[dict[str, Any]]]:
-    """Delete the moves a divergence of kind ``key`` does not need, then run its invocations in this process
-    where that keeps it; within ``replays`` replays (default ``MINIMIZE_REPLAYS``), each told to ``progress``.
+    """Delete the moves a divergence of kind ``key`` does not need (and bring the world's moves just before the
+    last one sooner, where the divergence then comes sooner), then run its invocations in this process where that keeps it; within ``replays`` replays (default ``MINIMIZE_REPLAYS``), each told to ``progress``.
     The moves, the reason, and what each move answered (lines, records) on the last replay that diverged."""
     total = MINIMIZE_REPLAYS if replays is None else replays
     budget = [total]
@@ -403,6 +403,19 @@ def minimize(shared: World, moves: list[Move], key: str, reason: str, replays: O
                 else:
                     i -= 1
             size //= 2
+        if not changed:  # the world's moves just before the last, put back as early as the divergence still
+            # comes of them: what they do to a store may meet an earlier step, and the steps after it are not needed
+            current = best[0]
+            end = start = len(current) - 1
+            while start > 0 and not isinstance(current[start - 1].action, (mm.Invoke, mm.Step)):
+                start -= 1
+            block, rest = current[start:end], current[:start] + current[end:]
+            for place in range(start if block else 0):
+                kept = best
+                if attempt(rest[:place] + block + rest[place:]) and len(best[0]) < len(current):
+                    changed = True
+                    break
+                best = kept
     simplest = shared.simplest_mode
     for i, move in enumerate(best[0]):  # an invocation run in this process is simpler to read and debug
         if simplest is not None and isinstance(move.action, mm.Invoke) and move.mode is not simplest \
