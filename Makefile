@@ -37,12 +37,16 @@ compiled: $(STAMP)
 # - make test-all: both, at CI's budget on any machine (ENVREPLICA_TEST_BUDGET=ci): what .ci/run runs. No catch
 #   lives only in make nightly or nowhere: every mutant battery is in make test-all.
 # pytest: pytest-xdist runs one worker per CPU, each test file on one worker (its module fixtures computed
-# once), in file order; a test class is a unit of its own (--dist loadscope), which is how a long battery is
-# split over the workers (tests/test_conformance_mutants.py's two halves). A random order (pytest-randomly, installed; it prints "Using --randomly-seed=N") is one
-# argument away: make test PYTEST_ARGS="-p randomly" (replay one with PYTEST_ARGS="-p randomly
-# --randomly-seed=N"); CI runs it so. Every test passes alone and in any order.
+# once); a test class is a unit of its own (--dist loadscope), which is how a long battery is split over the
+# workers (tests/test_conformance_mutants.py's two halves). The heaviest files go first (tests/durations.json,
+# tests/conftest.py; --no-loadscope-reorder keeps that order rather than xdist's by number of tests), so that no
+# long file is drawn last while the other worker idles; the others follow in collection order. A random order
+# (pytest-randomly, installed; it prints "Using --randomly-seed=N") is one argument away: make test
+# PYTEST_ARGS="-p randomly" (replay one with PYTEST_ARGS="-p randomly --randomly-seed=N"); CI runs it so. Every
+# test passes alone and in any order.
 PYTEST_ARGS ?=
-PYTEST := ENVREPLICA_PURE_PYTHON=1 $(BIN)/pytest -p no:cacheprovider -p no:randomly -n auto --dist loadscope
+PYTEST := ENVREPLICA_PURE_PYTHON=1 $(BIN)/pytest -p no:cacheprovider -p no:randomly -n auto --dist loadscope \
+  --no-loadscope-reorder
 test: typecheck kit compiled
 	$(PYTEST) -m "not nightly and not slow" $(PYTEST_ARGS) tests
 
@@ -85,9 +89,12 @@ diagrams: $(STAMP)
 	$(BIN)/envreplica diagram --format png --output docs/gate.png
 
 # Reinstalls only when pyproject.toml changes (the install is editable).
+# EXTRAS: the optional extras installed beside the tests' (.ci/run adds ray in the same install, so that the
+# mypyc build runs once, not once per pip install).
+EXTRAS ?= test
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[$(EXTRAS)]'
 	touch $@
 
 # `npm ci` builds the TypeScript kit's dist/ (its `prepare` script); `build.mjs --if-stale` builds it again after an

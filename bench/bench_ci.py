@@ -25,6 +25,7 @@ with other work the seconds are inflated; the ratios between steps and files sti
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import subprocess
@@ -71,7 +72,7 @@ def _env(ci: bool) -> dict[str, str]:
 
 def _pytest_step(name: str, target: str, ci: bool, extra: str) -> Step:
     junit = OUT / f"{name.replace(' ', '-').replace('/', '-')}.xml"
-    args = f"-p randomly --durations=30 --junitxml={junit} {extra}".strip() if ci else f"--junitxml={junit} {extra}"
+    args = f"-p randomly --durations=40 --junitxml={junit} {extra}".strip() if ci else f"--junitxml={junit} {extra}"
     return Step(name, ["make", target, f"PYTEST_ARGS={args.strip()}"], _env(ci), junit)
 
 
@@ -150,6 +151,35 @@ def report(done: list[Step], top: int, setup: float) -> None:
             print(f"  {seconds:8.1f} s  {100 * seconds / total:5.1f} %  {name}")
 
 
+#: Where the suite's order comes from (tests/conftest.py reads it; ``--write-durations`` writes it).
+DURATIONS = ROOT / "tests" / "durations.json"
+#: Files lighter than this keep pytest-randomly's place (seconds summed over a file's tests in one tier).
+DURATIONS_FLOOR = 10.0
+
+
+def write_durations(done: list[Step]) -> None:
+    """``tests/durations.json`` from CI's two pytest steps: each tier's files of at least ``DURATIONS_FLOOR`` s."""
+    tiers = {"fast": "CI make test", "slow": "CI make test-slow"}
+    found = {tier: next((s for s in done if s.name == name and s.files and s.status == 0), None)
+             for tier, name in tiers.items()}
+    missing = [tiers[tier] for tier, step in found.items() if step is None]
+    if missing:
+        print(f"--write-durations: no passing {' or '.join(missing)} in this run (--steps ci runs both); "
+              f"{DURATIONS.relative_to(ROOT)} left as it is")
+        return
+    data: dict[str, object] = {
+        "about": "Seconds each test file's tests took, summed, in each tier (fast: make test; slow: make "
+                 "test-slow), on 2 cores at CI's budget: tests/conftest.py sends the heaviest files to "
+                 "pytest-xdist's workers first. Files under 10 s are left out (they keep pytest-randomly's "
+                 "order). Rewrite with bench/bench_ci.py --write-durations."}
+    for tier, step in found.items():
+        assert step is not None
+        data[tier] = {name: round(seconds) for name, seconds in sorted(step.files.items())
+                      if seconds >= DURATIONS_FLOOR}
+    DURATIONS.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    print(f"wrote {DURATIONS.relative_to(ROOT)}: {len(data['fast'])} + {len(data['slow'])} files")  # type: ignore
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", default="contributor,ci",
@@ -160,6 +190,9 @@ def main() -> int:
                         help="CI's set-up time to add to its total (apt, venv, npm ci, the mypyc build)")
     parser.add_argument("--pytest-args", default="", help="more arguments for each pytest step")
     parser.add_argument("--fresh-ci", action="store_true", help="also time bash .ci/run in a fresh clone")
+    parser.add_argument("--write-durations", action="store_true",
+                        help="write tests/durations.json (the order the heaviest test files start in) from CI's "
+                             "two pytest steps of this run")
     args = parser.parse_args()
     chosen = {s.strip() for s in args.steps.split(",") if s.strip()}
     unknown = chosen - {"contributor", "ci"}
@@ -168,6 +201,8 @@ def main() -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     done = [run(step) for step in steps(chosen, args.pytest_args)]
     report(done, args.top, args.setup_seconds)
+    if args.write_durations:
+        write_durations(done)
     if args.fresh_ci:
         fresh_ci()
     return 0

@@ -64,3 +64,32 @@ def scratch():
     path = Path(_scratch_dir())
     yield path
     shutil.rmtree(path, ignore_errors=True)
+
+
+# Heaviest first (tests/durations.json): pytest-xdist's `loadscope` hands each worker a test file (or class) at a
+# time, in collection order, so a long file drawn last leaves the other worker idle until it ends (minutes at the
+# end of a CI step). After pytest-randomly's shuffle, the files that durations.json weighs move to the front,
+# heaviest first (longest processing time first, the classic schedule for two machines); every other file keeps
+# its random place after them, and the tests of each file their random order.
+DURATIONS = Path(__file__).with_name("durations.json")
+
+
+def _tier_weights() -> dict[str, dict[str, float]]:
+    try:
+        import json
+
+        data = json.loads(DURATIONS.read_text(encoding="utf-8"))
+        return {tier: {str(k): float(v) for k, v in data.get(tier, {}).items()} for tier in ("fast", "slow")}
+    except (OSError, ValueError, AttributeError, TypeError):
+        return {"fast": {}, "slow": {}}  # an unreadable file only loses the ordering, never a test
+
+
+@pytest.hookimpl(trylast=True)  # after pytest-randomly's shuffle (its hook runs first)
+def pytest_collection_modifyitems(config, items):
+    weights = _tier_weights()
+
+    def weight(item) -> float:
+        tier = "slow" if item.get_closest_marker("slow") else "fast"
+        return weights[tier].get(item.nodeid.split("::", 1)[0], 0.0)
+
+    items.sort(key=lambda item: -weight(item))  # stable: equal weights keep their (random) order

@@ -110,7 +110,7 @@ def test_the_interpreted_finder_hands_out_sources_only_for_the_compiled_modules(
 
 def _check_command(tmp: Path, pure: bool) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "envreplica.cli.main", "check", "--model-only", "--bounds", "cloud",
-                           "--variant", "seed", "--quiet", "--out", str(tmp)],
+                           "--variant", "seed", "--lock-bounds", "lock-tiny", "--quiet", "--out", str(tmp)],
                           env=_env(pure), capture_output=True, text=True, timeout=900)
 
 
@@ -141,8 +141,8 @@ def test_the_whole_gate_passes_compiled(tmp_path):
     compiled), at small budgets: it passes, and says it ran compiled."""
     _require_build()
     done = subprocess.run([sys.executable, "-m", "envreplica.cli.main", "check", "--bounds", "tiny", "--serial",
-                           "--lockstep-examples", "40", "--migration-lockstep-examples", "5", "--quiet",
-                           "--out", str(tmp_path)], env=_env(pure=False), capture_output=True, text=True, timeout=900)
+                           "--lock-bounds", "lock-tiny", "--lockstep-examples", "40", "--migration-lockstep-examples", "5",
+                           "--quiet", "--out", str(tmp_path)], env=_env(pure=False), capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "the model ran compiled (mypyc)" in done.stdout and "\nPASS: every property holds" in done.stdout
 

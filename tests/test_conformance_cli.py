@@ -244,14 +244,14 @@ def test_check_runs_model_check_then_lockstep(tmp_path, capsys, monkeypatch):
     from envreplica.cli import progress
 
     monkeypatch.setattr(progress, "HEARTBEAT_SECONDS", 0.0)  # a heartbeat line per tick (tests/test_progress.py)
-    code, out = run_cli(["check", "--bounds", "tiny", "--lockstep-examples", "5",
+    code, out = run_cli(["check", "--bounds", "tiny", "--lockstep-examples", "5", "--lock-bounds", "lock-tiny",
                          "--migration-lockstep-examples", "3", "--out", str(tmp_path)], capsys)
     assert code == 0, out
     assert "envreplica check: the gate" in out
     assert "model check" in out and "SQLite vs model" in out and "lockstep coverage" in out
     assert "bounds migration (paired writer migration)" in out  # the migration's check, from the background child
     assert "migration lockstep" in out and "paired migration vs model" in out  # and its lockstep, after it
-    assert "bounds lock (projection lock)" in out  # the lock's check, from the background child
+    assert "bounds lock-tiny (projection lock)" in out  # the lock's check, from the background child
     assert "PASS: the projection lock" in out
     assert "lock lockstep" in out and "impl.lock vs model" in out  # and its lockstep, in this process
     # Progress while it runs (issue 40): the lockstep's here, a line per example; the background process's

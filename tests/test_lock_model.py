@@ -67,6 +67,15 @@ def test_each_sometimes_property_is_witnessed_under_fixed_at_named_bounds(fixed_
     assert witnessed["sometimes_busy"]
 
 
+def test_the_tiny_suite_witnesses_every_sometimes_property_under_fixed():
+    """``lock-tiny`` (the gate's plumbing at small cost, in the tests that run the whole gate): fixed passes, and
+    no "sometimes" property goes unwitnessed, so a pass there is not a vacuous one."""
+    tiny = cl.run_suite(ml.suite("lock-tiny"))
+    assert {r.bounds.name: r.result.states for r in tiny.runs} == {"crash": FIXED_PINS["crash"],
+                                                                    "answers": FIXED_PINS["answers"]}
+    assert tiny.ok and tiny.missed == []
+
+
 def test_findings_are_one_per_fix_and_numbered_after_f6():
     assert {f.fix for f in cl.FINDINGS} == set(ml.Fix)
     assert len(cl.FINDINGS) == len(ml.Fix)
@@ -251,7 +260,7 @@ def run_cli(*argv: str, cwd: Path) -> subprocess.CompletedProcess:
 def test_check_refuses_another_protocols_bounds_with_one_line(tmp_path):
     run = run_cli("check", "--protocol", "lock", "--bounds", "cloud", cwd=tmp_path)
     assert run.returncode == 2, run.stdout + run.stderr
-    assert "--bounds cloud is not among the lock protocol's bounds (lock, lock-deep)" in run.stderr
+    assert "--bounds cloud is not among the lock protocol's bounds (lock, lock-deep, lock-tiny)" in run.stderr
     run = run_cli("check", "--protocol", "lock", "--variant", "fix-f1", cwd=tmp_path)
     assert run.returncode == 2 and "takes seed or fixed" in run.stderr
 
@@ -270,8 +279,9 @@ def test_check_protocol_lock_finds_the_seeds_flaws_and_writes_their_traces(tmp_p
 
 
 def test_the_bounds_presets_are_what_the_docs_name():
-    assert set(ml.PRESETS) == {"lock", "lock-deep"}
+    assert set(ml.PRESETS) == {"lock", "lock-deep", "lock-tiny"}
     assert [b.name for b in ml.PRESETS["lock"]] == ["race", "crash", "namespace", "fair", "answers"]
+    assert ml.PRESETS["lock-tiny"] == (ml.CRASH, ml.ANSWERS)
     fair = dataclasses.asdict(ml.FAIR)
     assert fair["calls"] == 3 and fair["crashes"] == 0  # three calls: a waiter can be overtaken twice (F13)
 

@@ -148,7 +148,8 @@ def test_the_built_wheel_installed_elsewhere_runs_every_command(tmp_path: Path) 
     assert envr("--version").stdout.strip() == "envreplica 0.1.0"
 
     # (e) the gate, every protocol's stage, at its smallest budgets
-    gate = envr("check", "--bounds", "tiny", "--lockstep-examples", "5", "--migration-lockstep", "dev",
+    gate = envr("check", "--bounds", "tiny", "--lock-bounds", "lock-tiny", "--lockstep-examples", "5",
+                "--migration-lockstep", "dev",
                 "--migration-lockstep-examples", "2", "--out", "out/check")
     said = gate.stdout
     for stage in ("model check", "migration model check", "lock model check", "lockstep", "lock lockstep",

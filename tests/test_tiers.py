@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import re
 import subprocess
@@ -24,11 +26,32 @@ FAST = "not nightly and not slow"
 
 def _collected(marks: str) -> set[str]:
     """The test files holding a test that ``-m marks`` selects (pytest's own collection, in a subprocess)."""
+    return set(_collected_in_order(marks))
+
+
+@functools.lru_cache(maxsize=None)
+def _collected_in_order(marks: str) -> tuple[str, ...]:
+    """The test files ``-m marks`` selects, each once, in the order collection leaves them (a subprocess)."""
     done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly",
                            "-p", "no:xdist", "--collect-only", "-q", "-m", marks, "tests"],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
-    return {line.split("::")[0] for line in done.stdout.splitlines() if "::" in line}
+    files = [line.split("::")[0] for line in done.stdout.splitlines() if "::" in line]
+    return tuple(dict.fromkeys(files))
+
+
+def test_the_heaviest_files_are_collected_first_and_durations_names_only_files_that_exist():
+    """tests/durations.json orders the suite (tests/conftest.py): within each tier its files come first, heaviest
+    first; a file it names that is gone (renamed, deleted) would silently lose its place, so it fails here."""
+    data = json.loads((ROOT / "tests" / "durations.json").read_text(encoding="utf-8"))
+    for tier, marks in (("fast", FAST), ("slow", "slow and not nightly")):
+        weights = data[tier]
+        gone = sorted(name for name in weights if not (ROOT / name).is_file())
+        assert not gone, f"tests/durations.json names files that are not there ({tier}): {gone}"
+        order = _collected_in_order(marks)
+        weighted = [name for name in order if name in weights]
+        assert weighted and order[:len(weighted)] == tuple(weighted), (tier, order[:len(weighted) + 2])
+        assert [weights[n] for n in weighted] == sorted((weights[n] for n in weighted), reverse=True), tier
 
 
 def test_make_test_holds_a_test_of_every_test_file():
