@@ -27,7 +27,7 @@ import os
 import queue
 import threading
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Union
+from typing import Callable, Optional, Protocol, Union
 
 from envreplica.conformance.lock import protocol as pr
 from envreplica.impl import lock as il
@@ -258,6 +258,23 @@ def _shown(outcome: object) -> str:
 
 def lock_path_in(directory: str) -> str:
     return os.path.join(directory, "lock")
+
+
+class LockUser(Protocol):
+    """One lock user as a real side drives it, whatever runs it (``Process``: a thread of the harness;
+    ``forked.Child``: a process forked from it): its model slot, whether it is inside the operation and whether it
+    is dead (as the harness last saw it), an order and the report that answers it, the steps taken since the
+    harness last looked, and the end of its example."""
+
+    slot: int
+    inside: bool
+    dead: bool
+
+    def order(self, order: pr.Order) -> pr.Report: ...
+
+    def steps_taken(self) -> list[pr.Taken]: ...
+
+    def stop(self) -> None: ...
 
 
 Factory = Callable[[int], Process]
