@@ -11,7 +11,7 @@ forked from the harness, a kill the kernel's SIGKILL.
   made stays, and a clean-up that bypasses the ``Calls`` runs on the threads' kill (an exception) but never on
   this side's;
 * ``envreplica adapter --protocol lock --impl lock --side processes`` answers the same lockstep through the
-  protocol.
+  protocol, and the gate's lock lockstep runs on the side ``--lock-side`` names (threads by default).
 
 Budgets are counts of examples (derandomized), never the clock.
 """
@@ -155,3 +155,43 @@ def test_impl_lock_on_processes_through_its_adapter_passes():
     assert "processes" in shared.decl.implementation
     assert report.passed and report.adapter_failure is None, report.trace(report.divergence.cfg)
     assert report.examples >= 30 and report.coverage.counts["sometimes_takeover"]
+
+
+class _Rows:
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, ...]] = []
+
+    def add_row(self, *cells: str) -> None:
+        self.rows.append(cells)
+
+
+def test_the_gates_lock_lockstep_runs_on_the_side_it_is_given(monkeypatch):
+    """``envreplica check --lock-side processes``: the gate's lock lockstep forks its lock users (counted), passes
+    and says on which side it ran (at the dev budget of this module: the gate's 200 examples are the threads')."""
+    from envreplica.cli import main as cli
+    from envreplica.conformance.lock import forked
+
+    forks: list[int] = []
+    fork = forked.Child._fork
+
+    def counted(self: Child):
+        forks.append(self.slot)
+        return fork(self)
+
+    monkeypatch.setattr(forked.Child, "_fork", counted)
+    monkeypatch.setattr(cli, "LOCK_LOCKSTEP_EXAMPLES", examples(ci=50, dev=50))
+    rows = _Rows()
+    failed = cli._lock_lockstep(rows, side=Side.PROCESSES.value)
+    assert not failed, rows.rows
+    ((name, what, *_),) = rows.rows
+    assert name == "lock lockstep" and "impl.lock vs model (processes)" in what
+    assert len(forks) >= 50  # every example forked its lock users
+    assert cli.LOCK_SIDE == Side.THREADS.value  # the gate's default (docs/lock.md: the threads are the cheaper)
+
+
+def test_the_gate_refuses_a_side_it_does_not_have(capsys):
+    from envreplica.cli import main as cli
+
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["check", "--lock-side", "fibers"])
+    assert exited.value.code == 2 and "--lock-side" in capsys.readouterr().err

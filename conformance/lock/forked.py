@@ -15,18 +15,22 @@ A kill is the kernel's: ``SIGKILL`` of the child while it is paused (blocked rea
 harness reaps it (``waitpid``), so its pid is gone and its exit status says SIGKILL. No code of the child runs after
 the order: no ``finally``, no ``except BaseException``, no release; what it made on disk stays, as the model keeps
 it. That is what this side proves beyond the threads' (whose kill is a ``Killed`` exception raised where the thread
-stopped, and every call after it refused by the harness's ``Calls``): that no clean-up of ``impl.lock`` is needed
-for the model's kill, because none runs. The world's zombie is still the model's stand-in: the real child is reaped
+stopped, and every call after it refused by the harness's ``Calls``): that the lock agrees with the model when
+none of its own clean-up runs at a kill, as none does at a real SIGKILL. The world's zombie is still the model's stand-in: the real child is reaped
 at once (its real pid is never probed; the model's pid, the world's, is).
 
-Costs (measured, docs/lock.md): a fork per lock user and a pipe's round trip per move; about twice the threads'
-time per example on this machine, so the gate keeps the threads and CI runs this side at a small budget
-(``tests/test_lock_lockstep_processes.py``).
+Costs (measured, docs/lock.md, ``bench/bench_lock_sides.py``): a fork per lock user (about 3 ms of the harness at
+light load) and a round trip to another process per move; 2.5 to 4.5 times the threads' time per example on this
+machine, the more the busier it is, so the gate keeps the threads and CI runs this side at the small budget of
+``tests/test_lock_lockstep_processes.py``. An example's end closes each child's pipe: a child paused there exits
+where it stopped (``os._exit``, running nothing), and the harness reaps it at a later example's end
+(``reap_exited``) rather than wait for it.
 
 Leaves out on purpose: real pids in the lock's records and real probes of them (the harness's ``World`` answers,
 as for the threads: a SIGKILLed child's real pid is reaped at once, and a real pid cannot be reused on demand), a
-child killed while it runs (it is only ever killed paused, before a step: a kill inside a system call is the kernel
-finishing the call first, which the model's step before it already is), and time (a wait returns at once).
+child killed while it runs (it is only ever killed paused, before a step: a kill during one of the lock's calls
+lands before or after it, each atomic on a local filesystem, which the model's steps already are), and time (a
+wait returns at once).
 """
 
 from __future__ import annotations
@@ -93,17 +97,24 @@ class ChildCalls(il.Calls):
         """Report, with the steps taken since the last report; block for the order (a SIGKILL ends it here)."""
         taken, self.taken = tuple(self.taken), []
         self.conn.send(Reported(taken, report))
-        try:
-            order = self.conn.recv()
-        except EOFError:  # the example is over (or the harness gone): exit where it stopped, running nothing more
-            os._exit(0)
+        order = self._recv()
+        if not isinstance(order, (pr.Go, pr.Die, pr.Leave, pr.StartCall)):
+            raise HarnessError(f"pid {self.me.pid} was told {order!r}, which is no order")
         if isinstance(order, pr.Go) and order.nonce is not None:
             self.next_nonce = order.nonce
         return order
 
     def _ask(self, call: il.Call, pid: int) -> object:
         self.conn.send(Asked(call, pid))
-        return self.conn.recv()
+        return self._recv()
+
+    def _recv(self) -> object:
+        """The harness's next word; when its end is closed (the example is over, or the harness gone), the child
+        exits where it stopped, running nothing more (no exception unwinds through the lock's clean-up)."""
+        try:
+            return self.conn.recv()
+        except (EOFError, OSError):
+            os._exit(0)
 
     def identity(self) -> il.Identity:
         return self.me

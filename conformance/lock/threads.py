@@ -7,6 +7,9 @@ pid reused, and the observation in the model's words. Each move's steps are chec
 call and no other (the ``Calls`` methods each ran: a divergence "call"), as before; what the example compares
 (steps, answers, the observation) comes back as a ``protocol.Event``.
 
+The same directory, world, observation and checks serve the real-process side (``forked.ProcessSide``, a
+subclass that makes each lock user a forked ``Child`` instead of a thread: ``_user``).
+
 Leaves out on purpose: any wire format (the adapter side, ``adapter_side``, is the one that speaks
 docs/protocol.md section 12); and everything ``processes`` leaves out.
 """
