@@ -193,14 +193,11 @@ def _operation(calls: ChildCalls) -> None:
         raise pr.OperationCommitted("failed having committed")
 
 
-def _child(conn: Connection, lock_path: str, max_tries: int, calls: ChildCalls) -> None:
+def _child(conn: Connection, lock_path: str, max_tries: int, calls: ChildCalls) -> NoReturn:
     """The child's life: a call of the lock per ``START`` told, its answer reported; until its end of the pipe
-    closes or a SIGKILL."""
+    closes (``ChildCalls._recv`` exits) or a SIGKILL."""
     while True:
-        try:
-            order = conn.recv()
-        except EOFError:  # the harness is gone
-            return
+        order = calls._recv()  # the example's end (its pipe closed) exits here
         if not isinstance(order, pr.StartCall):
             raise HarnessError(f"pid {calls.me.pid}, idle, was told {order}")
         error: Optional[BaseException] = None
@@ -220,7 +217,7 @@ def _child_main(conn: Connection, lock_path: str, max_tries: int, identity: il.I
     no ``atexit``, no flush of the harness's buffers)."""
     code = 0
     try:
-        gc.disable()  # no finalizer of the harness's objects runs in the child
+        gc.disable()  # the cyclic collector neither walks (and so copies) nor finalizes the harness's objects
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # an interrupt is the harness's to handle
         _child(conn, lock_path, max_tries, ChildCalls(conn, identity, pause))
     except BaseException as broke:  # a harness error: reported, so that the harness does not hang
