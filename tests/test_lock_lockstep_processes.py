@@ -97,6 +97,7 @@ def test_a_killed_child_is_reaped_and_what_it_made_stays():
             os.waitpid(dead.os_pid, os.WNOHANG)
         real = example.observe_real()
         assert [t[2] for t in real.tickets] == [0] and real.temps == {(0, 1)}
+        assert real.tickets[0][3] == example.state.procs[0].pid != dead.os_pid  # its identity: the harness's answer
         (nonce,) = [n for n, instance in example.instances.items() if instance == (0, 1)]
         names = os.listdir(example.directory)  # on the disk: its ticket, and its temp with its owner file written
         assert [n for n in names if ".t." in n and nonce in n] and f"lock.n.{nonce}" in names

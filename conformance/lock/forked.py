@@ -6,10 +6,10 @@ user (``Child``) is a process of its own, forked from the harness at its first c
 with the harness's modules loaded, a mutant's edit included, and runs no interpreter start-up). The child runs
 ``impl.lock.with_projection_lock`` once per ``START`` with a ``ChildCalls`` that stops before each step the model
 takes as a move of its own (``protocol.paused_at``), reports it over its end of a socket pair, with the steps taken
-since its last report, and blocks for the order. The probes the harness owns are asked over the same pipe and
-answered from the harness's ``World`` (``kill(pid, 0)`` and ``/proc/PID/stat``: a kill, a zombie, a reap and a
-reused pid are the world's, staged as the model stages them); the child's identity (pid, start time, PID namespace)
-is the model's, given it at its fork. Every other call is the real one, on the real directory, made by the child.
+since its last report, and blocks for the order. What the harness owns is asked over the same pipe (``Asked``):
+the probes, answered from the harness's ``World`` (``kill(pid, 0)`` and ``/proc/PID/stat``: a kill, a zombie, a
+reap and a reused pid are the world's, staged as the model stages them), and the child's identity (the model's
+pid, start time and PID namespace). Every other call is the real one, on the real directory, made by the child.
 
 A kill is the kernel's: ``SIGKILL`` of the child while it is paused (blocked reading its next order), then the
 harness reaps it (``waitpid``), so its pid is gone and its exit status says SIGKILL. No code of the child runs after
@@ -35,6 +35,7 @@ wait returns at once).
 
 from __future__ import annotations
 
+import enum
 import gc
 import os
 import signal
@@ -51,12 +52,20 @@ from envreplica.impl import lock as il
 from envreplica.spec.lock import Effect
 
 
+class Question(str, enum.Enum):
+    """What a child asks the harness: a probe of another process, or its own identity."""
+
+    KILL = "kill(pid, 0)"
+    PROC = "/proc/PID/stat"
+    IDENTITY = "identity"  # its pid, start time and PID namespace (read once per call of the lock)
+
+
 @dataclass(frozen=True)
 class Asked:
-    """A child asks the harness a probe: ``call`` (``impl.lock.Call.KILL`` or ``PROC``) of ``pid``."""
+    """A child asks the harness ``question`` (of ``pid``, for a probe)."""
 
-    call: il.Call
-    pid: int
+    question: Question
+    pid: int = 0
 
 
 @dataclass(frozen=True)
@@ -72,13 +81,13 @@ class Reported:
 
 class ChildCalls(il.Calls):
     """The calls of a forked lock user: the real ones on the directory, each ``Calls`` method run noted (``ran``);
-    the probes asked of the harness over ``conn``; the identity the model's; the nonce the harness's; a stop before
+    the probes and its identity asked of the harness over ``conn``; the nonce the harness's; a stop before
     each step of ``pause`` (``hook``)."""
 
-    def __init__(self, conn: Connection, identity: il.Identity, pause: frozenset[il.Step]) -> None:
+    def __init__(self, conn: Connection, pause: frozenset[il.Step]) -> None:
         super().__init__(on_call=self.hook)
         self.conn = conn
-        self.me = identity
+        self.me: Optional[il.Identity] = None  # as the harness last answered
         self.pause = pause
         self.ran: list[str] = []  # the Calls methods run since the last step ended (their Call's value)
         self.taken: list[pr.Taken] = []  # the steps taken since the last report
@@ -99,13 +108,13 @@ class ChildCalls(il.Calls):
         self.conn.send(Reported(taken, report))
         order = self._recv()
         if not isinstance(order, (pr.Go, pr.Die, pr.Leave, pr.StartCall)):
-            raise HarnessError(f"pid {self.me.pid} was told {order!r}, which is no order")
+            raise HarnessError(f"{_who(self.me)} was told {order!r}, which is no order")
         if isinstance(order, pr.Go) and order.nonce is not None:
             self.next_nonce = order.nonce
         return order
 
-    def _ask(self, call: il.Call, pid: int) -> object:
-        self.conn.send(Asked(call, pid))
+    def _ask(self, question: Question, pid: int = 0) -> object:
+        self.conn.send(Asked(question, pid))
         return self._recv()
 
     def _recv(self) -> object:
@@ -117,12 +126,15 @@ class ChildCalls(il.Calls):
             os._exit(0)
 
     def identity(self) -> il.Identity:
-        return self.me
+        answer = self._ask(Question.IDENTITY)
+        assert isinstance(answer, il.Identity)
+        self.me = answer
+        return answer
 
     def nonce(self) -> str:
         nonce, self.next_nonce = self.next_nonce, None
         if nonce is None:
-            raise HarnessError(f"pid {self.me.pid} drew a nonce the harness did not give it")
+            raise HarnessError(f"{_who(self.me)} drew a nonce the harness did not give it")
         return nonce
 
     def inspect(self, lock_path: str) -> il.PathFacts:
@@ -163,18 +175,22 @@ class ChildCalls(il.Calls):
 
     def kill_probe(self, pid: int) -> il.Probe:
         self.ran.append(il.Call.KILL.value)
-        answer = self._ask(il.Call.KILL, pid)
+        answer = self._ask(Question.KILL, pid)
         assert isinstance(answer, il.Probe)
         return answer
 
     def proc_stat(self, pid: int) -> Optional[il.ProcStat]:
         self.ran.append(il.Call.PROC.value)
-        answer = self._ask(il.Call.PROC, pid)
+        answer = self._ask(Question.PROC, pid)
         assert answer is None or isinstance(answer, il.ProcStat)
         return answer
 
     def wait(self, seconds: float) -> None:
         self.ran.append(il.Call.WAIT.value)  # no sleep: a wait is a step where others move, and the harness moves them
+
+
+def _who(me: Optional[il.Identity]) -> str:
+    return f"the lock user of pid {me.pid}" if me is not None else "a lock user"
 
 
 def _plain(args: tuple[object, ...]) -> tuple[object, ...]:
@@ -186,7 +202,7 @@ def _operation(calls: ChildCalls) -> None:
     """The operation: inside, told how it ends (``protocol.Leave``)."""
     order = calls.stop(pr.Inside())
     if not isinstance(order, pr.Leave):
-        raise HarnessError(f"pid {calls.me.pid} inside the operation was told {order}")
+        raise HarnessError(f"{_who(calls.me)} inside the operation was told {order}")
     if order.effect is Effect.UNCHANGED:
         raise pr.OperationUnchanged("failed having changed nothing")
     if order.effect is Effect.COMMITTED:
@@ -199,7 +215,7 @@ def _child(conn: Connection, lock_path: str, max_tries: int, calls: ChildCalls) 
     while True:
         order = calls._recv()  # the example's end (its pipe closed) exits here
         if not isinstance(order, pr.StartCall):
-            raise HarnessError(f"pid {calls.me.pid}, idle, was told {order}")
+            raise HarnessError(f"{_who(calls.me)}, idle, was told {order}")
         error: Optional[BaseException] = None
         try:
             il.with_projection_lock(lock_path, lambda: _operation(calls), max_tries=max_tries, wait=0, calls=calls)
@@ -211,15 +227,14 @@ def _child(conn: Connection, lock_path: str, max_tries: int, calls: ChildCalls) 
         conn.send(Reported(taken, pr.answer_of(error)))
 
 
-def _child_main(conn: Connection, lock_path: str, max_tries: int, identity: il.Identity,
-                pause: frozenset[il.Step]) -> NoReturn:
+def _child_main(conn: Connection, lock_path: str, max_tries: int, pause: frozenset[il.Step]) -> NoReturn:
     """A forked child, from its first instruction to its exit (``os._exit``: never back into the harness's stack,
     no ``atexit``, no flush of the harness's buffers)."""
     code = 0
     try:
         gc.disable()  # the cyclic collector neither walks (and so copies) nor finalizes the harness's objects
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # an interrupt is the harness's to handle
-        _child(conn, lock_path, max_tries, ChildCalls(conn, identity, pause))
+        _child(conn, lock_path, max_tries, ChildCalls(conn, pause))
     except BaseException as broke:  # a harness error: reported, so that the harness does not hang
         code = 1
         try:
@@ -250,13 +265,12 @@ class Child:
 
     def _fork(self) -> Connection:
         ours, theirs = socket.socketpair()
-        identity = il.Identity(self.pid, self.start, pr.PIDNS_BASE + self.ns)
         with warnings.catch_warnings():  # Python 3.12 warns of fork in a threaded process: the child takes no lock
             warnings.simplefilter("ignore", DeprecationWarning)
             os_pid = os.fork()
         if os_pid == 0:
             ours.close()
-            _child_main(Connection(theirs.detach()), self.lock_path, self.max_tries, identity, self.pause)
+            _child_main(Connection(theirs.detach()), self.lock_path, self.max_tries, self.pause)
         theirs.close()
         self.os_pid = os_pid
         self.conn = Connection(ours.detach())
@@ -282,15 +296,19 @@ class Child:
             except EOFError:
                 raise HarnessError(f"p{self.slot} (pid {self.os_pid}) exited unasked after {order}") from None
             if isinstance(said, Asked):
-                conn.send(self._probe(said))
+                conn.send(self._answer(said))
                 continue
             assert isinstance(said, Reported)
             self.taken.extend(said.taken)
             self.inside = isinstance(said.report, pr.Inside)
             return said.report
 
-    def _probe(self, asked: Asked) -> Union[il.Probe, Optional[il.ProcStat]]:
-        if asked.call is il.Call.KILL:
+    def _answer(self, asked: Asked) -> Union[il.Identity, il.Probe, Optional[il.ProcStat]]:
+        """The harness's answer to a child's question: its identity (the model's), or the world's probe from the
+        child's PID namespace."""
+        if asked.question is Question.IDENTITY:
+            return il.Identity(self.pid, self.start, pr.PIDNS_BASE + self.ns)
+        if asked.question is Question.KILL:
             return self.world.kill_probe(self.ns, asked.pid)
         return self.world.proc_stat(self.ns, asked.pid)
 
@@ -352,4 +370,4 @@ class ProcessSide(ThreadSide):
         reap_exited()
 
 
-__all__ = ["Asked", "Child", "ChildCalls", "ProcessSide", "Reported"]
+__all__ = ["Asked", "Child", "ChildCalls", "ProcessSide", "Question", "Reported", "reap_exited"]
