@@ -20,7 +20,7 @@ none of its own clean-up runs at a kill, as none does at a real SIGKILL. The wor
 at once (its real pid is never probed; the model's pid, the world's, is).
 
 Costs (measured, docs/lock.md, ``bench/bench_lock_sides.py``): a fork per lock user (about 3 ms of the harness at
-light load) and a round trip to another process per move; 2.5 to 4.5 times the threads' time per example on this
+light load) and a round trip to another process per move; 3 to 4.5 times the threads' time per example on this
 machine, the more the busier it is, so the gate keeps the threads and CI runs this side at the small budget of
 ``tests/test_lock_lockstep_processes.py``. An example's end closes each child's pipe: a child paused there exits
 where it stopped (``os._exit``, running nothing), and the harness reaps it at a later example's end
