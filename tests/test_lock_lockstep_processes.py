@@ -41,8 +41,10 @@ from lock_mutants import BY_NAME, LOCKSTEP_MOVES, install  # noqa: E402
 #: every REQUIRED item reached, each "sometimes" item at least twice and a zombie and a reused pid judged at 50
 #: (57 examples, 1,228 moves) and at 90 (104 examples, 2,234 moves, each "sometimes" item 11 times or more).
 PASS_EXAMPLES = examples(ci=90, dev=50)
-#: A generation budget per mutant: measured, ``release_by_path``'s first divergence at example 3 and
-#: ``dead_ticket_waited_for``'s at example 98 (Hypothesis's shrinking included), on either side.
+#: The mutants' bounds: the lockstep's with kills (``model.lock``'s ``crash`` and ``world``), and a generation budget:
+#: measured, ``release_by_path`` diverges at example 3 and ``dead_ticket_waited_for`` at example 77 (Hypothesis's
+#: shrinking included; at 98 of the lockstep's every bounds, twice the seconds), on either side.
+MUTANT_BOUNDS = (ml.CRASH, ml.WORLD)
 MUTANT_EXAMPLES = 150
 PROCESSES = Side.PROCESSES.factory
 
@@ -71,7 +73,7 @@ def test_a_mutant_where_the_kill_matters_is_caught_on_processes(name, monkeypatc
     mutant = BY_NAME[name]
     with monkeypatch.context() as patch:
         install(mutant, patch)
-        report = run_lock_lockstep(MUTANT_EXAMPLES, side=PROCESSES)
+        report = run_lock_lockstep(MUTANT_EXAMPLES, bounds=MUTANT_BOUNDS, side=PROCESSES)
     assert not report.passed, f"{mutant.name} ({mutant.summary}) was not caught on processes"
     d = report.divergence
     trace = "\n".join(report.trace(d.cfg))
