@@ -1012,7 +1012,7 @@ def _replica_conformance(args, stages: Stages) -> int:
 
 #: Examples of the lock lockstep in the gate (``conformance.lock``: about 26 moves each).
 LOCK_LOCKSTEP_EXAMPLES = 200
-#: The gate's lock users (``--lock-side``): threads, the cheaper (processes cost 3 to 4.5 times as much a move,
+#: The gate's lock users (``--lock-side``): threads, the cheaper (processes cost 3 to 4.6 times as much a move,
 #: docs/lock.md; a ``conformance.lock.sides.Side`` value, not imported here: it loads Hypothesis).
 LOCK_SIDE = "threads"
 

@@ -15,12 +15,12 @@ A kill is the kernel's: ``SIGKILL`` of the child while it is paused (blocked rea
 harness reaps it (``waitpid``), so its pid is gone and its exit status says SIGKILL. No code of the child runs after
 the order: no ``finally``, no ``except BaseException``, no release; what it made on disk stays, as the model keeps
 it. That is what this side proves beyond the threads' (whose kill is a ``Killed`` exception raised where the thread
-stopped, and every call after it refused by the harness's ``Calls``): that the lock agrees with the model when
-none of its own clean-up runs at a kill, as none does at a real SIGKILL. The world's zombie is still the model's stand-in: the real child is reaped
-at once (its real pid is never probed; the model's pid, the world's, is).
+stopped, and every call after it refused by the harness's ``Calls``): that the lock agrees with the model when none
+of its own clean-up runs at a kill, as none does at a real SIGKILL. The world's zombie is still the model's
+stand-in: the real child is reaped at once (its real pid is never probed; the model's pid, the world's, is).
 
 Costs (measured, docs/lock.md, ``bench/bench_lock_sides.py``): a fork per lock user (about 3 ms of the harness at
-light load) and a round trip to another process per move; 3 to 4.5 times the threads' time per example on this
+light load) and a round trip to another process per move; 3 to 4.6 times the threads' time per example on this
 machine, the more the busier it is, so the gate keeps the threads and CI runs this side at the small budget of
 ``tests/test_lock_lockstep_processes.py``. An example's end closes each child's pipe: a child paused there exits
 where it stopped (``os._exit``, running nothing), and the harness reaps it at a later example's end

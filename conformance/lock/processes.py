@@ -15,7 +15,7 @@ queue and waits for an order. A ``DIE`` makes it a killed process, faithfully: i
 on the way out, its release) raises ``Killed`` before it touches anything. What it made on disk stays.
 
 Leaves out on purpose: real processes, and so the kernel's kill. A thread is the cheaper lock user (a forked
-process costs 3 to 4.5 times as much a move, docs/lock.md), and nothing the lock does depends on being a process
+process costs 3 to 4.6 times as much a move, docs/lock.md), and nothing the lock does depends on being a process
 but what the harness owns anyway: its pid, start time and namespace (``Calls.identity``), and the liveness probes
 of the others. What a thread cannot show is that a kill runs nothing: its ``Killed`` unwinds through the lock's
 ``finally`` and ``except BaseException`` clauses, and only the calls they make through the ``Calls`` are refused.
