@@ -225,7 +225,7 @@ def _gate(args, started: float, background: Optional["_BackgroundModelCheck"], b
                         "")
         failed = failed or not report.ok
         if args.lock_bounds != "none":
-            failed = _lock_lockstep(summary, board, where) or failed
+            failed = _lock_lockstep(summary, board, where, args.lock_side) or failed
         if args.no_concurrent:
             summary.add_row("concurrent processes", "skipped (--no-concurrent)", "[dim]skipped[/]", "")
             summary.add_row("concurrent threads", "skipped (--no-concurrent)", "[dim]skipped[/]", "")
@@ -1012,22 +1012,30 @@ def _replica_conformance(args, stages: Stages) -> int:
 
 #: Examples of the lock lockstep in the gate (``conformance.lock``: about 26 moves each).
 LOCK_LOCKSTEP_EXAMPLES = 200
+#: The gate's lock users (``--lock-side``): threads, the cheaper (processes cost 3 to 4.6 times as much a move,
+#: docs/lock.md; a ``conformance.lock.sides.Side`` value, not imported here: it loads Hypothesis).
+LOCK_SIDE = "threads"
 
 
-def _lock_lockstep(summary, stages: Optional[Stages] = None, where: Optional[dict[str, str]] = None) -> bool:
+def _lock_lockstep(summary, stages: Optional[Stages] = None, where: Optional[dict[str, str]] = None,
+                   side: str = LOCK_SIDE) -> bool:
     """The lock lockstep (``conformance.lock``): ``impl.lock`` held to the lock model's ``fixed`` variant, move by
-    move, its coverage of the "sometimes" items asserted; its row in ``summary``; True when it failed. Its
+    move, its lock users ``side`` (``conformance.lock.sides.Side``: threads of the harness, or processes forked
+    from it), its coverage of the "sometimes" items asserted; its row in ``summary``; True when it failed. Its
     progress on ``stages``."""
     from envreplica.conformance.lock import run_lock_lockstep
     from envreplica.conformance.lock.coverage import SOMETIMES
+    from envreplica.conformance.lock.sides import Side
 
+    users = {Side.THREADS: "a thread of the harness", Side.PROCESSES: "a process forked from the harness, killed "
+                                                                      "with SIGKILL"}[Side(side)]
     console.print(f"\n[bold]lock lockstep[/]: impl.lock against the lock model (fixed), {LOCK_LOCKSTEP_EXAMPLES} "
-                  f"examples, each process paused at every filesystem call")
+                  f"examples, each lock user {users}, paused at every filesystem call")
     with (stages or Stages(console, "envreplica check", quiet=True)).stage("lock lockstep") as progress:
-        report = run_lock_lockstep(LOCK_LOCKSTEP_EXAMPLES, progress=progress)
+        report = run_lock_lockstep(LOCK_LOCKSTEP_EXAMPLES, side=Side(side).factory, progress=progress)
     unreached = report.coverage.unreached()
     sometimes = report.coverage.sometimes()
-    what = (f"impl.lock vs model: {report.examples:,} examples, {report.moves:,} moves; sometimes items "
+    what = (f"impl.lock vs model ({side}): {report.examples:,} examples, {report.moves:,} moves; sometimes items "
             f"{sum(1 for n in SOMETIMES if sometimes[n])}/{len(SOMETIMES)}")
     if not report.passed:
         console.print(f"[bold red]DIVERGENCE[/] after {report.examples:,} examples, {len(report.counterexample)} "
@@ -1659,6 +1667,9 @@ def main(argv=None) -> int:
     c.add_argument("--lock-bounds", default="lock", choices=[*LOCK_PRESETS, "none"],
                    help="the projection lock's bounds the gate checks too, beside the replica's, and its lockstep "
                         "(default: lock; none: skip both)")
+    c.add_argument("--lock-side", default=LOCK_SIDE, choices=["threads", "processes"],
+                   help="the lock lockstep's lock users: threads of the harness (default, the cheaper) or processes "
+                        "forked from it, each kill a real SIGKILL (docs/lock.md)")
     c.add_argument("--migration-bounds", default="migration", choices=[*MIGRATION_PRESETS, "none"],
                    help="the paired writer migration's bounds the gate checks too, beside the replica's "
                         "(default: migration; none: skip it)")

@@ -137,6 +137,9 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--without", action="append", default=[], metavar="FIX",
                         help="--protocol lock --impl model: leave this fix of the fixed variant out (repeatable; "
                              "model.lock.Fix's values, e.g. fresh-probe)")
+    parser.add_argument("--side", default=None, choices=["threads", "processes"],
+                        help="--protocol lock --impl lock: the lock users, threads of the adapter (default) or "
+                             "processes forked from it, each killed with a real SIGKILL (docs/lock.md)")
     parser.add_argument("--modes", default="thread,fork",
                         help="--protocol migration --impl paired: how it runs invocations, comma-separated, the "
                              "first the default (thread, fork, exec; default: thread,fork)")
@@ -294,6 +297,7 @@ def _run_migration(args: argparse.Namespace) -> int:
 def _run_lock(args: argparse.Namespace) -> int:
     """Serve the lock adapter protocol with ``impl.lock`` or the model."""
     from envreplica.conformance.lock import serve as lock_serve
+    from envreplica.conformance.lock.sides import Side
     from envreplica.model import lock as ml
 
     impl = args.impl or "lock"
@@ -307,6 +311,9 @@ def _run_lock(args: argparse.Namespace) -> int:
         raise UsageError(f"--without {unknown[0]!r} is no fix of the lock model: choose among {', '.join(sorted(known))}")
     if args.without and impl != "model":
         raise UsageError("--without leaves a fix out of the model: it takes --impl model")
+    if args.side is not None and impl != "lock":
+        raise UsageError(f"--side {args.side} names how impl.lock's lock users run, and --impl {impl} runs "
+                         f"none: drop --side, or serve --impl lock")
     server: lock_serve._Server
     if impl == "model":
         fixes = ml.Variant(args.variant).fixes - {ml.Fix(w) for w in args.without}
@@ -316,7 +323,7 @@ def _run_lock(args: argparse.Namespace) -> int:
         if args.variant != "fixed":
             raise UsageError("--impl lock is the fixed design (impl.lock); --variant seed is the model's: add "
                              "--impl model")
-        server = lock_serve.ImplServer()
+        server = lock_serve.ImplServer(Side(args.side or Side.THREADS.value))
     out = sys.stdout
     sys.stdout = sys.stderr  # only responses go to the protocol stream
     try:
@@ -327,6 +334,9 @@ def _run_lock(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Serve standard input to standard output with the driver ``args`` names."""
+    if args.side is not None and args.protocol != "lock":
+        raise UsageError(f"--side {args.side} names how impl.lock's lock users run, and --protocol "
+                         f"{args.protocol} has none: drop --side, or add --protocol lock")
     if args.protocol == "migration":
         return _run_migration(args)
     if args.protocol == "lock":

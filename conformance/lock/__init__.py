@@ -18,16 +18,21 @@ and the kernel's answers to ``kill(pid, 0)`` and ``/proc/PID/stat`` (the harness
 kills, zombies, reaps and reused pids, as the migration lockstep's world owns its stand-ins). Kills are
 faithful: a killed thread raises ``Killed`` (a ``BaseException``) from where it stopped and every call it would
 make after (its clean-up, its release) raises ``Killed`` before touching anything; what it made on disk stays.
-The lock in real processes killed with SIGKILL is ``tests/test_lock_impl.py``'s and the stress's
-(``reliability.lock_stress``).
+Or each lock user a real process (``forked``, ``sides.Side.PROCESSES``: ``envreplica check --lock-side processes``):
+a child forked from the harness, paused the same way over a socket pair, asking the harness its identity and the
+world's probes over it, and killed by the kernel (SIGKILL while paused, then reaped): nothing of it runs after,
+which a thread's ``Killed`` cannot show. It costs 3 to 4.6 times the threads' time a move, so the gate keeps the
+threads and the tests run it at a small budget. The lock in real processes killed at any instant is
+``tests/test_lock_impl.py``'s and the stress's (``reliability.lock_stress``).
 
 Nonces: the harness gives each call its nonce (``protocol.nonce_for``: an order draw of the machine's, then a
 count), so the order of tickets of one seq, which the model chooses as a rank (``Step.choice``), is read from
 the real names when a ticket is made.
 
 Modules, each importing only those above it: ``protocol`` (the words between harness and processes; names),
-``processes`` (the world and the paused lock users), ``example`` (one example's moves and judgement),
-``coverage``, ``machine`` (Hypothesis), ``run``.
+``processes`` (the world and the paused lock users), ``threads`` (the threads' side), ``example`` (one example's
+moves and judgement), ``forked`` (the processes' side), ``sides`` (their names), ``coverage``, ``machine``
+(Hypothesis), ``run``.
 """
 
 from typing import Any

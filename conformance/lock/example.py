@@ -3,8 +3,9 @@
 ``Example(cfg)`` starts the model (``model.lock.init``) and the real side (``RealSide``): by default the harness's
 threads (``threads.ThreadSide``: a fresh directory, on tmpfs when there is one, one ``processes.Process`` per model
 process with the model's pid, start time and PID namespace, the harness's ``World`` holding them, and, for
-``cfg.stale``, the dead process's lock written as it would have left it), or an adapter speaking docs/protocol.md
-section 12 (``adapter_side.AdapterSide``). ``play(move)`` takes a move on both sides and compares:
+``cfg.stale``, the dead process's lock written as it would have left it), processes forked from the harness on
+the same terms (``forked.ProcessSide``), or an adapter speaking docs/protocol.md section 12
+(``adapter_side.AdapterSide``). ``play(move)`` takes a move on both sides and compares:
 
 * the step: the step a process stopped before is the model process's next step (``Pc``), the steps a move took
   are the model's step then only silent ones, and the call the model's step makes is the one the implementation
@@ -80,7 +81,8 @@ class Record:
 
 class RealSide(Protocol):
     """An example's real side, whatever runs the implementation (``threads.ThreadSide``: the harness's threads;
-    ``adapter_side.AdapterSide``: an adapter over docs/protocol.md section 12)."""
+    ``forked.ProcessSide``: processes forked from the harness; ``adapter_side.AdapterSide``: an adapter over
+    docs/protocol.md section 12)."""
 
     def start(self, slot: int) -> pr.Event: ...
 

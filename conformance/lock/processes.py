@@ -14,11 +14,14 @@ queue and waits for an order. A ``DIE`` makes it a killed process, faithfully: i
 ``except Exception`` catches) from where it stopped, and every call it would make after that (the lock's clean-up
 on the way out, its release) raises ``Killed`` before it touches anything. What it made on disk stays.
 
-Leaves out on purpose: real processes. A thread per process is about a hundred times cheaper than a process per
-step or a fork per call (the budget of ``tests/test_lock_lockstep.py`` runs thousands of moves in seconds on one
-core), and nothing the lock does depends on being a process but what the harness owns anyway: its pid, start time
-and namespace (``Calls.identity``), and the liveness probes of the others. ``tests/test_lock_impl.py`` and the
-stress (``reliability.lock_stress``) run the lock in real processes killed with SIGKILL.
+Leaves out on purpose: real processes, and so the kernel's kill. A thread is the cheaper lock user (a forked
+process costs 3 to 4.6 times as much a move, docs/lock.md), and nothing the lock does depends on being a process
+but what the harness owns anyway: its pid, start time and namespace (``Calls.identity``), and the liveness probes
+of the others. What a thread cannot show is that a kill runs nothing: its ``Killed`` unwinds through the lock's
+``finally`` and ``except BaseException`` clauses, and only the calls they make through the ``Calls`` are refused.
+``forked`` (``sides.Side.PROCESSES``) runs the same lockstep with each lock user a process forked from the harness
+and killed with SIGKILL while paused; ``tests/test_lock_impl.py`` and the stress (``reliability.lock_stress``) run
+the lock in real processes killed at any instant.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import os
 import queue
 import threading
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Union
+from typing import Callable, Optional, Protocol, Union
 
 from envreplica.conformance.lock import protocol as pr
 from envreplica.impl import lock as il
@@ -258,6 +261,23 @@ def _shown(outcome: object) -> str:
 
 def lock_path_in(directory: str) -> str:
     return os.path.join(directory, "lock")
+
+
+class LockUser(Protocol):
+    """One lock user as a real side drives it, whatever runs it (``Process``: a thread of the harness;
+    ``forked.Child``: a process forked from it): its model slot, whether it is inside the operation and whether it
+    is dead (as the harness last saw it), an order and the report that answers it, the steps taken since the
+    harness last looked, and the end of its example."""
+
+    slot: int
+    inside: bool
+    dead: bool
+
+    def order(self, order: pr.Order) -> pr.Report: ...
+
+    def steps_taken(self) -> list[pr.Taken]: ...
+
+    def stop(self) -> None: ...
 
 
 Factory = Callable[[int], Process]

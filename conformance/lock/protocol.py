@@ -12,8 +12,9 @@ Names: an ``impl.lock.Step``'s value is the model's ``Pc`` value (``pc_of``); an
 ``spec.lock.Call``'s. The nonces are the harness's (``nonce_for``): their order among tickets of one seq is the
 order of their draws, ties broken by the order they were made, so the model's ticket ranks follow from them.
 
-Leaves out on purpose: a wire format. The processes are threads of the harness (``processes``), so the words are
-Python objects on a queue, not JSON lines on a pipe.
+Leaves out on purpose: a wire format. The lock users are threads of the harness (``processes``) or processes
+forked from it (``forked``), so the words are Python objects, on a queue or pickled over a socket pair, not JSON
+lines (the adapter's, docs/protocol.md section 12, are ``wire``'s).
 """
 
 from __future__ import annotations

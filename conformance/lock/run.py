@@ -99,7 +99,8 @@ def run_lock_lockstep(max_examples: int = 100, *, steps: int = STEPS_PER_EXAMPLE
                       bounds: Sequence[ml.LockBounds] = BOUNDS, side: Optional[SideFactory] = None,
                       properties: bool = True, progress: Optional[ProgressHook] = None) -> LockLockstepReport:
     """Run the lockstep (see the module) over ``bounds``; the report. ``side``: the real side (default the
-    harness's threads; ``adapter_side.AdapterShared.side`` for an adapter); ``properties``: whether the model's
+    harness's threads; ``sides.Side.PROCESSES.factory`` for processes forked from the harness;
+    ``adapter_side.AdapterShared.side`` for an adapter); ``properties``: whether the model's
     properties are checked on its moves (``example.Example``). An adapter that breaks stops the run at once
     (``adapter_failure``: no shrinking, no minimization). ``progress`` is told the examples (of
     ``max_examples``; Hypothesis's shrinking runs more) and moves after each example."""

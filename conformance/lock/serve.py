@@ -1,8 +1,9 @@
 """The project's own lock adapters: ``envreplica adapter --protocol lock --impl lock|model``.
 
 Models: the server side of the lock adapter protocol (docs/protocol.md, section 12) for two implementations:
-``lock``, the project's (``impl.lock``, the CLAIM design: the lockstep's threads, ``threads.ThreadSide``, on a real
-directory, paused at every step, the harness's world of pids answering the probes), and ``model``, the lock model
+``lock``, the project's (``impl.lock``, the CLAIM design: the lockstep's threads, ``threads.ThreadSide``, or with
+``--side processes`` its forked processes, ``forked.ProcessSide``, on a real directory, paused at every step, the
+harness's world of pids answering the probes), and ``model``, the lock model
 itself under a variant, optionally less one fix (``ModelServer``: for testing the harness, as the reference
 answer of every op, and to show which finding a divergence is). Each reads JSON lines on standard input and
 answers each on standard output, in order, until end of input.
@@ -28,6 +29,7 @@ from typing import IO, Any, Optional, Union, cast
 from envreplica.conformance.lock import protocol as pr
 from envreplica.conformance.lock import wire
 from envreplica.conformance.lock.example import observe_model
+from envreplica.conformance.lock.sides import Side
 from envreplica.conformance.lock.threads import ThreadSide
 from envreplica.conformance.migration.protocol import MISSING, shown
 from envreplica.conformance.migration.serve import _error, _lines, _read
@@ -259,12 +261,15 @@ class ModelServer(_Server):
 
 
 class ImplServer(_Server):
-    """``impl.lock`` (the CLAIM design) in the harness's threads, as an adapter."""
+    """``impl.lock`` (the CLAIM design) as an adapter: its lock users the harness's threads, or processes forked
+    from it (``side``: ``sides.Side``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, side: Side = Side.THREADS) -> None:
         cfg = ml.LockBounds("adapter")
         self.pause = pr.paused_at(cfg)
-        self.decl = wire.Declaration("envreplica impl.lock (the CLAIM design)", "claim",
+        self.kind = side.kind
+        named = "" if side is Side.THREADS else f", lock users in {side.value}"
+        self.decl = wire.Declaration(f"envreplica impl.lock (the CLAIM design{named})", "claim",
                                      frozenset(s.value for s in self.pause), None, frozenset(wire.WORLD), True)
         self.side: Optional[ThreadSide] = None
         self.procs: list[tuple[int, int, int]] = []
@@ -282,8 +287,8 @@ class ImplServer(_Server):
             stale = il.Owner(lock["pid"], lock["start"], pr.PIDNS_BASE + lock["ns"],
                              str(lock.get("nonce", wire.GONE_NONCE)))
         self.procs = procs
-        self.side = ThreadSide([(slot, *p) for slot, p in enumerate(procs)], tries, self.pause, stale,
-                               self.instances)
+        self.side = self.kind([(slot, *p) for slot, p in enumerate(procs)], tries, self.pause, stale,
+                              self.instances)
         self.state = {slot: "idle" for slot in range(len(procs))}
         if stale is not None:  # the harness names the stale lock's nonce itself: the observation shows the nonce
             self.instances.pop(stale.nonce, None)

@@ -7,6 +7,9 @@ pid reused, and the observation in the model's words. Each move's steps are chec
 call and no other (the ``Calls`` methods each ran: a divergence "call"), as before; what the example compares
 (steps, answers, the observation) comes back as a ``protocol.Event``.
 
+The same directory, world, observation and checks serve the real-process side (``forked.ProcessSide``, a
+subclass that makes each lock user a forked ``Child`` instead of a thread: ``_user``).
+
 Leaves out on purpose: any wire format (the adapter side, ``adapter_side``, is the one that speaks
 docs/protocol.md section 12); and everything ``processes`` leaves out.
 """
@@ -19,7 +22,7 @@ import tempfile
 from typing import Optional, Sequence
 
 from envreplica.conformance.lock import protocol as pr
-from envreplica.conformance.lock.processes import HarnessError, Process, World, lock_path_in
+from envreplica.conformance.lock.processes import HarnessError, LockUser, Process, World, lock_path_in
 from envreplica.conformance.lock.wire import GONE_NONCE
 from envreplica.impl import lock as il
 from envreplica.model import lock as ml
@@ -50,12 +53,16 @@ class ThreadSide:
         self.lock_path = lock_path_in(self.directory)
         self.base = os.path.basename(self.lock_path)
         self.world = World()
-        self.procs: list[Process] = []
+        self.procs: list[LockUser] = []
         for slot, pid, start, ns in identities:
             self.world.born(ns, pid, start)
-            self.procs.append(Process(slot, pid, start, ns, self.lock_path, max_tries, pause, self.world))
+            self.procs.append(self._user(slot, pid, start, ns, max_tries, pause))
         if stale is not None:
             self._plant_stale(stale)
+
+    def _user(self, slot: int, pid: int, start: int, ns: int, max_tries: int, pause: frozenset[il.Step]) -> LockUser:
+        """The lock user of model slot ``slot`` (here a thread of the harness; ``forked.ProcessSide``'s a child)."""
+        return Process(slot, pid, start, ns, self.lock_path, max_tries, pause, self.world)
 
     @classmethod
     def of(cls, cfg: ml.LockBounds, first: ml.LockState, instances: dict[str, tuple[int, int]]) -> "ThreadSide":
