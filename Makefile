@@ -83,6 +83,7 @@ diagrams: $(STAMP)
 	mkdir -p docs
 	$(BIN)/envreplica diagram --format svg --output docs/gate.svg
 	$(BIN)/envreplica diagram --format png --output docs/gate.png
+	$(BIN)/python tests/architecture.py  # docs/architecture.svg: who imports whom (docs/architecture.md)
 
 # Reinstalls only when pyproject.toml changes (the install is editable).
 $(STAMP): pyproject.toml

@@ -1773,7 +1773,7 @@ def main(argv=None) -> int:
     rp.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for each adapter response")
     rp.set_defaults(func=cmd_report)
     v = sub.add_parser("verify", help="check a replica at rest (integrity, tags, digests, seals); exit 1 if tampered")
-    from envreplica.impl.files import path_option
+    from envreplica.cli.errors import path_option
 
     v.add_argument("--db", required=True, metavar="PATH", type=path_option, help="the replica's SQLite file")
     v.add_argument("--anchor", metavar="FILE", help="the replica's rollback anchor file, if it has one")
@@ -1796,12 +1796,13 @@ def main(argv=None) -> int:
     lk.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARGS...]",
                     help="the command to run holding the lock")
     lk.set_defaults(func=cmd_lock)
-    from envreplica.conformance import adapter
+    from envreplica.cli import adapter
 
     adapter.register(sub)
-    from envreplica.impl import writer
+    from envreplica.cli import migrate, recover
 
-    writer.register(sub)
+    migrate.register(sub)
+    recover.register(sub)
     args = parser.parse_args(argv)
     return guarded(f"envreplica {args.command}", args.func, args)
 

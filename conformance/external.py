@@ -210,14 +210,6 @@ class ProtocolBreak(AdapterError):
         self.where = where  # where and how: "response.result.code: ... is not one of ..."
         self.response = response  # the answer as decoded
 
-    def diverging(self, model_response: Any) -> Optional[dict]:
-        """The answer, when it also differs from the model's ``model_response``: the lockstep then shows it as
-        that divergence, the model's answer beside it; None when the break is all that is wrong with it."""
-        from envreplica.conformance.lockstep.compare import compare_responses
-
-        differs = isinstance(self.response, dict) and compare_responses(model_response, self.response) is not None
-        return self.response if differs else None
-
 
 def _pipe(stream: Optional[IO[bytes]]) -> IO[bytes]:
     """One of ``SubprocessDriver.proc``'s streams: never None, each is opened with ``subprocess.PIPE``."""

@@ -86,7 +86,8 @@ WRONG_STATE_ADAPTER = textwrap.dedent("""
 
 
     adapter.SqliteDriver = WrongState
-    sys.exit(adapter.main(sys.argv[1:]))
+    from envreplica.cli.adapter import main  # the options (cli/adapter.py)
+    sys.exit(main(sys.argv[1:]))
 """)
 
 #: Wraps the real adapter; every receipt's requestMac is the same name (two requests, one MAC).
@@ -461,7 +462,8 @@ SECTION5_ONLY_ADAPTER = textwrap.dedent("""
 
 
     adapter.SqliteDriver = Section5Only
-    sys.exit(adapter.main(sys.argv[1:]))
+    from envreplica.cli.adapter import main  # the options (cli/adapter.py)
+    sys.exit(main(sys.argv[1:]))
 """)
 
 

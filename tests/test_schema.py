@@ -612,7 +612,8 @@ DELIVERY_CODE_PAGE_ADAPTER = textwrap.dedent("""
 
 
     adapter.ModelDriver = Wrong
-    sys.exit(adapter.main(sys.argv[1:]))
+    from envreplica.cli.adapter import main  # the options (cli/adapter.py)
+    sys.exit(main(sys.argv[1:]))
 """)
 
 #: Answers the first request (a reset) with a result a reset never has.

@@ -117,7 +117,11 @@ Modules, each importing only those above it:
   shorter names in the same order;
 * ``coverage``: ``LockstepCoverage``, ``COVERAGE``, ``print_coverage``;
 * ``compare``: ``compare_responses`` and the state checks after a step
-  (``_check_state``, ``state_difference``);
+  (``_check_state``, ``state_difference``), ``diverging`` (an answer that
+  broke its definition, as a divergence), and ``replay_steps`` (saved
+  requests sent to both drivers, compared step by step);
+* ``findings``: ``finding_of``, the finding a divergence is (replayed with
+  ``replay_steps`` beside the model with each fix left out);
 * ``traces``: ``describe_request`` / ``describe_response`` /
   ``format_steps``, ``write_trace`` / ``read_requests``;
 * ``draw``: ``BLOCK_BYTES`` and ``_Draw``; ``records``: record builders,
@@ -125,8 +129,8 @@ Modules, each importing only those above it:
 * ``context``: ``_Run``, what every example of one run shares;
 * ``machine``: ``LockstepMachine``, ``RULE_WEIGHTS``, the tracing model driver;
 * ``run``: ``lockstep_settings`` and the profiles, ``run_lockstep``,
-  ``LockstepReport``, minimization and the data pass, ``replay_steps`` /
-  ``replay_requests``.
+  ``LockstepReport``, minimization and the data pass, ``replay_requests``
+  (and ``replay_steps``, re-exported from ``compare``).
 
 This package re-exports ``__all__`` and the few other names the CLI and the
 tests use. The budgets ``SHRINK_CALLS``, ``MINIMIZE_REPLAYS`` and ``DATA_REPLAYS`` are left

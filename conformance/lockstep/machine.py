@@ -29,7 +29,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition,
 
 from envreplica.conformance.drivers import CRASH_FIELD, OPS, ModelDriver
 from envreplica.conformance.external import AdapterError, AdapterFailure, ProtocolBreak
-from envreplica.conformance.lockstep.compare import _check_state, _check_tables, change_mark, compare_responses
+from envreplica.conformance.lockstep.compare import (_check_state, _check_tables, change_mark, compare_responses,
+                                                     diverging)
 from envreplica.conformance.lockstep.context import _Run
 from envreplica.conformance.lockstep.coverage import (
     COVERAGE,
@@ -307,9 +308,9 @@ class LockstepMachine(RuleBasedStateMachine):
         try:
             impl_response = self.impl.handle(json.loads(wire_request))
         except ProtocolBreak as broke:  # an answer that breaks its definition: a divergence from the model's first
-            diverging = broke.diverging(model_response)
-            self.impl_dead = self.impl_dead or diverging is None
-            impl_response = diverging or {"driver-error": f"{type(broke).__name__}: {broke}"}
+            answer = diverging(broke, model_response)
+            self.impl_dead = self.impl_dead or answer is None
+            impl_response = answer or {"driver-error": f"{type(broke).__name__}: {broke}"}
         except AdapterError as error:  # an adapter that broke: the run stops here (exit 2), not a divergence
             raise self._adapter_broke(error, self._step_name(len(self.steps) + 1, request)) from None
         except Exception as error:

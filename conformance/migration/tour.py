@@ -3,11 +3,11 @@
 Models: a small budget's coverage. Drawing alone, the ``check`` profile's 20 examples reach about nine tenths of
 ``coverage.REQUIRED`` (the rest need a fault at one step of a deep prelude: a backup edited after the result
 recorded it, a recovery request edited before its rerun, a write between a request and its fence). So a profile
-with a tour (``TOUR_PROFILES``) first searches the model alone: the run's own generation (``MigrationMachine``,
+with a tour (``TOUR_PROFILES``) first searches the model alone (``run.find_tour``): the run's own generation (``MigrationMachine``,
 derandomized, ``SEARCH_EXAMPLES`` examples) against a second model in the real side's place, which costs no store
 and no process; each example's moves are replayed on the model to learn the move at which each item is first
 reached; a greedy cover then takes the fewest examples (each cut after the last move that reaches an item no
-example taken before reaches) that reach every required item the search reached. Those are the tour: the run
+example taken before reaches; ``cover``) that reach every required item the search reached. Those are the tour: the run
 plays them on both sides first, compared move by move like any example (a divergence is minimized and reported
 the same way), then draws its budget as before.
 
@@ -17,10 +17,9 @@ any cache of the tour (it is a function of the code: derandomized, found again b
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
-from envreplica.checker.progress import ProgressHook
 from envreplica.conformance.migration.coverage import MigrationCoverage
 from envreplica.conformance.migration.example import Example, World
 from envreplica.conformance.migration.observe import Observation, Outcome
@@ -91,17 +90,11 @@ def _first_reached(world: World, moves: Sequence[Move], required: dict[str, froz
     return first
 
 
-def find_tour(world: World, required: dict[str, frozenset[str]], examples: int = SEARCH_EXAMPLES,
-              progress: Optional[ProgressHook] = None) -> Tour:
-    """The tour for ``world``: the search's examples, the greedy cover of ``required``. ``progress`` is told the
-    search's examples as they go (``checker.progress.Tick``, noted as the tour's search)."""
-    from envreplica.conformance.migration import run as R  # the run's own generation (run imports this module)
-
-    found: list[list[Move]] = []
-    searching = None if progress is None else \
-        (lambda tick: progress(replace(tick, note="searching the model for the coverage tour")))
-    report = R.run_migration_lockstep("ci", max_examples=examples, shared=_ModelWorld(world),
-                                      collect=found, tour=False, progress=searching)
+def cover(world: World, found: Sequence[Sequence[Move]], required: dict[str, frozenset[str]], searched: int,
+          searched_moves: int) -> Tour:
+    """The tour of the search's examples ``found`` (``run.find_tour`` searches; ``searched`` and ``searched_moves``
+    its counts): the greedy cover of ``required``, each example cut after the last move that reaches an item no example
+    taken before reaches."""
     reach = [(moves, _first_reached(world, moves, required)) for moves in found]
     chosen: list[tuple[Move, ...]] = []
     covered: set[str] = set()
@@ -118,7 +111,7 @@ def find_tour(world: World, required: dict[str, frozenset[str]], examples: int =
         cut = -best[1]
         chosen.append(tuple(moves[:cut]))
         covered |= {item for item, at in first.items() if at <= cut}
-    return Tour(tuple(chosen), frozenset(covered), report.examples, report.moves)
+    return Tour(tuple(chosen), frozenset(covered), searched, searched_moves)
 
 
 def play(example: Example, moves: Sequence[Move]) -> None:
@@ -127,4 +120,10 @@ def play(example: Example, moves: Sequence[Move]) -> None:
         example.play(move)
 
 
-__all__ = ["Observation", "SEARCH_EXAMPLES", "TOUR_PROFILES", "Tour", "find_tour", "play"]
+__all__ = ["Observation", "SEARCH_EXAMPLES", "TOUR_PROFILES", "Tour", "cover", "model_world", "play"]
+
+
+def model_world(world: World) -> Any:
+    """``world`` with a second model in the real side's place: the tour's search runs on it (``run.find_tour``;
+    it stands for a ``World`` by delegation, ``_ModelWorld``)."""
+    return _ModelWorld(world)
