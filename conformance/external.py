@@ -462,7 +462,7 @@ def _row_difference(model: dict, impl: dict) -> str:
             if field == "value":
                 if isinstance(model[field], str) and isinstance(impl[field], str):
                     # Test data only (``state`` is offered with the test key alone): where it differs, escaped.
-                    from envreplica.conformance.lockstep.text import text_difference
+                    from envreplica.conformance.replica.text import text_difference
 
                     return f"value: {text_difference(model[field], impl[field])}"
                 other = f"{len(impl[field])} chars" if isinstance(impl[field], str) else _brief(impl[field])

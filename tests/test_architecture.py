@@ -158,3 +158,46 @@ def test_the_picture_has_a_box_per_folder_and_protocol_subfolder_and_an_arrow_pe
         assert f'"{box}";' in source, box
     assert '"cli" -> "conformance"' in source
     assert '"conformance" -> "cli"' not in source
+
+
+# ---------------------------------------------------------------------------
+# conformance/lockstep/ -> conformance/replica/: the old path, one release
+
+
+def test_the_old_lockstep_path_warns_naming_the_new_one_and_is_the_same_modules():
+    """``envreplica.conformance.lockstep`` (and its modules) still import, with a ``DeprecationWarning`` naming
+    ``envreplica.conformance.replica``; each is the new module itself, so a patch of one is a patch of the other.
+    In a fresh interpreter: the warning fires once per process, at the first import."""
+    import subprocess
+    import sys
+
+    probe = textwrap.dedent("""\
+        import json, warnings
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            import envreplica.conformance.lockstep as old
+            from envreplica.conformance.lockstep import run as old_run
+            from envreplica.conformance.lockstep.machine import LockstepMachine as OldMachine
+        import envreplica.conformance.replica as new
+        import envreplica.conformance.replica.run as new_run
+        from envreplica.conformance.replica.machine import LockstepMachine
+        print(json.dumps({
+            "warnings": [(w.category.__name__, str(w.message)) for w in caught],
+            "same": [old_run is new_run, OldMachine is LockstepMachine, old.run_lockstep is new.run_lockstep,
+                     old._scratch_dir is new._scratch_dir, sorted(old.__all__) == sorted(new.__all__)],
+        }))
+        """)
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300,
+                          env={**__import__("os").environ, "ENVREPLICA_PURE_PYTHON": "1"})
+    assert done.returncode == 0, done.stderr
+    import json
+
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["same"] == [True] * 5
+    deprecations = [m for kind, m in seen["warnings"] if kind == "DeprecationWarning"]
+    assert len(deprecations) == 1 and "import envreplica.conformance.replica instead" in deprecations[0], seen
+
+
+def test_nothing_in_the_package_imports_the_old_lockstep_path(graph):
+    users = [i for i in graph if i.target.startswith("envreplica.conformance.lockstep")]
+    assert not users, "\n".join(f"{i.where()}: {i.source} imports {i.target}" for i in users)

@@ -32,8 +32,8 @@ from hypothesis.stateful import run_state_machine_as_test
 from envreplica.checker.progress import ProgressHook, Tick
 from envreplica.conformance import hermetic
 from envreplica.conformance.external import AdapterFailure
-from envreplica.conformance.lockstep import literals
-from envreplica.conformance.lockstep.run import _shrink_budget
+from envreplica.conformance.replica import literals
+from envreplica.conformance.replica.run import _shrink_budget
 from envreplica.conformance.migration.coverage import REQUIRED, MigrationCoverage
 from envreplica.conformance.migration.example import Divergence, Example, Shared, World
 from envreplica.conformance.migration.invocations import HarnessError, Mode

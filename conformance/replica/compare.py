@@ -17,8 +17,8 @@ from typing import Any, Collection, Optional, Sequence
 
 from envreplica.conformance.drivers import Driver
 from envreplica.conformance.external import AdapterError, AdapterFailure, ProtocolBreak, StateProbe
-from envreplica.conformance.lockstep.domains import FINDING_VIOLATIONS, KNOWN_VIOLATIONS
-from envreplica.conformance.lockstep.text import text_difference, values_shown
+from envreplica.conformance.replica.domains import FINDING_VIOLATIONS, KNOWN_VIOLATIONS
+from envreplica.conformance.replica.text import text_difference, values_shown
 from envreplica.model.state import State
 from envreplica.spec import properties as P
 from envreplica.spec.variants import Variant

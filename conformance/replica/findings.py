@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Collection, Optional, Sequence
 
 from envreplica.conformance.drivers import ModelDriver
-from envreplica.conformance.lockstep.compare import replay_steps
+from envreplica.conformance.replica.compare import replay_steps
 from envreplica.spec.variants import FINDING_TITLES, FIXES, Finding
 
 

@@ -10,7 +10,7 @@ The budgets are counts, so a busy machine shrinks to the same trace as an
 idle one; the seconds of ``SHRINK_GUARD_SECONDS``, ``MINIMIZE_GUARD_SECONDS``
 and ``DATA_GUARD_SECONDS`` only stop a hang.
 All are read here when a run needs them: patch them on this module
-(``envreplica.conformance.lockstep.run``).
+(``envreplica.conformance.replica.run``).
 ``replay_steps`` / ``replay_requests`` send saved requests to both sides.
 
 An external adapter that breaks (``external.AdapterFailure``: it died,
@@ -39,14 +39,14 @@ from hypothesis.stateful import run_state_machine_as_test
 from envreplica.checker.progress import ProgressHook, Tick
 from envreplica.conformance.drivers import Driver, ModelDriver
 from envreplica.conformance.external import AdapterFailure
-from envreplica.conformance.lockstep import literals, rename
+from envreplica.conformance.replica import literals, rename
 # replay_steps: each saved request to both drivers, compared (compare.py, where findings.py finds it too)
-from envreplica.conformance.lockstep.compare import replay_steps
-from envreplica.conformance.lockstep.context import _Run
-from envreplica.conformance.lockstep.coverage import LockstepCoverage
-from envreplica.conformance.lockstep.findings import finding_of
-from envreplica.conformance.lockstep.machine import LockstepMachine
-from envreplica.conformance.lockstep.traces import format_steps, write_trace
+from envreplica.conformance.replica.compare import replay_steps
+from envreplica.conformance.replica.context import _Run
+from envreplica.conformance.replica.coverage import LockstepCoverage
+from envreplica.conformance.replica.findings import finding_of
+from envreplica.conformance.replica.machine import LockstepMachine
+from envreplica.conformance.replica.traces import format_steps, write_trace
 from envreplica.spec.variants import Variant
 
 
