@@ -14,7 +14,6 @@ from envreplica.cli.errors import guarded, path_option
 from envreplica.conformance import adapter
 from envreplica.spec.variants import Variant
 
-__all__ = ["add_arguments", "register", "main"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -7,7 +7,6 @@ import argparse
 
 from envreplica.impl import paired
 
-__all__ = ["cmd_recover", "register"]
 
 
 def cmd_recover(args: argparse.Namespace) -> int:

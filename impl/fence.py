@@ -15,8 +15,7 @@ from __future__ import annotations
 
 from envreplica.impl import schema
 
-__all__ = ["WRITER_VERSION", "WRITER_FUNCTION", "FENCE_MESSAGE", "FENCED_TABLES", "ACTIONS", "META_TABLE",
-           "quote", "fence_trigger_sql"]
+__all__ = ["WRITER_VERSION", "WRITER_FUNCTION", "FENCE_MESSAGE", "FENCED_TABLES", "ACTIONS", "fence_trigger_sql"]
 
 #: The writer contract version this code writes (``store_meta.writer_version``).
 #: 2: every row carries an integrity tag under the master key (``impl.integrity``).

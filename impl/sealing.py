@@ -73,7 +73,6 @@ __all__ = [
     "ENV_KEY_FILE",
     "GENERATE_HINT",
     "KeyConfigError",
-    "master_key_if_set",
     "RECEIPT_HMAC_DOMAIN",
     "SEAL_VERSION",
     "SealError",

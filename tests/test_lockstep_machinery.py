@@ -169,7 +169,7 @@ def check_source_files_complete() -> None:
     for folder in folders:
         missing = sorted(set(folder.rglob("*.py")) - files)
         assert not missing, f"source_files() misses {[str(p.relative_to(REPO)) for p in missing[:5]]}"
-    nested = REPO / "conformance" / "lockstep" / "literals.py"
+    nested = REPO / "conformance" / "replica" / "literals.py"
     assert nested in files
 
 

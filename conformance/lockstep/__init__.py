@@ -24,8 +24,9 @@ from envreplica.conformance.replica import __all__  # noqa: F401
 warnings.warn("envreplica.conformance.lockstep is deprecated and will be removed in the next release: import "
               "envreplica.conformance.replica instead", DeprecationWarning, stacklevel=2)
 
-# every name the new package holds (its private ones too: the old package's users reached for ``_scratch_dir``)
-globals().update({name: value for name, value in vars(_replica).items() if not name.startswith("__")})
+# every name the new package holds (its private ones too: the old package's users reached for ``_scratch_dir``),
+# but this module's own (its name, path, spec, ...)
+globals().update({name: value for name, value in vars(_replica).items() if name not in globals()})
 for _module in pkgutil.iter_modules(_replica.__path__):
     _new = importlib.import_module(f"{_replica.__name__}.{_module.name}")
     sys.modules[f"{__name__}.{_module.name}"] = _new

@@ -40,7 +40,7 @@ from envreplica.conformance.migration.invocations import HarnessError, Mode
 from envreplica.conformance.migration.machine import MigrationMachine
 from envreplica.conformance.migration.protocol import FINDING_FIXES, FINDING_TITLES
 from envreplica.conformance.migration.sides import Move
-from envreplica.conformance.migration.tour import SEARCH_EXAMPLES, TOUR_PROFILES, Tour, cover, model_world, play
+from envreplica.conformance.migration.tour import TOUR_PROFILES, Tour, find_tour, play
 from envreplica.conformance.migration.traces import format_moves, itf_path_of, write_trace
 from envreplica.model import migration as mm
 
@@ -246,7 +246,8 @@ def _lockstep(profile: str, *, settings: hypothesis.settings, modes: Optional[Se
 
 def _play_tour(run: _Run) -> Tour:
     """Find the coverage tour on the model (``tour.find_tour``) and play it on both sides, example by example."""
-    found = find_tour(run.shared, getattr(run.shared, "required", REQUIRED), progress=run.progress)
+    found = find_tour(run.shared, getattr(run.shared, "required", REQUIRED), run_migration_lockstep,
+                      progress=run.progress)
     if run.budget is not None:
         run.budget += len(found.examples)
     for moves in found.examples:
@@ -320,20 +321,6 @@ def replay_moves(shared: World, moves: Sequence[Move],
         except Divergence as e:
             return e, example
     return None, example
-
-
-def find_tour(world: World, required: dict[str, frozenset[str]], examples: int = SEARCH_EXAMPLES,
-              progress: Optional[ProgressHook] = None) -> Tour:
-    """The coverage tour for ``world`` (``tour``): this run's own generation searched on the model alone
-    (``tour.model_world``, ``examples`` derandomized examples), then the greedy cover of ``required``
-    (``tour.cover``). ``progress`` is told the search's examples as they go (``checker.progress.Tick``, noted as
-    the tour's search)."""
-    found: list[list[Move]] = []
-    searching = None if progress is None else \
-        (lambda tick: progress(replace(tick, note="searching the model for the coverage tour")))
-    report = run_migration_lockstep("ci", max_examples=examples, shared=model_world(world), collect=found,
-                                    tour=False, progress=searching)
-    return cover(world, found, required, report.examples, report.moves)
 
 
 def finding_of(shared: World, moves: Sequence[Move]) -> Optional[str]:

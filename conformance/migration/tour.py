@@ -3,11 +3,11 @@
 Models: a small budget's coverage. Drawing alone, the ``check`` profile's 20 examples reach about nine tenths of
 ``coverage.REQUIRED`` (the rest need a fault at one step of a deep prelude: a backup edited after the result
 recorded it, a recovery request edited before its rerun, a write between a request and its fence). So a profile
-with a tour (``TOUR_PROFILES``) first searches the model alone (``run.find_tour``): the run's own generation (``MigrationMachine``,
+with a tour (``TOUR_PROFILES``) first searches the model alone: the run's own generation (``MigrationMachine``,
 derandomized, ``SEARCH_EXAMPLES`` examples) against a second model in the real side's place, which costs no store
 and no process; each example's moves are replayed on the model to learn the move at which each item is first
 reached; a greedy cover then takes the fewest examples (each cut after the last move that reaches an item no
-example taken before reaches; ``cover``) that reach every required item the search reached. Those are the tour: the run
+example taken before reaches) that reach every required item the search reached. Those are the tour: the run
 plays them on both sides first, compared move by move like any example (a divergence is minimized and reported
 the same way), then draws its budget as before.
 
@@ -17,13 +17,17 @@ any cache of the tour (it is a function of the code: derandomized, found again b
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Optional, Sequence
 
+from envreplica.checker.progress import ProgressHook
 from envreplica.conformance.migration.coverage import MigrationCoverage
 from envreplica.conformance.migration.example import Example, World
 from envreplica.conformance.migration.observe import Observation, Outcome
 from envreplica.conformance.migration.sides import ModelSide, Move
+
+#: The migration lockstep's run (``run.run_migration_lockstep``), which the tour's search runs on the model alone.
+Search = Callable[..., Any]
 
 #: The profiles that play a tour before their drawn examples.
 TOUR_PROFILES = frozenset({"check", "dev"})
@@ -90,11 +94,16 @@ def _first_reached(world: World, moves: Sequence[Move], required: dict[str, froz
     return first
 
 
-def cover(world: World, found: Sequence[Sequence[Move]], required: dict[str, frozenset[str]], searched: int,
-          searched_moves: int) -> Tour:
-    """The tour of the search's examples ``found`` (``run.find_tour`` searches; ``searched`` and ``searched_moves``
-    its counts): the greedy cover of ``required``, each example cut after the last move that reaches an item no example
-    taken before reaches."""
+def find_tour(world: World, required: dict[str, frozenset[str]], search: Search, examples: int = SEARCH_EXAMPLES,
+              progress: Optional[ProgressHook] = None) -> Tour:
+    """The tour for ``world``: the search's examples, the greedy cover of ``required``. ``search`` is the run's
+    own generation (``run.run_migration_lockstep``, handed in by the run: this module is below it). ``progress``
+    is told the search's examples as they go (``checker.progress.Tick``, noted as the tour's search)."""
+    found: list[list[Move]] = []
+    searching = None if progress is None else \
+        (lambda tick: progress(replace(tick, note="searching the model for the coverage tour")))
+    report = search("ci", max_examples=examples, shared=_ModelWorld(world), collect=found, tour=False,
+                    progress=searching)
     reach = [(moves, _first_reached(world, moves, required)) for moves in found]
     chosen: list[tuple[Move, ...]] = []
     covered: set[str] = set()
@@ -111,7 +120,7 @@ def cover(world: World, found: Sequence[Sequence[Move]], required: dict[str, fro
         cut = -best[1]
         chosen.append(tuple(moves[:cut]))
         covered |= {item for item, at in first.items() if at <= cut}
-    return Tour(tuple(chosen), frozenset(covered), searched, searched_moves)
+    return Tour(tuple(chosen), frozenset(covered), report.examples, report.moves)
 
 
 def play(example: Example, moves: Sequence[Move]) -> None:
@@ -120,10 +129,4 @@ def play(example: Example, moves: Sequence[Move]) -> None:
         example.play(move)
 
 
-__all__ = ["Observation", "SEARCH_EXAMPLES", "TOUR_PROFILES", "Tour", "cover", "model_world", "play"]
-
-
-def model_world(world: World) -> Any:
-    """``world`` with a second model in the real side's place: the tour's search runs on it (``run.find_tour``;
-    it stands for a ``World`` by delegation, ``_ModelWorld``)."""
-    return _ModelWorld(world)
+__all__ = ["Observation", "SEARCH_EXAMPLES", "TOUR_PROFILES", "Tour", "find_tour", "play"]
