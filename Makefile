@@ -87,6 +87,7 @@ diagrams: $(STAMP)
 	mkdir -p docs
 	$(BIN)/envreplica diagram --format svg --output docs/gate.svg
 	$(BIN)/envreplica diagram --format png --output docs/gate.png
+	$(BIN)/python tests/architecture.py  # docs/architecture.svg: who imports whom (docs/architecture.md)
 
 # Reinstalls only when pyproject.toml changes (the install is editable).
 # EXTRAS: the optional extras installed beside the tests' (.ci/run adds ray in the same install, so that the

@@ -41,7 +41,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from envreplica.conformance.lockstep.traces import read_requests
+from envreplica.conformance.replica.traces import read_requests
 from envreplica.conformance.pipeline import DEFAULT_WINDOW, pipelined, round_trip
 
 HERE = Path(__file__).resolve().parent

@@ -40,7 +40,7 @@ from rich.table import Table
 
 from envreplica.conformance.drivers import ModelDriver
 from envreplica.conformance.external import SubprocessDriver
-from envreplica.conformance.lockstep import lockstep_settings, run_lockstep
+from envreplica.conformance.replica import lockstep_settings, run_lockstep
 from envreplica.model.state import Variant
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -49,7 +49,7 @@ from baseline import probe, worktree  # noqa: E402  (bench/baseline.py, beside t
 
 _ONE_RUN = """
 import json, sys
-from envreplica.conformance.lockstep import lockstep_settings, run_lockstep
+from envreplica.conformance.replica import lockstep_settings, run_lockstep
 from envreplica.model.state import Variant
 r = run_lockstep(None, variant=Variant.FIXED, settings=lockstep_settings("ci", max_examples=int(sys.argv[1])),
                  state_check=True)

@@ -86,7 +86,7 @@ def main() -> int:
         rate = moves / seconds
         table.add_row(name, f"{examples:,}", f"{moves:,}", f"{seconds:.1f}", f"{rate:,.0f}", f"{rate / base_rate:.2f}")
     console.print(table)
-    from envreplica.conformance.lockstep import lockstep_settings, run_lockstep
+    from envreplica.conformance.replica import lockstep_settings, run_lockstep
 
     started = time.perf_counter()
     replica = run_lockstep(None, settings=lockstep_settings("ci", max_examples=args.replica_examples))

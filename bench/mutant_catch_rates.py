@@ -3,7 +3,7 @@
 ``tests/test_conformance_mutants.py`` runs each mutant once under the
 derandomized ``ci`` profile: the same examples in every process (the
 literals Hypothesis mixes into draws are pinned to envreplica's own,
-``conformance.lockstep.literals``). One seed says little about how close a
+``conformance.replica.literals``). One seed says little about how close a
 mutant is to slipping through: a change anywhere in the generator draws other
 examples. This script measures the distribution instead: for each mutant of
 ``tests/impl_mutants.py`` and ``tests/crash_mutants.py``, ``--runs`` lockstep runs with random seeds (the
@@ -31,8 +31,8 @@ from hypothesis import Phase, settings
 from rich.console import Console
 from rich.table import Table
 
-from envreplica.conformance.lockstep import PROFILE_EXAMPLES, lockstep_settings, run_lockstep
-from envreplica.conformance.lockstep import run as lockstep_run
+from envreplica.conformance.replica import PROFILE_EXAMPLES, lockstep_settings, run_lockstep
+from envreplica.conformance.replica import run as lockstep_run
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from crash_mutants import CRASH_MUTANTS  # noqa: E402

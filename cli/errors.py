@@ -32,6 +32,7 @@ shows the traceback of a user error too.
 
 from __future__ import annotations
 
+import argparse
 import errno
 import os
 import stat
@@ -39,8 +40,11 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+# raised below the command line (conformance.adapter, ...); re-exported here, where it is mapped to exit 2
+from envreplica.conformance.errors import UsageError
+
 __all__ = ["UsageError", "USER_ERROR_EXIT", "INTERNAL_ERROR_EXIT", "INTERRUPTED_EXIT", "TERMINATED_EXIT", "guarded",
-           "input_file", "user_errors"]
+           "input_file", "path_option", "user_errors"]
 
 USER_ERROR_EXIT = 2
 INTERNAL_ERROR_EXIT = 3
@@ -48,8 +52,6 @@ INTERRUPTED_EXIT = 130  # 128 + SIGINT
 TERMINATED_EXIT = 143  # 128 + SIGTERM: the paired migrate and recover (impl.interrupts.exit_status)
 
 
-class UsageError(Exception):
-    """Options that cannot go together, or a value an option cannot take."""
 
 
 def user_errors() -> tuple[type[BaseException], ...]:
@@ -109,3 +111,12 @@ def input_file(path: Path, what: str) -> Path:
         raise UsageError(f"{path} is not a regular file (a FIFO, a device or a socket); give {what}")
     return path
 
+
+
+def path_option(text: str) -> str:
+    """``--db PATH`` as given, for ``argparse`` (``type=``): an empty string names no file (``Path("")`` is the
+    current directory, which would be refused as "." is a directory, a confusing line)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} is an empty path; give the replica's file, for example "
+                                         f"--db /var/lib/envreplica/replica.db")
+    return text

@@ -5,7 +5,7 @@ variant (the invariant table and the coverage table; each property's
 shortest counterexample written as an ITF trace, the paired writer
 migration's too, each with its HTML page beside it; a violation, or a
 "sometimes" property never witnessed, fails), then runs the lockstep of
-``conformance.lockstep`` against the built-in SQLite implementation
+``conformance.replica`` against the built-in SQLite implementation
 (``ci``-sized, crashes after any commit included), then the concurrent
 stage of ``conformance.concurrent`` (several processes on one file, then
 threads on one replica object, each history linearizable against the model),
@@ -196,7 +196,7 @@ def _gate(args, started: float, background: Optional["_BackgroundModelCheck"], b
         summary.add_row("concurrent processes", "skipped (--model-only)", "[dim]skipped[/]", "")
         summary.add_row("concurrent threads", "skipped (--model-only)", "[dim]skipped[/]", "")
     else:
-        from envreplica.conformance.lockstep import lockstep_settings, print_coverage, run_lockstep
+        from envreplica.conformance.replica import lockstep_settings, print_coverage, run_lockstep
 
         console.print(f"\n[bold]lockstep[/]: the model against the built-in SQLite implementation "
                       f"(variant {args.variant}, profile {args.lockstep_profile})")
@@ -899,7 +899,7 @@ def _replica_conformance(args, stages: Stages) -> int:
     from envreplica.conformance.drivers import ModelDriver
     from envreplica.conformance.external import AdapterError, AdapterFailure, SubprocessDriver
     from envreplica.conformance.junit import JUnitCase, case_from_report, write_junit
-    from envreplica.conformance.lockstep import format_steps, lockstep_settings, read_requests, replay_steps, run_lockstep
+    from envreplica.conformance.replica import format_steps, lockstep_settings, read_requests, replay_steps, run_lockstep
 
     variant = Variant(args.variant)
     timeout, start = _timeouts(args)
@@ -1482,7 +1482,7 @@ def cmd_replay(args) -> int:
 def _replay_requests(args) -> int:
     """Replay a JSON-lines file of adapter requests on the model and an implementation."""
     from envreplica.conformance.drivers import TEST_MASTER_KEY, ModelDriver, SqliteDriver
-    from envreplica.conformance.lockstep import (
+    from envreplica.conformance.replica import (
         _scratch_dir,
         format_steps,
         read_requests,
@@ -1724,7 +1724,7 @@ def main(argv=None) -> int:
     k.add_argument("--variant", default=Variant.FIXED.value, choices=[v.value for v in Variant],
                    help="the model variant the implementation is held against (default: fixed; the migration's: "
                         "seed or fixed)")
-    # The profiles' sizes live in conformance.lockstep.run (not imported here: it loads Hypothesis).
+    # The profiles' sizes live in conformance.replica.run (not imported here: it loads Hypothesis).
     k.add_argument("--profile", default="ci", choices=["dev", "ci", "nightly"],
                    help="Hypothesis profile: how many generated traces (default: ci, derandomized)")
     k.add_argument("--max-examples", type=int, default=None, help="override the profile's example count")
@@ -1784,7 +1784,7 @@ def main(argv=None) -> int:
     rp.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for each adapter response")
     rp.set_defaults(func=cmd_report)
     v = sub.add_parser("verify", help="check a replica at rest (integrity, tags, digests, seals); exit 1 if tampered")
-    from envreplica.impl.files import path_option
+    from envreplica.cli.errors import path_option
 
     v.add_argument("--db", required=True, metavar="PATH", type=path_option, help="the replica's SQLite file")
     v.add_argument("--anchor", metavar="FILE", help="the replica's rollback anchor file, if it has one")
@@ -1807,12 +1807,13 @@ def main(argv=None) -> int:
     lk.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARGS...]",
                     help="the command to run holding the lock")
     lk.set_defaults(func=cmd_lock)
-    from envreplica.conformance import adapter
+    from envreplica.cli import adapter
 
     adapter.register(sub)
-    from envreplica.impl import writer
+    from envreplica.cli import migrate, recover
 
-    writer.register(sub)
+    migrate.register(sub)
+    recover.register(sub)
     args = parser.parse_args(argv)
     return guarded(f"envreplica {args.command}", args.func, args)
 

@@ -8,7 +8,7 @@ and an ``invalid`` error; a driver bug is answered, never raised (see
 ``conformance.drivers``). Responses are compact JSON with non-ASCII escaped.
 A JSON object with a repeated key keeps the last one (as ``JSON.parse``).
 
-``main`` runs it from the command line::
+``run`` serves the parsed options of the command line (``cli.adapter``, which reads them)::
 
     python -m envreplica.conformance.adapter --impl model --variant fixed
     python -m envreplica.conformance.adapter --impl sqlite --test-key --db /tmp/r.db --store embedded
@@ -55,12 +55,12 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any, Callable, Iterator, Optional, TextIO
 
-from envreplica.cli.errors import UsageError, guarded
 from envreplica.conformance import scratch
 from envreplica.conformance.drivers import TEST_MASTER_KEY, Driver, ModelDriver, SqliteDriver
+from envreplica.conformance.errors import UsageError
 from envreplica.spec.variants import Variant
 
-__all__ = ["serve", "main", "register", "build_driver"]
+__all__ = ["serve", "run", "build_driver"]
 
 
 def _reject_constant(name: str) -> Any:
@@ -123,40 +123,6 @@ def serve(driver: Driver, stdin: Any, stdout: TextIO) -> int:
 # ---------------------------------------------------------------------------
 # Command line.
 # ---------------------------------------------------------------------------
-
-
-def _add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--protocol", choices=["replica", "migration", "lock"], default="replica",
-                        help="which adapter protocol: the replica's (docs/protocol.md, section 5; default), the "
-                             "paired writer migration's (section 11) or the projection lock's (section 12)")
-    parser.add_argument("--impl", choices=["sqlite", "paired", "lock", "model"], default=None,
-                        help="what answers the requests: the replica's SQLite implementation (default of "
-                             "--protocol replica), the paired writer migration (impl.paired; default of "
-                             "--protocol migration), the projection lock (impl.lock; default of --protocol lock), "
-                             "or the model")
-    parser.add_argument("--without", action="append", default=[], metavar="FIX",
-                        help="--protocol lock --impl model: leave this fix of the fixed variant out (repeatable; "
-                             "model.lock.Fix's values, e.g. fresh-probe)")
-    parser.add_argument("--side", default=None, choices=["threads", "processes"],
-                        help="--protocol lock --impl lock: the lock users, threads of the adapter (default) or "
-                             "processes forked from it, each killed with a real SIGKILL (docs/lock.md)")
-    parser.add_argument("--modes", default="thread,fork",
-                        help="--protocol migration --impl paired: how it runs invocations, comma-separated, the "
-                             "first the default (thread, fork, exec; default: thread,fork)")
-    parser.add_argument("--variant", default=Variant.FIXED.value, choices=[v.value for v in Variant],
-                        help="protocol variant (default: fixed)")
-    from envreplica.impl.files import path_option
-
-    parser.add_argument("--db", type=path_option,
-                        help="the replica file: created if absent, or reopened if this adapter created it "
-                             "(default: a file in a fresh temporary directory, removed at exit)")
-    parser.add_argument("--store", choices=["embedded", "ssm"], default="embedded",
-                        help="value store: in-process (default) or AWS SSM Parameter Store")
-    parser.add_argument("--test-key", action="store_true",
-                        help="seal under the public TEST key instead of ENVREPLICA_MASTER_KEY[_FILE] "
-                             "(for conformance runs; refused with --store ssm)")
-    parser.add_argument("--anchor", metavar="FILE",
-                        help="a rollback anchor file outside the replica (impl.anchor; created if absent)")
 
 
 def _warn_test_key(where: str) -> None:
@@ -370,22 +336,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(subparsers) -> argparse.ArgumentParser:
-    """Add the ``adapter`` subcommand to an ``argparse`` subparsers object (for cli/main.py)."""
-    parser = subparsers.add_parser(
-        "adapter", help="serve the conformance adapter protocol (JSON lines on stdin/stdout)",
-        description=__doc__.splitlines()[0])
-    _add_arguments(parser)
-    parser.set_defaults(func=run)
-    return parser
+if __name__ == "__main__":  # pragma: no cover - ``python -m envreplica.conformance.adapter``: the command line's
+    from envreplica.cli.adapter import main
 
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m envreplica.conformance.adapter",
-                                     description=__doc__.splitlines()[0])
-    _add_arguments(parser)
-    return guarded("envreplica adapter", run, parser.parse_args(argv))
-
-
-if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

@@ -210,14 +210,6 @@ class ProtocolBreak(AdapterError):
         self.where = where  # where and how: "response.result.code: ... is not one of ..."
         self.response = response  # the answer as decoded
 
-    def diverging(self, model_response: Any) -> Optional[dict]:
-        """The answer, when it also differs from the model's ``model_response``: the lockstep then shows it as
-        that divergence, the model's answer beside it; None when the break is all that is wrong with it."""
-        from envreplica.conformance.lockstep.compare import compare_responses
-
-        differs = isinstance(self.response, dict) and compare_responses(model_response, self.response) is not None
-        return self.response if differs else None
-
 
 def _pipe(stream: Optional[IO[bytes]]) -> IO[bytes]:
     """One of ``SubprocessDriver.proc``'s streams: never None, each is opened with ``subprocess.PIPE``."""
@@ -470,7 +462,7 @@ def _row_difference(model: dict, impl: dict) -> str:
             if field == "value":
                 if isinstance(model[field], str) and isinstance(impl[field], str):
                     # Test data only (``state`` is offered with the test key alone): where it differs, escaped.
-                    from envreplica.conformance.lockstep.text import text_difference
+                    from envreplica.conformance.replica.text import text_difference
 
                     return f"value: {text_difference(model[field], impl[field])}"
                 other = f"{len(impl[field])} chars" if isinstance(impl[field], str) else _brief(impl[field])

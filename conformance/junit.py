@@ -34,7 +34,7 @@ class JUnitCase:
     error: bool = False  # the harness could not run the case (not a divergence)
 
 
-def case_from_report(name: str, report, classname: str = "envreplica.conformance.lockstep") -> JUnitCase:
+def case_from_report(name: str, report, classname: str = "envreplica.conformance.replica") -> JUnitCase:
     """A case for one ``LockstepReport``."""
     output = (f"examples={report.examples} steps={report.steps} seconds={report.seconds:.2f} "
               f"steps/s={report.steps / report.seconds if report.seconds else 0:.0f}")

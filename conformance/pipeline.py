@@ -296,7 +296,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     from pathlib import Path
 
-    from envreplica.conformance.lockstep.traces import read_requests
+    from envreplica.conformance.replica.traces import read_requests
 
     try:
         requests = read_requests(Path(args.trace))

@@ -8,7 +8,7 @@ with ``-p envreplica``; ``-p no:envreplica`` turns it off). Without
 With it, the session gets one test item per ``--envreplica-variant`` (default
 ``fixed``), ``envreplica::conformance[VARIANT]``, beside the project's own
 tests. The item runs the lockstep of the protocol the adapter speaks
-(``--envreplica-protocol``: the replica's, ``envreplica.conformance.lockstep``
+(``--envreplica-protocol``: the replica's, ``envreplica.conformance.replica``
 against ``SubprocessDriver(CMD)``, what ``envreplica conformance --adapter CMD``
 runs; or the paired writer migration's, ``envreplica.conformance.migration``
 through ``AdapterShared(CMD)``, what ``conformance --protocol migration`` runs):
@@ -207,7 +207,7 @@ class ConformanceItem(pytest.Item):
 
     def runtest(self) -> None:
         from envreplica.conformance.external import SubprocessDriver
-        from envreplica.conformance.lockstep import lockstep_settings, run_lockstep
+        from envreplica.conformance.replica import lockstep_settings, run_lockstep
         from envreplica.spec.variants import Variant
 
         config = self.config

@@ -7,7 +7,7 @@ the replica, section 11 for the paired writer migration) and the judge is the mo
 action goes to both, and the first answer or state that differs is the divergence.
 
 * The replica's traces (``#meta.protocol`` ``replica``, or none): a lockstep trace
-  (``conformance.lockstep.traces.write_trace``) holds one adapter request per state (its op as
+  (``conformance.replica.traces.write_trace``) holds one adapter request per state (its op as
   ``mbt::actionTaken``, its fields as the picks); a model-checker counterexample (``checker.itf.write``) holds
   the model's actions, each a request but a ``resume`` (a read the model suspended, which the adapter protocol
   cannot hold open: such a trace is refused with the step that needs it) and a cloud change (not the replica's:
@@ -121,7 +121,7 @@ def replay_replica(doc: dict, command: str, variant: str, timeout: float = 30.0)
     """Replay a replica trace through the adapter ``command``, beside the model of ``variant``."""
     from envreplica.conformance.drivers import ModelDriver
     from envreplica.conformance.external import SubprocessDriver
-    from envreplica.conformance.lockstep import format_steps, replay_steps
+    from envreplica.conformance.replica import format_steps, replay_steps
 
     requests, skipped = replica_requests(doc)
     impl = SubprocessDriver(command, timeout=timeout)

@@ -123,7 +123,7 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from envreplica.impl import writer
+from envreplica.impl import fence  # the fence's names and SQL (impl.writer re-exports them)
 
 __all__ = ["ACTIONS", "STATES", "PROBE_TOKEN", "STEP_BUDGET", "Failure", "Verdict", "probe", "fence_problems"]
 
@@ -359,10 +359,10 @@ def _statements(mem: sqlite3.Connection, table: str, *, each_column: bool) -> li
 def _refused(error: sqlite3.Error, registered: bool) -> bool:
     """Whether ``error`` is the fence refusing the statement (or, unregistered, the missing function)."""
     text = str(error)
-    if isinstance(error, sqlite3.IntegrityError) and text.startswith(writer.FENCE_MESSAGE):
+    if isinstance(error, sqlite3.IntegrityError) and text.startswith(fence.FENCE_MESSAGE):
         return True
     return not registered and isinstance(error, sqlite3.OperationalError) and \
-        text == f"no such function: {writer.WRITER_FUNCTION}"
+        text == f"no such function: {fence.WRITER_FUNCTION}"
 
 
 def _contents(mem: sqlite3.Connection, fenced: list[str]) -> tuple[tuple[Any, ...], ...]:
@@ -410,7 +410,7 @@ def _run_one(mem: sqlite3.Connection, budget: _Budget, sql: str, params: tuple[o
 def _others(recorded: Optional[str]) -> tuple[str, ...]:
     """The wrong writers probed: the versions next to the recorded one (or to this code's, if none is)."""
     text = (recorded or "").strip()
-    base = int(text) if text.lstrip("-").isdigit() else writer.WRITER_VERSION
+    base = int(text) if text.lstrip("-").isdigit() else fence.WRITER_VERSION
     near = [str(base - 1), str(base + 1)] + ([] if text.lstrip("-").isdigit() else [str(base)])
     return tuple(v for v in near if v != recorded)
 
@@ -447,8 +447,8 @@ def probe(conn: Any) -> Verdict:
 def _judge(objects: _Objects, meta_rows: _Rows) -> Verdict:
     """The verdict on a schema and ``store_meta``'s rows: a function of them alone, so remembered."""
     tables = {name for kind, name, _ in objects if kind == "table"}
-    fenced = [t for t in writer.FENCED_TABLES if t in tables]
-    missing = tuple(t for t in writer.FENCED_TABLES if t not in tables)
+    fenced = [t for t in fence.FENCED_TABLES if t in tables]
+    missing = tuple(t for t in fence.FENCED_TABLES if t not in tables)
     budget = _Budget()
     recorded: Optional[str] = None
     writers: list[Optional[str]] = []
@@ -483,7 +483,7 @@ def _judge(objects: _Objects, meta_rows: _Rows) -> Verdict:
                 for declared in phase:
                     now[0] = declared
                     if declared is not None and not registered:
-                        mem.create_function(writer.WRITER_FUNCTION, 0, lambda: now[0], deterministic=True)
+                        mem.create_function(fence.WRITER_FUNCTION, 0, lambda: now[0], deterministic=True)
                         registered = True
                     must_write = declared is not None and declared == value
                     mem.execute("BEGIN")
@@ -538,7 +538,7 @@ def _columns_said(columns: list[Optional[str]], all_columns: int) -> str:
 
 def _trigger_note(present: dict[str, tuple[str, str]], table: str, action: str) -> str:
     """What the name and text comparison adds: the state of the fence trigger of ``table`` and ``action``."""
-    name, sql = writer.fence_trigger_sql(table, action)
+    name, sql = fence.fence_trigger_sql(table, action)
     if name not in present:
         return f" (its fence trigger {name} is missing)"
     on, text = present[name]
@@ -546,7 +546,7 @@ def _trigger_note(present: dict[str, tuple[str, str]], table: str, action: str) 
         return f" (its fence trigger {name} is on table {on})"
     if " ".join(text.split()) != " ".join(sql.split()):
         return f" (its fence trigger {name} is not the fence's text)"
-    fences = {writer.fence_trigger_sql(table, a)[0] for a in ACTIONS}
+    fences = {fence.fence_trigger_sql(table, a)[0] for a in ACTIONS}
     others = sorted(n for n, (t, _) in present.items() if t == table and n not in fences)
     return f" (other triggers on {table}: {', '.join(others)})" if others else ""
 
@@ -572,7 +572,7 @@ def fence_problems(conn: Any) -> list[str]:
     by_action: dict[tuple[str, str], list[Failure]] = {}
     for f in verdict.failures:
         by_action.setdefault((f.table, f.action), []).append(f)
-    order = {t: i for i, t in enumerate(writer.FENCED_TABLES)}
+    order = {t: i for i, t in enumerate(fence.FENCED_TABLES)}
     for (table, action), failures in sorted(by_action.items(), key=lambda kv: (order[kv[0][0]],
                                                                                ACTIONS.index(kv[0][1]))):
         state = min((f.state for f in failures), key=STATES.index)

@@ -34,7 +34,6 @@ semantics, and checking the owner uid of an existing file.
 
 from __future__ import annotations
 
-import argparse
 import enum
 import errno
 import fcntl
@@ -60,7 +59,6 @@ __all__ = [
     "create_private",
     "current_meta",
     "fsync_path",
-    "path_option",
     "probe",
     "refuse_unusable",
     "remove_replica",
@@ -117,15 +115,6 @@ class Probe:
     path: Path  # the path asked about
     kind: PathKind  # what it holds
     meta: dict[str, str] = field(default_factory=dict)  # store_meta of a replica
-
-
-def path_option(text: str) -> str:
-    """``--db PATH`` as given, for ``argparse`` (``type=``): an empty string names no file (``Path("")`` is the
-    current directory, which would be refused as "." is a directory, a confusing line)."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError(f"{text!r} is an empty path; give the replica's file, for example "
-                                         f"--db /var/lib/envreplica/replica.db")
-    return text
 
 
 def probe(path: Union[str, Path]) -> Probe:

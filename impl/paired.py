@@ -66,7 +66,6 @@ no fact), the schema bootstrap, and owners this user cannot see in ``/proc``.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import errno
 import fcntl
@@ -1389,7 +1388,25 @@ def _reopen(paths: Sequence[Path], token: str, hook: Hook, busy_timeout: float) 
 
 
 # ---------------------------------------------------------------------------
-# CLI
+# The invocations: what ``envreplica migrate`` and ``recover`` do once their options are read (``cli.migrate``,
+# ``cli.recover`` read them; the migration lockstep calls these in-process, ``conformance.migration.invocations``)
+
+
+def migrate_command(dbs: Sequence[Union[str, Path]], *, request: Union[str, Path, None] = None,
+                    backup_dir: Union[str, Path, None] = None, master_key: Optional[bytes] = None,
+                    busy_timeout: float = 5.0) -> int:
+    """``envreplica migrate --db A --db B ...`` (or ``--request FILE`` alone): the paired migration run as the
+    command runs it (``run_command``: its one line, its exit status), its steps told to the hook the environment
+    names (``hook_from_env``)."""
+    return run_command(lambda: migrate_paired(
+        dbs, request=request, backup_dir=backup_dir, master_key=master_key, hook=hook_from_env(),
+        busy_timeout=busy_timeout), "migrate")
+
+
+def recover_command(request: Union[str, Path], *, busy_timeout: float = 5.0) -> int:
+    """``envreplica recover --request FILE``: the recovery run as the command runs it (``run_command``), its steps
+    told to the hook the environment names (``hook_from_env``)."""
+    return run_command(lambda: recover_paired(request, hook=hook_from_env(), busy_timeout=busy_timeout), "recover")
 
 
 def run_command(action: Callable[[], Outcome], name: str) -> int:
@@ -1432,25 +1449,3 @@ def _interrupted(name: str, signum: int) -> int:
         stands += "; run the same command again to do it"
     print(f"envreplica {name}: interrupted ({interrupts.name(signum)}): {stands}", file=sys.stderr)
     return interrupts.exit_status(signum)
-
-
-def cmd_recover(args: argparse.Namespace) -> int:
-    """``envreplica recover --request FILE``."""
-    return run_command(lambda: recover_paired(args.request, hook=hook_from_env(), busy_timeout=args.busy_timeout),
-                       "recover")
-
-
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add ``recover --request FILE``."""
-    p = subparsers.add_parser(
-        "recover", help="select the recovery of a paired migration: restore its stores together",
-        description=("Select the recovery of the paired migration whose request is FILE, or resume the selected "
-                     "one: each store the migration changed is restored from its backup, an unchanged store is "
-                     "left untouched, and all reopen at their old version. Refused once the migration's result "
-                     "is published (rerun `envreplica migrate --request FILE` instead). Exit 0 recovered; 1 "
-                     "stopped on what a store holds; 2 could not run as asked (in use, a store open for writing "
-                     "in another process, locked or read-only, a publication edited)."))
-    p.add_argument("--request", required=True, metavar="FILE", help="the paired migration's request file")
-    p.add_argument("--busy-timeout", type=float, default=5.0, metavar="SECONDS",
-                   help="how long to wait for a store another process holds in a write transaction (default 5)")
-    p.set_defaults(func=cmd_recover)

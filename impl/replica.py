@@ -1182,7 +1182,7 @@ class SqliteReplica:
 
         It counts rolled-back changes too, so an unchanged count means nothing was written through this
         connection since it was read; None once closed. For harnesses deciding whether the tables can have
-        moved (``conformance.lockstep``); never a substitute for reading them.
+        moved (``conformance.replica``); never a substitute for reading them.
         """
         conn = self._connection
         if conn is None:

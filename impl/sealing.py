@@ -60,7 +60,7 @@ import re
 import secrets
 import stat
 from collections.abc import Mapping
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Optional
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -202,6 +202,12 @@ def _read_key_file(path: str) -> bytes:
             f"not shown). Generate a key with: {GENERATE_HINT} > {path} && chmod 600 {path}"
         )
     return bytes.fromhex(text)
+
+
+def master_key_if_set(env: Mapping[str, str] = os.environ) -> Optional[bytes]:
+    """``load_master_key`` when either variable is set (``KeyConfigError`` as it raises); None when neither is:
+    a command that can run without the key (``migrate`` refuses only a step that needs it) reads it so."""
+    return load_master_key(env) if (ENV_KEY in env or ENV_KEY_FILE in env) else None
 
 
 def load_master_key(env: Mapping[str, str] = os.environ) -> bytes:

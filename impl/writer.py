@@ -113,13 +113,11 @@ Leaves out on purpose: downgrades (refused), and fencing of schema changes
 
 from __future__ import annotations
 
-import argparse
 import datetime as _dt
 import hashlib
 import json
 import os
 import sqlite3
-import sys
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -129,6 +127,8 @@ from sqlalchemy.dialects import sqlite as _sqlite_dialect
 from sqlalchemy.schema import CreateTable
 
 from envreplica.impl import schema
+# the fence's names and SQL, re-exported: the contract's readers find them here (impl.fence says why they are apart)
+from envreplica.impl.fence import FENCE_MESSAGE, FENCED_TABLES, WRITER_FUNCTION, WRITER_VERSION, fence_trigger_sql, quote
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -163,25 +163,10 @@ __all__ = [
     "end_admission",
     "unfenced",
     "migrate",
-    "register",
-    "cmd_migrate",
 ]
 
 #: The schema version this code writes (``impl.schema.SCHEMA_VERSION``, re-exported).
 SCHEMA_VERSION = schema.SCHEMA_VERSION
-
-#: The writer contract version this code writes (``store_meta.writer_version``).
-#: 2: every row carries an integrity tag under the master key (``impl.integrity``).
-WRITER_VERSION = 2
-
-#: The SQL function a writer registers on each connection; the fence calls it.
-WRITER_FUNCTION = "envreplica_writer_version"
-
-#: The prefix of the fence's abort message.
-FENCE_MESSAGE = "envreplica writer fence"
-
-#: The tables the fence guards: every replica table but ``store_meta``.
-FENCED_TABLES = tuple(t.name for t in schema.TABLES if t is not schema.store_meta)
 
 _META = schema.store_meta.name
 _EVIDENCE_SCHEMA = "envreplica/migration-evidence@1"
@@ -289,8 +274,7 @@ def _db_file(conn: Conn) -> str:
     return "?"
 
 
-def _q(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
+_q = quote
 
 
 def _tables(conn: Conn) -> list[str]:
@@ -335,21 +319,6 @@ def create_tables(conn: Conn, version: int = schema.SCHEMA_VERSION) -> None:
     _with_transaction(conn, body)
 
 
-def fence_trigger_sql(table: str, action: str) -> tuple[str, str]:
-    """The name and ``CREATE TRIGGER`` text of the fence on ``table`` for ``action``."""
-    action = action.upper()
-    if action not in ("INSERT", "UPDATE", "DELETE"):
-        raise ValueError(f"action must be INSERT, UPDATE or DELETE; got {action!r}")
-    name = f"envreplica_fence_{table}_{action.lower()}"
-    message = (f"{FENCE_MESSAGE}: {action} on {table} refused: this connection is not an envreplica "
-               f"writer of the version recorded in store_meta.writer_version")
-    sql = (f"CREATE TRIGGER {_q(name)} BEFORE {action} ON {_q(table)} BEGIN "
-           f"SELECT RAISE(ABORT, '{message}') "
-           f"WHERE {WRITER_FUNCTION}() IS NOT "
-           f"(SELECT value FROM {_q(_META)} WHERE key = 'writer_version'); END")
-    return name, sql
-
-
 def _install_fence(conn: Conn) -> None:
     for table in FENCED_TABLES:
         for action in ("INSERT", "UPDATE", "DELETE"):
@@ -375,7 +344,7 @@ def _fence_problems(conn: Conn) -> list[str]:
     action as right and wrong writers on an in-memory copy of the schema
     (remembered per schema and ``store_meta``, so a reopen costs two reads).
     """
-    from envreplica.impl import fence_probe  # it imports this module
+    from envreplica.impl import fence_probe  # a probe's cost only when a store is checked
 
     return fence_probe.fence_problems(conn)
 
@@ -1377,95 +1346,3 @@ def migrate(
         return ev
     finally:
         conn.close()
-
-
-# ---------------------------------------------------------------------------
-# CLI
-
-
-def cmd_migrate(args: argparse.Namespace) -> int:
-    """``envreplica migrate``: 0 migrated or already at the version; 1 refused or failed; 2 bad input or in use.
-
-    The master key (``ENVREPLICA_MASTER_KEY`` / ``_FILE``) is read when set; a
-    step that authenticates rows refuses to start without it.
-    """
-    from envreplica.impl.sealing import ENV_KEY, ENV_KEY_FILE, load_master_key
-
-    key = load_master_key() if (ENV_KEY in os.environ or ENV_KEY_FILE in os.environ) else None
-    dbs = list(args.db or [])
-    if len(dbs) > 1 or (not dbs and getattr(args, "request", None) is not None):
-        return _cmd_migrate_paired(args, dbs, key)
-    if not dbs:
-        print("envreplica migrate: give the store to migrate (--db PATH; two or more for a paired migration), or "
-              "--request FILE to resume a paired migration", file=sys.stderr)
-        return 2
-    if getattr(args, "request", None) is not None:
-        print("envreplica migrate: --request names a paired migration's request: give two or more --db, or only "
-              "--request", file=sys.stderr)
-        return 2
-    try:
-        ev = migrate(dbs[0], backup_dir=args.backup_dir, evidence_path=args.evidence,
-                     request_id=getattr(args, "request_id", None), master_key=key,
-                     busy_timeout=args.busy_timeout)
-    except MigrationInputRefused as e:
-        print(f"envreplica migrate: refused: {e}", file=sys.stderr)
-        return 2
-    except MigrationError as e:
-        kind = "refused" if isinstance(e, MigrationRefused) else "failed"
-        print(f"envreplica migrate: {kind}: {e}", file=sys.stderr)
-        return 1
-    print(ev.summary())
-    return 0
-
-
-def _cmd_migrate_paired(args: argparse.Namespace, dbs: list[str], key: Optional[bytes]) -> int:
-    """``envreplica migrate --db A --db B ...``: the paired protocol (``impl.paired``)."""
-    from envreplica.impl import paired
-
-    if args.evidence is not None or getattr(args, "request_id", None) is not None:
-        print("envreplica migrate: a paired migration is identified by its --request file (no --evidence or "
-              "--request-id)", file=sys.stderr)
-        return 2
-    return paired.run_command(lambda: paired.migrate_paired(
-        dbs, request=args.request, backup_dir=args.backup_dir, master_key=key, hook=paired.hook_from_env(),
-        busy_timeout=args.busy_timeout), "migrate")
-
-
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
-    """Add ``migrate --db PATH [--backup-dir DIR] [--evidence FILE]`` to an argparse subparsers object."""
-    p = subparsers.add_parser(
-        "migrate",
-        help="back up, migrate, verify a replica store to this version, and write evidence",
-        description=("Migrate a replica's SQLite store to the schema version of this envreplica, under an "
-                     "exclusive lock: back it up (SQLite backup API), apply the steps in one transaction, "
-                     "verify (integrity, foreign keys, row counts, writer contract), write evidence JSON. "
-                     "Exit 0 when migrated or already at the version; 1 when it stopped on what the store "
-                     "holds or failed (a failure restores the backup); 2 when it could not run as asked (a bad "
-                     "path, a file of the wrong kind, a store open for writing in another process, locked, "
-                     "fenced or read-only, no master key or not the store's). Migrating to schema version 2 "
-                     "needs the master key the store was sealed with (ENVREPLICA_MASTER_KEY or "
-                     "ENVREPLICA_MASTER_KEY_FILE). With two or more --db, or --request alone: the paired "
-                     "migration (docs/migration.md)."))
-    from envreplica.impl.files import path_option
-
-    p.add_argument("--db", metavar="PATH", type=path_option, action="append",
-                   help="the replica's SQLite file; given twice or more, the stores move together (the paired "
-                        "migration, docs/migration.md): a rerun after a crash resumes, and `envreplica recover` "
-                        "restores them together")
-    p.add_argument("--request", metavar="FILE", default=None,
-                   help="paired: the request file, which identifies the migration "
-                        "(default: <first store>.paired-v<version>.request.json); alone, without --db, it resumes "
-                        "the published request on the stores it names")
-    p.add_argument("--busy-timeout", type=float, default=5.0, metavar="SECONDS",
-                   help="how long to wait for a store another process holds in a write transaction (default 5)")
-    p.add_argument("--backup-dir", metavar="DIR", default=None,
-                   help="where to write <name>.v<from>.bak (default: next to the store)")
-    p.add_argument("--evidence", metavar="FILE", default=None,
-                   help="the evidence JSON file, which identifies the request "
-                        "(default: <store>.migrate-v<version>.evidence.json next to the store)")
-    p.add_argument("--request-id", default=None, help="an id to record (default: a new UUID)")
-    p.set_defaults(func=cmd_migrate)
-    from envreplica.impl import paired
-
-    paired.register(subparsers)
-    return p

@@ -59,7 +59,7 @@ class ModelConfig(Frozen):
     prefix: str = DEFAULT_PREFIX  # parameter-name prefix of the value store
     gate_engine: GateEngine = GateEngine.TABLE  # how the gate moves (same table either way)
     #: fixes of the variant left out (never the checker's: naming a divergence's finding replays it on the model
-    #: with one fix left out, ``conformance.lockstep.findings``)
+    #: with one fix left out, ``conformance.replica.findings``)
     left_out: frozenset[Finding] = frozenset()
 
 

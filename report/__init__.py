@@ -1,7 +1,7 @@
 """``envreplica report``: a trace, or a whole check run, as one self-contained HTML page.
 
 Models: a reviewer's reading of a counterexample (``checker.itf``), of a
-lockstep divergence (``conformance.lockstep.traces.write_trace``), of any
+lockstep divergence (``conformance.replica.traces.write_trace``), of any
 protocol's (``traces.READERS``: the replica's, and the paired writer
 migration's in ``migration``), and of a ``check`` / ``conformance`` run: the
 verdicts and figures, then per trace the finding or broken property, its

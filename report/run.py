@@ -183,7 +183,7 @@ def write_conformance_report(args, lockstep, cases: list) -> Path:
 def _sqlite_factory(variant: str):
     """The built-in SQLite implementation on a scratch file (public TEST key), as ``check``'s lockstep ran it."""
     from envreplica.conformance.drivers import TEST_MASTER_KEY, SqliteDriver
-    from envreplica.conformance.lockstep.context import _scratch_dir
+    from envreplica.conformance.replica.context import _scratch_dir
 
     class _Scratch(SqliteDriver):
         _dir: str  # the scratch directory the file lives in, removed on close

@@ -8,7 +8,7 @@ state diff, the divergence. The replica's reader is here; the paired writer migr
 
 * a model-checker counterexample (``checker.itf.write``): each state holds the
   replica's tables, the gate, the action (``#meta.action``) and its result;
-* a lockstep divergence (``conformance.lockstep.traces.write_trace``): each
+* a lockstep divergence (``conformance.replica.traces.write_trace``): each
   state holds a request and the model's and the implementation's responses,
   but no tables. The report replays the requests on the model
   (``ModelDriver``, the trace's variant) and reads its ``state`` document
@@ -426,8 +426,8 @@ def _inner(response: Any) -> Any:
 
 def _lockstep(path: Path, doc: dict, meta: dict, impl_factory, prefix: str) -> TraceView:
     from envreplica.conformance.drivers import ModelDriver
-    from envreplica.conformance.lockstep.compare import compare_responses
-    from envreplica.conformance.lockstep.traces import describe_response
+    from envreplica.conformance.replica.compare import compare_responses
+    from envreplica.conformance.replica.traces import describe_response
     from envreplica.spec.variants import Variant
 
     states = doc["states"]

@@ -32,7 +32,7 @@ def is_variant(value: Any) -> bool:
 
 
 def unitf(value: Any) -> Any:
-    """An ITF-encoded wire value (``conformance.lockstep.traces._itf``) back as wire JSON."""
+    """An ITF-encoded wire value (``conformance.replica.traces._itf``) back as wire JSON."""
     if isinstance(value, dict):
         if is_none(value):
             return None

@@ -6,7 +6,7 @@ each side implements each variant on its own. ``Finding`` names the
 findings one by one and ``FIXES`` the ones each variant fixes, so that a
 model can run a variant with one fix left out (``model.state.ModelConfig``'s
 ``left_out``): that is how a divergence is named as the finding it is
-(``conformance.lockstep.findings``).
+(``conformance.replica.findings``).
 """
 
 from __future__ import annotations

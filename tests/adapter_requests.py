@@ -152,5 +152,6 @@ BROKEN_ADAPTER = textwrap.dedent("""
 
 
     adapter.SqliteDriver = Broken
-    sys.exit(adapter.main(sys.argv[1:]))
+    from envreplica.cli.adapter import main  # the options (cli/adapter.py)
+    sys.exit(main(sys.argv[1:]))
 """)

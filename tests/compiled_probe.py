@@ -18,7 +18,7 @@ from pathlib import Path
 from envreplica.checker.bfs import check
 from envreplica.checker.run import build_model
 from envreplica.conformance.drivers import TEST_MASTER_KEY, SqliteDriver
-from envreplica.conformance.lockstep import lockstep_settings, read_requests, run_lockstep
+from envreplica.conformance.replica import lockstep_settings, read_requests, run_lockstep
 from envreplica.model import lock as _lock  # noqa: F401  (every module of spec.compiled.MODULES loads: the lock's
 # are held to their interpreted twins in tests/test_lock_model.py)
 from envreplica.model.presets import suite

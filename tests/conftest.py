@@ -59,7 +59,7 @@ def scratch():
 
     The lockstep's own default does the same (``lockstep.context._scratch_dir``).
     """
-    from envreplica.conformance.lockstep.context import _scratch_dir
+    from envreplica.conformance.replica.context import _scratch_dir
 
     path = Path(_scratch_dir())
     yield path

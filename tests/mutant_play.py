@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from envreplica.conformance.drivers import ModelDriver
-from envreplica.conformance.lockstep.compare import _check_state, compare_responses
+from envreplica.conformance.replica.compare import _check_state, compare_responses
 from envreplica.spec.variants import Variant
 
 from adapter_requests import with_ids

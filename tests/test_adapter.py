@@ -25,7 +25,8 @@ from typing import Any
 
 import pytest
 
-from envreplica.conformance.adapter import register, serve
+from envreplica.cli.adapter import register
+from envreplica.conformance.adapter import serve
 from envreplica.conformance.drivers import (
     OPERATION_LOST_CRASH,
     OPERATION_LOST_RESTART,

@@ -17,8 +17,8 @@ import time
 import pytest
 
 from envreplica.conformance.drivers import TEST_MASTER_KEY, SqliteDriver
-from envreplica.conformance.lockstep import lockstep_settings, run_lockstep
-from envreplica.conformance.lockstep import run as lockstep_run
+from envreplica.conformance.replica import lockstep_settings, run_lockstep
+from envreplica.conformance.replica import run as lockstep_run
 
 from api_mutants import API_MUTANTS, EQUIVALENT_API_MUTANTS, READINESS_TOUR
 from impl_mutants import ImplMutant

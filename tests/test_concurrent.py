@@ -52,7 +52,7 @@ from envreplica.conformance.concurrent.history import interleaved, outcome_of
 from envreplica.conformance.concurrent.run import PROFILES, Profile
 from envreplica.conformance.concurrent.scenarios import BatchOp
 from envreplica.conformance.drivers import TEST_MASTER_KEY, ModelDriver, SqliteDriver
-from envreplica.conformance.lockstep import lockstep_settings, replay_steps, run_lockstep
+from envreplica.conformance.replica import lockstep_settings, replay_steps, run_lockstep
 from envreplica.impl.sealing import Sealer
 
 from adapter_requests import SID2, begin, commit, delivery, legacy, page, put, rec, snapshot, staged

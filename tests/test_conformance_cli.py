@@ -28,7 +28,7 @@ import pytest
 
 from envreplica.cli.main import main
 from envreplica.conformance.external import AdapterError, SubprocessDriver
-from envreplica.conformance.lockstep import read_requests
+from envreplica.conformance.replica import read_requests
 from envreplica.model.state import Variant
 
 from adapter_requests import BROKEN_ADAPTER
@@ -86,7 +86,8 @@ WRONG_STATE_ADAPTER = textwrap.dedent("""
 
 
     adapter.SqliteDriver = WrongState
-    sys.exit(adapter.main(sys.argv[1:]))
+    from envreplica.cli.adapter import main  # the options (cli/adapter.py)
+    sys.exit(main(sys.argv[1:]))
 """)
 
 #: Wraps the real adapter; every receipt's requestMac is the same name (two requests, one MAC).
@@ -288,7 +289,7 @@ def _script_command(tmp_path: Path, name: str, text: str, *extra: str) -> str:
 
 def test_external_adapter_tables_are_compared_table_by_table(tmp_path, capsys):
     """The real adapter (``--test-key``) answers ``state``: every step's tables are compared, and agree."""
-    from envreplica.conformance.lockstep import lockstep_settings, run_lockstep
+    from envreplica.conformance.replica import lockstep_settings, run_lockstep
 
     command = adapter_command(tmp_path / "r.db")
     report = run_lockstep(lambda: SubprocessDriver(command), settings=lockstep_settings("dev", max_examples=6))
@@ -297,7 +298,7 @@ def test_external_adapter_tables_are_compared_table_by_table(tmp_path, capsys):
     compared = int(re.search(r"\((\d+) state reads\)", report.tables).group(1))
     # Every step that may move the replica (not reads and invalid ones); a fast-forward's deliveries
     # are one batch, compared once at its end.
-    from envreplica.conformance.lockstep.coverage import FAST_FORWARDED
+    from envreplica.conformance.replica.coverage import FAST_FORWARDED
 
     batched = report.coverage.inputs.get(FAST_FORWARDED, 0)
     assert compared >= (report.steps - batched) // 3
@@ -314,7 +315,7 @@ def test_external_adapter_tables_are_compared_table_by_table(tmp_path, capsys):
 def test_wrong_state_answer_is_caught_with_the_table(tmp_path, capsys):
     """An adapter whose ``state`` shows other values than it serves parts at the first value it stores."""
     from envreplica.conformance.drivers import ModelDriver
-    from envreplica.conformance.lockstep import replay_steps
+    from envreplica.conformance.replica import replay_steps
 
     command = _script_command(tmp_path, "wrong_state", WRONG_STATE_ADAPTER, "--test-key")
     with SubprocessDriver(command) as impl:
@@ -336,7 +337,7 @@ def test_wrong_state_answer_is_caught_with_the_table(tmp_path, capsys):
 def test_receipt_macs_are_held_as_names(tmp_path):
     """One MAC for two different requests is caught, though the model's MAC is only a name."""
     from envreplica.conformance.drivers import ModelDriver
-    from envreplica.conformance.lockstep import replay_steps
+    from envreplica.conformance.replica import replay_steps
 
     second = json.loads(json.dumps(GOOD_TRACE[5]))
     second.pop("duringFetch")
@@ -355,7 +356,7 @@ def test_receipt_macs_are_held_as_names(tmp_path):
 def test_adapter_without_state_falls_back_to_responses(tmp_path, capsys):
     """Without the test key the adapter answers ``state`` unsupported: the run holds its responses only,
     and says so. Its key is in its command: the caller's exported one would not reach it (docs/gate.md)."""
-    from envreplica.conformance.lockstep import lockstep_settings, run_lockstep
+    from envreplica.conformance.replica import lockstep_settings, run_lockstep
 
     key = bytes(range(7, 39)).hex()
     command = (f"env ENVREPLICA_MASTER_KEY={key} {PY} -m envreplica.conformance.adapter --impl sqlite "
@@ -461,14 +462,15 @@ SECTION5_ONLY_ADAPTER = textwrap.dedent("""
 
 
     adapter.SqliteDriver = Section5Only
-    sys.exit(adapter.main(sys.argv[1:]))
+    from envreplica.cli.adapter import main  # the options (cli/adapter.py)
+    sys.exit(main(sys.argv[1:]))
 """)
 
 
 def test_extensions_an_adapter_does_not_offer_are_not_generated(tmp_path, capsys):
     """An adapter that knows section 5 only passes on its responses; the report lists what it does not offer."""
     from envreplica.conformance.external import probe_extensions
-    from envreplica.conformance.lockstep import lockstep_settings, run_lockstep
+    from envreplica.conformance.replica import lockstep_settings, run_lockstep
 
     with SubprocessDriver(adapter_command(tmp_path / "full.db")) as full:
         assert probe_extensions(full) == {"ready": True, "diagnostics": True, "crashAfterCommit": True}

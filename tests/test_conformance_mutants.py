@@ -26,7 +26,7 @@ Two parts.
 
 Derandomized means the same examples in every process and test order (the
 literals Hypothesis mixes into its draws are pinned to envreplica's own,
-``conformance.lockstep.literals``), but one seed says little about how close a
+``conformance.replica.literals``), but one seed says little about how close a
 mutant is to slipping through: a change anywhere in the generator draws other
 examples. The budget is therefore sized on measured catch rates over random
 seeds (``bench/mutant_catch_rates.py``), not on one lucky seed.
@@ -47,8 +47,8 @@ import pytest
 from hypothesis import settings
 
 from envreplica.conformance.drivers import TEST_MASTER_KEY, SqliteDriver
-from envreplica.conformance.lockstep import lockstep_settings, run_lockstep
-from envreplica.conformance.lockstep import run as lockstep_run
+from envreplica.conformance.replica import lockstep_settings, run_lockstep
+from envreplica.conformance.replica import run as lockstep_run
 
 from crash_mutants import CRASH_MUTANTS
 from impl_mutants import EQUIVALENT_MUTANTS, MUTANTS, ImplMutant

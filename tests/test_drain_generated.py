@@ -39,7 +39,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from envreplica.conformance.lockstep.context import _scratch_dir
+from envreplica.conformance.replica.context import _scratch_dir
 from envreplica.impl import owners as O
 
 FILES = ("db", "wal", "journal", "shm")

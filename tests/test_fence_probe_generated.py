@@ -42,7 +42,7 @@ import pytest
 from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 
-from envreplica.conformance.lockstep.context import _scratch_dir
+from envreplica.conformance.replica.context import _scratch_dir
 from envreplica.impl import fence_probe as FP
 from envreplica.impl import schema
 from envreplica.impl import writer as W

@@ -1,4 +1,4 @@
-"""A divergence the fixed variant explains says which finding it is (``conformance.lockstep.findings``).
+"""A divergence the fixed variant explains says which finding it is (``conformance.replica.findings``).
 
 The implementation here is the model itself with one fix left out (``ModelDriver(left_out=...)``): held to
 ``fixed``, the lockstep finds a divergence, and replaying it beside the model without each fix names the one
@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 
 from envreplica.conformance.drivers import ModelDriver
-from envreplica.conformance.lockstep import lockstep_settings, run_lockstep
+from envreplica.conformance.replica import lockstep_settings, run_lockstep
 from envreplica.model.state import ModelConfig, has_fix
 from envreplica.spec.variants import FINDING_TITLES, FIXES, Finding, Variant
 

@@ -158,7 +158,7 @@ def readback(replica: SqliteReplica) -> State:
     direct = impl_model_state(replica)
     via_doc = doc_to_state(replica.export_state(), store_on=replica.reader is not None)
     if direct != via_doc:
-        from envreplica.conformance.lockstep.compare import state_difference
+        from envreplica.conformance.replica.compare import state_difference
         raise AssertionError(state_difference(via_doc, direct))
     return direct
 

@@ -33,7 +33,7 @@ import pytest
 from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 
-from envreplica.conformance.lockstep.context import _scratch_dir
+from envreplica.conformance.replica.context import _scratch_dir
 from envreplica.impl import paired as P
 from envreplica.impl import writer as W
 from envreplica.impl.replica import SqliteReplica

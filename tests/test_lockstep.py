@@ -23,7 +23,7 @@ import pytest
 from hypothesis import settings
 
 from envreplica.conformance.drivers import TEST_MASTER_KEY, ModelDriver, SqliteDriver
-from envreplica.conformance.lockstep import (
+from envreplica.conformance.replica import (
     COVERAGE,
     KINDS,
     PROFILE_EXAMPLES,
@@ -91,7 +91,7 @@ def test_ci_lockstep_against_sqlite(variant, scratch, tmp_path, capsys, monkeypa
     assert report.examples >= PROFILE_EXAMPLES["ci"]
     missing = report.coverage.unreached(exempt=EXEMPT)
     assert not missing, f"the ci profile left reachable items unreached: {missing}"
-    from envreplica.conformance.lockstep.coverage import INPUT_ITEMS
+    from envreplica.conformance.replica.coverage import INPUT_ITEMS
 
     with capsys.disabled():  # the production-shaped inputs, each required like every row
         print("  " + "; ".join(f"{item}: {report.coverage.inputs[item]:,}" for _, item in INPUT_ITEMS))
@@ -281,7 +281,7 @@ _ID_RULE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
 
 def _bound_machine(directory: Path, variant: str = "fixed"):
     """A ``LockstepMachine`` bound to a run of its own on SQLite (the caller closes ``machine.ctx``)."""
-    from envreplica.conformance.lockstep.context import _Run
+    from envreplica.conformance.replica.context import _Run
 
     return LockstepMachine.bind(_Run(sqlite_factory(directory, variant), Variant(variant), None, True))()
 
@@ -289,7 +289,7 @@ def _bound_machine(directory: Path, variant: str = "fixed"):
 def test_input_items_are_required_coverage_rows():
     """Every production-shaped input item is a row that ``unreached()`` requires (none exempt), so
     ``test_ci_lockstep_against_sqlite`` fails when the ci profile stops reaching one."""
-    from envreplica.conformance.lockstep.coverage import INPUT_ITEMS
+    from envreplica.conformance.replica.coverage import INPUT_ITEMS
 
     rows = {(g, i) for g, i, _ in LockstepCoverage().rows()}
     assert set(INPUT_ITEMS) <= rows
@@ -304,8 +304,8 @@ def test_input_items_are_required_coverage_rows():
 
 
 def test_domains_span_the_key_and_segment_rules():
-    from envreplica.conformance.lockstep.coverage import classes_of
-    from envreplica.conformance.lockstep.domains import ALL_KEYS, HARD_VALUES, KEYS, LEGACY_KEYS, ODD_PROJECTS, PROJECTS
+    from envreplica.conformance.replica.coverage import classes_of
+    from envreplica.conformance.replica.domains import ALL_KEYS, HARD_VALUES, KEYS, LEGACY_KEYS, ODD_PROJECTS, PROJECTS
     from envreplica.model.store import legacy_parameter_name
 
     assert list(KEYS) == sorted(KEYS) and list(ALL_KEYS) == sorted(ALL_KEYS) and set(KEYS) < set(ALL_KEYS)
@@ -328,9 +328,9 @@ def test_domains_span_the_key_and_segment_rules():
 def test_page_ack_bytes_is_the_seeds_page_fits_rule():
     """``coverage.page_ack_bytes`` counts what ``pageFits`` counts: a page fits a bound of exactly its size,
     not one byte less (checked against the model's ``page_fits``)."""
-    from envreplica.conformance.lockstep.coverage import page_ack_bytes
-    from envreplica.conformance.lockstep.domains import ALL_KEYS as KEYS
-    from envreplica.conformance.lockstep.records import record
+    from envreplica.conformance.replica.coverage import page_ack_bytes
+    from envreplica.conformance.replica.domains import ALL_KEYS as KEYS
+    from envreplica.conformance.replica.records import record
     from envreplica.model.replica import page_fits
     from envreplica.model.state import ModelConfig
     from envreplica.spec import wire
@@ -355,10 +355,10 @@ def test_near_ack_bound_sizes_pages_at_and_around_the_bound(scratch):
     one byte under, exactly at, or one byte over the bound; the model answers accordingly."""
     import random
 
-    from envreplica.conformance.lockstep.coverage import page_ack_bytes
-    from envreplica.conformance.lockstep.domains import SMALL_ACK
-    from envreplica.conformance.lockstep.draw import _Draw
-    from envreplica.conformance.lockstep.generate import _Gen
+    from envreplica.conformance.replica.coverage import page_ack_bytes
+    from envreplica.conformance.replica.domains import SMALL_ACK
+    from envreplica.conformance.replica.draw import _Draw
+    from envreplica.conformance.replica.generate import _Gen
 
     m = _bound_machine(scratch)
     try:
@@ -385,9 +385,9 @@ def test_near_ack_bound_sizes_pages_at_and_around_the_bound(scratch):
 def test_project_ids_name_projects_in_any_order_and_twice():
     import random
 
-    from envreplica.conformance.lockstep.draw import _Draw
-    from envreplica.conformance.lockstep.generate import _Gen
-    from envreplica.conformance.lockstep.records import _View
+    from envreplica.conformance.replica.draw import _Draw
+    from envreplica.conformance.replica.generate import _Gen
+    from envreplica.conformance.replica.records import _View
     from envreplica.model.state import INITIAL
 
     class Live(_View):
@@ -407,9 +407,9 @@ def test_project_ids_name_projects_in_any_order_and_twice():
 
 
 def test_restyled_envelopes_mean_the_same():
-    from envreplica.conformance.lockstep.domains import HARD_VALUES
-    from envreplica.conformance.lockstep.draw import _Draw
-    from envreplica.conformance.lockstep.generate import _Gen
+    from envreplica.conformance.replica.domains import HARD_VALUES
+    from envreplica.conformance.replica.draw import _Draw
+    from envreplica.conformance.replica.generate import _Gen
     from envreplica.model.store import staged_envelope
 
     for value in HARD_VALUES[:6]:
@@ -427,8 +427,8 @@ def test_fast_forward_consumes_past_1000_then_replays_agree(scratch, capsys):
     """``do_ffwd`` sends a consistent cloud's deliveries past sequence 1,000 (each response compared, the
     state checked at the end); the receipts then answer replays across the decimal boundaries, and the
     steps replay on fresh drivers with the batch's checks deferred."""
-    from envreplica.conformance.lockstep.coverage import FAST_FORWARDED, SHORTER_REPLAY
-    from envreplica.conformance.lockstep.run import replay_steps
+    from envreplica.conformance.replica.coverage import FAST_FORWARDED, SHORTER_REPLAY
+    from envreplica.conformance.replica.run import replay_steps
     from envreplica.spec import wire
 
     m = _bound_machine(scratch)
@@ -542,7 +542,7 @@ def test_minimize_renumbers_requests_after_a_shortened_fast_forward():
     """``run._shift_sequences``: after the last ``cut`` deliveries of a fast-forward are deleted, later
     requests on that stream move down (one at a deleted sequence becomes the last kept one); a begin
     on another stream ends it."""
-    from envreplica.conformance.lockstep.run import _quiet_runs, _shift_sequences
+    from envreplica.conformance.replica.run import _quiet_runs, _shift_sequences
 
     def d(n, stream="s1"):
         return {"op": "delivery", "frame": {"opId": f"d-{n}", "delivery": {"streamId": stream, "sequence": n}}}
@@ -563,7 +563,7 @@ def test_shift_versions_keeps_a_chain_of_deliveries_a_chain():
     """``run._shift_versions``: after a delivery that moved p1 to record version 3 is deleted, p1's later
     record versions above 3 move one down (deliveries, pages, commits' lists, nested ones); other projects
     and versions at or below 3 stay."""
-    from envreplica.conformance.lockstep.run import _delivered_version, _shift_versions
+    from envreplica.conformance.replica.run import _delivered_version, _shift_versions
 
     def d(project, version, sequence):
         return {"op": "delivery", "frame": {"projectId": project, "recordVersion": version,
@@ -591,7 +591,7 @@ def test_shrinking_is_budgeted_in_calls():
     import hypothesis as hyp
     from hypothesis import strategies as st
 
-    from envreplica.conformance.lockstep import run as lockstep_run
+    from envreplica.conformance.replica import run as lockstep_run
 
     assert lockstep_run.shrink_budget_applies(), "this Hypothesis lacks the internals the shrink budget caps"
 
@@ -634,7 +634,7 @@ def test_local_literals_are_pinned_to_envreplicas_own(tmp_path):
 
     from hypothesis.internal.conjecture import providers
 
-    from envreplica.conformance.lockstep import literals
+    from envreplica.conformance.replica import literals
 
     assert literals.applies(), "this Hypothesis lacks the internals the pinned literals replace"
     assert literals.source_files() == sorted(literals.source_files())
@@ -682,7 +682,7 @@ def test_a_ci_run_draws_the_same_examples_whatever_the_process_imported(scratch,
     before = requests_of_a_run("before")
     # Literals such a run can draw: bytes of each rule's block size (every lockstep choice is read from one
     # such block, ``lockstep.draw``), none of them envreplica's.
-    from envreplica.conformance.lockstep.draw import BLOCK_BYTES
+    from envreplica.conformance.replica.draw import BLOCK_BYTES
 
     literal_lines = "".join(f"B{n}_{i} = {bytes((7 * i + k) % 256 for k in range(n))!r}\n"
                             for n in sorted(set(BLOCK_BYTES.values())) for i in range(1, 40))
@@ -706,7 +706,7 @@ def test_minimize_takes_a_project_out_of_a_snapshot(scratch):
     from adapter_requests import begin, commit, delivery, page, rec, reset, with_ids
     from impl_mutants import MUTANTS
 
-    from envreplica.conformance.lockstep import run as lockstep_run
+    from envreplica.conformance.replica import run as lockstep_run
 
     mutant = next(m for m in MUTANTS if m.name == "replay_reapplies")
     a, z = rec("A", epoch=None), rec("Z")

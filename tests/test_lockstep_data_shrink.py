@@ -26,12 +26,12 @@ import pytest
 
 from envreplica.conformance.drivers import TEST_MASTER_KEY, ModelDriver, SqliteDriver
 from envreplica.conformance.external import _MacNames, state_doc_difference
-from envreplica.conformance.lockstep import rename
-from envreplica.conformance.lockstep import run as lockstep_run
-from envreplica.conformance.lockstep.compare import compare_responses
-from envreplica.conformance.lockstep.context import _Run
-from envreplica.conformance.lockstep.domains import KEY_128
-from envreplica.conformance.lockstep.text import escape, text_difference
+from envreplica.conformance.replica import rename
+from envreplica.conformance.replica import run as lockstep_run
+from envreplica.conformance.replica.compare import compare_responses
+from envreplica.conformance.replica.context import _Run
+from envreplica.conformance.replica.domains import KEY_128
+from envreplica.conformance.replica.text import escape, text_difference
 from envreplica.model.store import legacy_envelope, staged_envelope
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

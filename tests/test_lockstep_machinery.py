@@ -1,6 +1,6 @@
 """The lockstep's own machinery, job by job: each test fails when its job is undone, not only when an output moves.
 
-Three pieces of ``conformance/lockstep/`` do jobs that the lockstep's results show only indirectly:
+Three pieces of ``conformance/replica/`` do jobs that the lockstep's results show only indirectly:
 
 * ``literals``: the pool of local literals Hypothesis mixes into draws, pinned to envreplica's own sources
   (``applies``, ``source_files``, ``own_constants``, ``pinned``);
@@ -48,9 +48,9 @@ from hypothesis.internal.floats import float_to_int
 from hypothesis.stateful import INITIALIZE_RULE_MARKER, RULE_MARKER, precondition, rule
 from sortedcontainers import SortedSet
 
-from envreplica.conformance.lockstep import draw, literals, machine
-from envreplica.conformance.lockstep import run as lockstep_run
-from envreplica.conformance.lockstep.draw import BLOCK_BYTES, VALUE_BYTES, _Draw
+from envreplica.conformance.replica import draw, literals, machine
+from envreplica.conformance.replica import run as lockstep_run
+from envreplica.conformance.replica.draw import BLOCK_BYTES, VALUE_BYTES, _Draw
 from envreplica.model.state import Variant
 
 #: The repository root (an editable install: the subpackages are its top-level folders).
@@ -169,7 +169,7 @@ def check_source_files_complete() -> None:
     for folder in folders:
         missing = sorted(set(folder.rglob("*.py")) - files)
         assert not missing, f"source_files() misses {[str(p.relative_to(REPO)) for p in missing[:5]]}"
-    nested = REPO / "conformance" / "lockstep" / "literals.py"
+    nested = REPO / "conformance" / "replica" / "literals.py"
     assert nested in files
 
 

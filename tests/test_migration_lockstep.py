@@ -72,9 +72,10 @@ def test_the_check_profile_reaches_every_required_item_through_its_tour(shared):
 
 def test_the_tour_is_found_on_the_model_and_covers_what_the_search_reached(shared):
     """The tour's examples replay on the model alone and reach every item it claims, each example cut short."""
+    from envreplica.conformance.migration.run import run_migration_lockstep
     from envreplica.conformance.migration.tour import _first_reached, find_tour
 
-    tour = find_tour(shared, cov.REQUIRED)
+    tour = find_tour(shared, cov.REQUIRED, run_migration_lockstep)
     claimed: set[str] = set()
     for moves in tour.examples:
         first = _first_reached(shared, moves, cov.REQUIRED)

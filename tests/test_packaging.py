@@ -218,7 +218,7 @@ def test_every_package_folder_is_found() -> None:
     ones too: it cannot pass by finding nothing."""
     found = package_folders(REPO)
     assert {f"envreplica.{name}" for name in SUBPACKAGES} <= set(found)
-    assert {"envreplica.conformance.migration", "envreplica.conformance.lockstep",
+    assert {"envreplica.conformance.migration", "envreplica.conformance.replica",
             "envreplica.conformance.concurrent"} <= set(found)
 
 

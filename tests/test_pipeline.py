@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from envreplica.conformance.external import AdapterError
-from envreplica.conformance.lockstep.traces import read_requests
+from envreplica.conformance.replica.traces import read_requests
 from envreplica.conformance.pipeline import main, pipelined, round_trip
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -180,7 +180,7 @@ def test_the_pipe_holds_ticks_between_sends_and_sends_a_stages_last():
 
 
 def test_the_lockstep_reports_each_step_and_example():
-    from envreplica.conformance.lockstep import lockstep_settings, run_lockstep
+    from envreplica.conformance.replica import lockstep_settings, run_lockstep
 
     ticks: list[Tick] = []
     report = run_lockstep(None, settings=lockstep_settings("dev", max_examples=4), progress=ticks.append)

@@ -94,8 +94,8 @@ def test_migration_counterexample_round_trip(tmp_path):
 def test_replica_lockstep_trace_round_trip(tmp_path):
     from adapter_requests import BOOT, page, with_ids
     from envreplica.conformance.drivers import ModelDriver
-    from envreplica.conformance.lockstep import replay_steps
-    from envreplica.conformance.lockstep.traces import REQUEST_PICKS, write_trace
+    from envreplica.conformance.replica import replay_steps
+    from envreplica.conformance.replica.traces import REQUEST_PICKS, write_trace
     from envreplica.conformance.replay import replica_requests
 
     requests = with_ids(BOOT + [page()])
@@ -246,7 +246,7 @@ def test_the_migration_run_page_shows_the_divergence_before_the_coverage(migrati
 
 
 def test_the_replica_conformance_page_shows_the_divergence_before_the_coverage(tmp_path):
-    from envreplica.conformance.lockstep.coverage import LockstepCoverage
+    from envreplica.conformance.replica.coverage import LockstepCoverage
     from envreplica.report import write_conformance_report
 
     from test_report import divergent_trace

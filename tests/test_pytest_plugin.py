@@ -192,7 +192,7 @@ def test_a_saved_replica_trace_replays_through_the_plugin(project, tmp_path):
     seed's model parts where the trace does under ``fixed`` and agrees under ``seed``; the project's own adapter
     agrees under ``fixed``."""
     from envreplica.conformance.drivers import ModelDriver
-    from envreplica.conformance.lockstep import lockstep_settings, run_lockstep
+    from envreplica.conformance.replica import lockstep_settings, run_lockstep
     from envreplica.spec.variants import Finding
 
     saved = tmp_path / "saved"

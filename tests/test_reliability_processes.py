@@ -272,7 +272,8 @@ def test_hostile_catches_a_broken_adapter(name, tmp_path):
                       "from envreplica.conformance import adapter, drivers\n"
                       "original = drivers._BaseDriver.handle\n"
                       + textwrap.dedent(body)
-                      + "sys.exit(adapter.main())\n")
+                      + "from envreplica.cli.adapter import main\n"
+                      + "sys.exit(main())\n")
     command = [sys.executable, str(script), "--impl", "sqlite", "--test-key", "--db", "{db}"]
     # Only after the hostile lines began: a wrapper that breaks at start-up (a renamed private) proves nothing.
     with pytest.raises(HostileFailure, match=rf"^hostile line \d+: .*{symptom}"):

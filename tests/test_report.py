@@ -19,8 +19,8 @@ import pytest
 from adapter_requests import BOOT, begin, page, put, rec, reset, with_ids
 from envreplica.cli.main import main
 from envreplica.conformance.drivers import ModelDriver
-from envreplica.conformance.lockstep import replay_steps
-from envreplica.conformance.lockstep.traces import write_trace
+from envreplica.conformance.replica import replay_steps
+from envreplica.conformance.replica.traces import write_trace
 from envreplica.model.store import staged_envelope
 from envreplica.report import SEED_FUNCTIONS, read
 from envreplica.report.values import CAP
@@ -455,7 +455,7 @@ def test_run_report_of_a_lockstep_divergence_replays_it_on_sqlite(tmp_path):
     """``check``'s lockstep parted: its trace is replayed on the built-in SQLite, both sides' tables read."""
     from types import SimpleNamespace
 
-    from envreplica.conformance.lockstep.coverage import LockstepCoverage
+    from envreplica.conformance.replica.coverage import LockstepCoverage
     from envreplica.report import write_check_report
 
     _, itf_path = divergent_trace(tmp_path)
@@ -475,7 +475,7 @@ def test_run_report_with_several_traces_keeps_ids_unique(tmp_path):
     from types import SimpleNamespace
 
     from envreplica.checker.coverage import Coverage
-    from envreplica.conformance.lockstep.coverage import LockstepCoverage
+    from envreplica.conformance.replica.coverage import LockstepCoverage
     from envreplica.report import ModelCheckRecord, write_check_report
 
     args = SimpleNamespace(bounds="cloud", variant="seed", model_only=False, report=str(tmp_path / "run.html"))

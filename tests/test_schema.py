@@ -612,7 +612,8 @@ DELIVERY_CODE_PAGE_ADAPTER = textwrap.dedent("""
 
 
     adapter.ModelDriver = Wrong
-    sys.exit(adapter.main(sys.argv[1:]))
+    from envreplica.cli.adapter import main  # the options (cli/adapter.py)
+    sys.exit(main(sys.argv[1:]))
 """)
 
 #: Answers the first request (a reset) with a result a reset never has.
@@ -627,7 +628,7 @@ def test_the_test_suite_checks_answers():
 
 
 def test_a_lockstep_through_an_adapter_holds_every_answer_to_its_definition(tmp_path):
-    from envreplica.conformance.lockstep import lockstep_settings, run_lockstep
+    from envreplica.conformance.replica import lockstep_settings, run_lockstep
 
     made: list[SubprocessDriver] = []
 
@@ -661,7 +662,7 @@ def test_an_answer_that_breaks_its_definition_is_a_protocol_break(tmp_path):
     assert broke.where.startswith('response.result.code: "delivery_gap" is not one of PageRefusalCode\'s values')
     assert "request 3 (op 'page', id 3) breaks its definition PageResponse" in str(broke)
     # The lockstep shows it as the divergence from the model's answer it also is (the model's code beside it).
-    from envreplica.conformance.lockstep import replay_steps
+    from envreplica.conformance.replica import replay_steps
 
     with SubprocessDriver([sys.executable, str(script), "--impl", "model"]) as driver:
         _, divergence = replay_steps([{"id": 1, "op": "reset"}, {"id": 2, **begin}, wrong_page], driver,

@@ -33,7 +33,7 @@ import pytest
 
 from envreplica.conformance.drivers import ModelDriver
 from envreplica.conformance.external import SubprocessDriver
-from envreplica.conformance.lockstep import compare_responses, read_requests
+from envreplica.conformance.replica import compare_responses, read_requests
 from envreplica.model.store import legacy_envelope, staged_envelope
 
 from typescript_kit import (KIT, ROOT, install_packed_kit, kit_command, pack_kit, require_kit, seed_adapter,
@@ -61,7 +61,7 @@ def test_the_seed_agrees_with_variant_seed_and_follows_the_schema(tmp_path):
     """The ci profile, tables compared through ``state`` after each step; and every request and response of the
     run (the kit's ``state`` documents and nested exchanges included) follows the contract's JSON Schema. The same
     lockstep as ``envreplica conformance`` (whose command line runs it in ``test_workflow_doc.py``)."""
-    from envreplica.conformance.lockstep import lockstep_settings, run_lockstep
+    from envreplica.conformance.replica import lockstep_settings, run_lockstep
     from schema_check import Contract
 
     contract = Contract()

@@ -488,7 +488,9 @@ def test_refuses_downgrade_and_missing_steps(tmp_path):
 
 def _cli(argv):
     parser = argparse.ArgumentParser(prog="envreplica")
-    W.register(parser.add_subparsers(dest="command", required=True))
+    from envreplica.cli import migrate  # the command's options (cli/migrate.py)
+
+    migrate.register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
     return args.func(args)
 

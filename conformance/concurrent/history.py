@@ -22,7 +22,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from envreplica.conformance.lockstep.traces import describe_request, describe_response
+from envreplica.conformance.replica.traces import describe_request, describe_response
 from envreplica.model.state import State
 
 __all__ = [

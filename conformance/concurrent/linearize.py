@@ -39,8 +39,8 @@ from typing import Callable, Hashable, Optional
 from envreplica.conformance.concurrent.history import History, Response, format_history
 from envreplica.conformance.concurrent.steps import Finished, Granularity, ModelOp, StoreAnswers, Suspended
 from envreplica.conformance.drivers import ModelDriver
-from envreplica.conformance.lockstep.compare import broken_invariant, state_difference
-from envreplica.conformance.lockstep.traces import describe_request
+from envreplica.conformance.replica.compare import broken_invariant, state_difference
+from envreplica.conformance.replica.traces import describe_request
 from envreplica.model.state import State
 from envreplica.spec.variants import Variant
 

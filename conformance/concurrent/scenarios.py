@@ -36,7 +36,7 @@ import random
 from dataclasses import dataclass
 from typing import Optional
 
-from envreplica.conformance.lockstep.records import record, staging_id
+from envreplica.conformance.replica.records import record, staging_id
 from envreplica.model.store import staged_envelope
 
 __all__ = ["BatchOp", "Scenario", "ScenarioKind", "generate_scenario", "KINDS", "THREAD_KINDS"]

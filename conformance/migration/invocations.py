@@ -1,7 +1,7 @@
 """Real ``migrate`` and ``recover`` invocations, paused at every step boundary: in this process, or as processes.
 
-Models: the invocations of ``model.migration`` (``Invoke``, ``Step``, ``Crash``) done for real. Each runs the
-command line's ``main(argv)`` with ``ENVREPLICA_PAIRED_STEP_SOCKET`` set, so its hook
+Models: the invocations of ``model.migration`` (``Invoke``, ``Step``, ``Crash``) done for real. Each runs
+``envreplica ARGV`` with ``ENVREPLICA_PAIRED_STEP_SOCKET`` set, so its hook
 (``impl.paired.hook_from_env``) reports each step on a Unix socket this harness listens on and waits to be
 told to go on (``impl.paired.STEP_PROTOCOL``). Three ways to run one (``Mode``):
 
@@ -9,6 +9,12 @@ told to go on (``impl.paired.STEP_PROTOCOL``). Three ways to run one (``Mode``):
   the run unwinds as a killed process's files and locks are released by the kernel);
 - ``FORK``: a child of the zygote (``zygote``): a real process, killed with SIGKILL at the boundary;
 - ``EXEC``: ``python -m envreplica.cli.main`` started fresh: the whole command, its start included.
+
+A thread and a fork run what the command does once its options are read (``library_call``: the library's
+``impl.paired.migrate_command`` and ``recover_command``, which ``cli.migrate`` and ``cli.recover`` call); only
+``EXEC`` reads them as the command line does. The harness's argv take the few shapes ``sides`` builds, so the
+command line's own reading of options is left to ``EXEC`` (and to ``tests/test_paired_*.py``), and the
+conformance layer imports nothing of the command line's (``docs/architecture.md``).
 
 ``Invocation.go`` lets it take its next step and returns what happened (``Event``): a step taken, or the end
 with its exit status and standard error. ``Invocation.kill`` crashes it where it waits.
@@ -38,13 +44,42 @@ import threading
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Optional
+from typing import IO, Any, Callable, Optional
 
 from envreplica.conformance import hermetic
-from envreplica.impl import paired
+from envreplica.impl import paired, sealing
 
 #: Seconds any wait for an invocation may take before the harness calls it hung (a guard, never a verdict).
 HANG_GUARD_SECONDS = 120.0
+
+
+def library_call(argv: list[str]) -> Callable[[], int]:
+    """What ``envreplica ARGV`` does once its options are read, as a call of the library: ``migrate`` with two or
+    more ``--db`` or with ``--request``, or ``recover --request``, with ``--busy-timeout`` and ``--backup-dir``
+    (the shapes ``sides`` builds, and the tests' own); the master key from the environment when the call runs
+    (``impl.sealing.master_key_if_set``), as the command reads it. Any other argv is a ``HarnessError``: the
+    harness asked for what it cannot run in-process (``EXEC`` runs any)."""
+    if not argv or argv[0] not in ("migrate", "recover"):
+        raise HarnessError(f"an in-process invocation runs migrate or recover, not {argv[:1]}")
+    options: dict[str, list[str]] = {"--db": [], "--request": [], "--busy-timeout": [], "--backup-dir": []}
+    rest = argv[1:]
+    while rest:
+        if rest[0] not in options or len(rest) < 2:
+            raise HarnessError(f"an in-process invocation takes {', '.join(options)}, each with a value: {argv}")
+        options[rest[0]].append(rest[1])
+        rest = rest[2:]
+    once = {k: v[-1] if v else None for k, v in options.items()}  # argparse's store: the last one given
+    timeout = float(once["--busy-timeout"] or 5.0)
+    if argv[0] == "recover":
+        request = once["--request"]
+        if request is None or options["--db"] or once["--backup-dir"] is not None:
+            raise HarnessError(f"recover takes --request alone (and --busy-timeout): {argv}")
+        return lambda: paired.recover_command(request, busy_timeout=timeout)
+    dbs = options["--db"]
+    if len(dbs) == 1 or (not dbs and once["--request"] is None):
+        raise HarnessError(f"an in-process migrate is the paired one (two or more --db, or --request): {argv}")
+    return lambda: paired.migrate_command(dbs, request=once["--request"], backup_dir=once["--backup-dir"],
+                                          master_key=sealing.master_key_if_set(), busy_timeout=timeout)
 
 
 class Mode(enum.Enum):
@@ -198,8 +233,7 @@ class Invocation:
     # -- starting -----------------------------------------------------------
 
     def _start_thread(self, env: dict[str, str]) -> None:
-        from envreplica.cli.main import main
-
+        call = library_call(list(self.argv))
         streams = thread_streams()
         aside = hermetic.caller_keys()  # none of this process's ENVREPLICA_* while the thread starts
         saved = {k: os.environ.get(k) for k in (*env, *aside)}
@@ -212,12 +246,10 @@ class Invocation:
             streams[0].buffers[ident] = io.StringIO()
             streams[1].buffers[ident] = buffer
             try:
-                result["status"] = main(list(self.argv))
+                result["status"] = call()
             except paired.StepperKilled:
                 result["killed"] = True
-            except SystemExit as e:  # argparse's usage errors
-                result["status"] = e.code if isinstance(e.code, int) else 2
-            except BaseException:  # a bug that escaped main(): as the command reports one
+            except BaseException:  # a bug that escaped the call: as the command reports one
                 buffer.write(traceback.format_exc())
                 result["status"] = 3
             finally:

@@ -32,8 +32,8 @@ from hypothesis.stateful import run_state_machine_as_test
 from envreplica.checker.progress import ProgressHook, Tick
 from envreplica.conformance import hermetic
 from envreplica.conformance.external import AdapterFailure
-from envreplica.conformance.lockstep import literals
-from envreplica.conformance.lockstep.run import _shrink_budget
+from envreplica.conformance.replica import literals
+from envreplica.conformance.replica.run import _shrink_budget
 from envreplica.conformance.migration.coverage import REQUIRED, MigrationCoverage
 from envreplica.conformance.migration.example import Divergence, Example, Shared, World
 from envreplica.conformance.migration.invocations import HarnessError, Mode
@@ -246,7 +246,8 @@ def _lockstep(profile: str, *, settings: hypothesis.settings, modes: Optional[Se
 
 def _play_tour(run: _Run) -> Tour:
     """Find the coverage tour on the model (``tour.find_tour``) and play it on both sides, example by example."""
-    found = find_tour(run.shared, getattr(run.shared, "required", REQUIRED), progress=run.progress)
+    found = find_tour(run.shared, getattr(run.shared, "required", REQUIRED), run_migration_lockstep,
+                      progress=run.progress)
     if run.budget is not None:
         run.budget += len(found.examples)
     for moves in found.examples:

@@ -18,13 +18,16 @@ any cache of the tour (it is a function of the code: derandomized, found again b
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from envreplica.checker.progress import ProgressHook
 from envreplica.conformance.migration.coverage import MigrationCoverage
 from envreplica.conformance.migration.example import Example, World
 from envreplica.conformance.migration.observe import Observation, Outcome
 from envreplica.conformance.migration.sides import ModelSide, Move
+
+#: The migration lockstep's run (``run.run_migration_lockstep``), which the tour's search runs on the model alone.
+Search = Callable[..., Any]
 
 #: The profiles that play a tour before their drawn examples.
 TOUR_PROFILES = frozenset({"check", "dev"})
@@ -91,17 +94,16 @@ def _first_reached(world: World, moves: Sequence[Move], required: dict[str, froz
     return first
 
 
-def find_tour(world: World, required: dict[str, frozenset[str]], examples: int = SEARCH_EXAMPLES,
+def find_tour(world: World, required: dict[str, frozenset[str]], search: Search, examples: int = SEARCH_EXAMPLES,
               progress: Optional[ProgressHook] = None) -> Tour:
-    """The tour for ``world``: the search's examples, the greedy cover of ``required``. ``progress`` is told the
-    search's examples as they go (``checker.progress.Tick``, noted as the tour's search)."""
-    from envreplica.conformance.migration import run as R  # the run's own generation (run imports this module)
-
+    """The tour for ``world``: the search's examples, the greedy cover of ``required``. ``search`` is the run's
+    own generation (``run.run_migration_lockstep``, handed in by the run: this module is below it). ``progress``
+    is told the search's examples as they go (``checker.progress.Tick``, noted as the tour's search)."""
     found: list[list[Move]] = []
     searching = None if progress is None else \
         (lambda tick: progress(replace(tick, note="searching the model for the coverage tour")))
-    report = R.run_migration_lockstep("ci", max_examples=examples, shared=_ModelWorld(world),
-                                      collect=found, tour=False, progress=searching)
+    report = search("ci", max_examples=examples, shared=_ModelWorld(world), collect=found, tour=False,
+                    progress=searching)
     reach = [(moves, _first_reached(world, moves, required)) for moves in found]
     chosen: list[tuple[Move, ...]] = []
     covered: set[str] = set()

@@ -13,7 +13,7 @@ import random
 import re
 from typing import Callable, Collection, Iterable, Optional, Sequence, Union
 
-from envreplica.conformance.lockstep.domains import (
+from envreplica.conformance.replica.domains import (
     ATTEMPTS,
     ALL_KEYS,
     EPOCH_SETS,
@@ -30,9 +30,9 @@ from envreplica.conformance.lockstep.domains import (
     VALUES,
     draw_value,
 )
-from envreplica.conformance.lockstep.coverage import page_ack_bytes
-from envreplica.conformance.lockstep.draw import _Draw
-from envreplica.conformance.lockstep.records import (
+from envreplica.conformance.replica.coverage import page_ack_bytes
+from envreplica.conformance.replica.draw import _Draw
+from envreplica.conformance.replica.records import (
     _moved,
     _View,
     combined_move,

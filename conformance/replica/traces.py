@@ -16,9 +16,9 @@ from typing import Any, Optional, Sequence
 
 from envreplica.checker import itf
 from envreplica.conformance.drivers import OPS
-from envreplica.conformance.lockstep.compare import _short, compare_responses
-from envreplica.conformance.lockstep.coverage import _mat_item
-from envreplica.conformance.lockstep.text import brief
+from envreplica.conformance.replica.compare import _short, compare_responses
+from envreplica.conformance.replica.coverage import _mat_item
+from envreplica.conformance.replica.text import brief
 
 # ---------------------------------------------------------------------------
 # Readable steps
@@ -210,7 +210,7 @@ def write_trace(out_dir: Path, name: str, steps: Sequence[dict], divergence: Opt
     ]
     doc = itf.document(itf.REPLICA, ["request", "model", "implementation", "agree"], states,
                        f"lockstep divergence: {divergence}" if divergence else "lockstep trace", meta,
-                       source="envreplica.conformance.lockstep")
+                       source="envreplica.conformance.replica")
     itf_path = itf.save(out_dir / f"{name}.itf.json", doc)
     return jsonl, itf_path
 

@@ -18,7 +18,7 @@ from envreplica.checker.progress import ProgressHook, Tick
 from envreplica.conformance.drivers import Driver
 from envreplica.conformance.external import (GENERATED_EXTENSIONS, AdapterError, AdapterFailure, ProtocolBreak,
                                              StateProbe, probe_extensions)
-from envreplica.conformance.lockstep.coverage import LockstepCoverage
+from envreplica.conformance.replica.coverage import LockstepCoverage
 from envreplica.spec.variants import Variant
 
 

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, Collection, Optional
+from typing import Any, Collection, Optional, Sequence
 
-from envreplica.conformance.lockstep.domains import FINDING_VIOLATIONS, KNOWN_VIOLATIONS
-from envreplica.conformance.lockstep.text import text_difference, values_shown
+from envreplica.conformance.drivers import Driver
+from envreplica.conformance.external import AdapterError, AdapterFailure, ProtocolBreak, StateProbe
+from envreplica.conformance.replica.domains import FINDING_VIOLATIONS, KNOWN_VIOLATIONS
+from envreplica.conformance.replica.text import text_difference, values_shown
 from envreplica.model.state import State
 from envreplica.spec import properties as P
 from envreplica.spec.variants import Variant
@@ -83,6 +85,15 @@ def _diagnosis_difference(model: dict, impl: Any, path: str) -> Optional[str]:
     return None
 
 
+def diverging(broke: ProtocolBreak, model_response: Any) -> Optional[dict]:
+    """The answer that broke its definition (``broke``), when it also differs from the model's ``model_response``:
+    the lockstep then shows it as that divergence, the model's answer beside it; None when the break is all that
+    is wrong with it."""
+    response = broke.response
+    differs = isinstance(response, dict) and compare_responses(model_response, response) is not None
+    return response if differs else None
+
+
 def compare_responses(model: Any, impl: Any, path: str = "response") -> Optional[str]:
     """None when ``impl`` answers as ``model`` does; else where and how they differ.
 
@@ -146,8 +157,6 @@ def _check_tables(model: Any, impl: Any, probe: Any) -> Optional[str]:
     (``external.AdapterFailure``); any other failure of the read is a
     divergence, not a harness crash.
     """
-    from envreplica.conformance.external import AdapterError
-
     if probe is None:
         return None
     try:
@@ -263,3 +272,62 @@ def _check_state(model: Any, impl: Any, variant: Variant, state_check: bool) -> 
     if prop is not None:
         return f"invariant {prop.name} fails on the implementation's state: {prop.statement}"
     return None
+
+
+def replay_steps(requests: Sequence[Any], impl: Driver, model: Driver, *, variant: Optional[Variant] = None,
+                 state_check: bool = True, stop: bool = True,
+                 probe: Optional[StateProbe] = None, defer: Collection = (),
+                 adapter_failures: Optional[str] = None) -> tuple[list[dict], Optional[dict]]:
+    """Send each request to both drivers; (steps so far, first divergence or None).
+
+    The state checks after a request whose ``id`` is in ``defer`` (a fast-forward's deliveries) wait
+    for the next request checked; the last request always is.
+
+    An external adapter that breaks (``external.AdapterError``, not a ``ProtocolBreak``) is a divergence
+    (its step answered ``driver-error``), unless ``adapter_failures`` names the replay (``"saved trace
+    x.jsonl"``): it then raises ``external.AdapterFailure`` naming the step of that replay.
+
+    An external implementation (``state_by_request``) has its tables read with
+    the ``state`` op after each step and held table by table against the
+    model's (``probe``, a fresh ``StateProbe`` unless given; off without
+    ``state_check``).
+    """
+    variant = Variant(variant or getattr(model, "variant", Variant.FIXED))
+    if probe is None and state_check and getattr(impl, "state_by_request", False):
+        probe = StateProbe()
+    steps: list[dict] = []
+    first = None
+    for index, request in enumerate(requests, 1):
+        m = model.handle(_roundtrip(request))
+        op = request.get("op") if isinstance(request, dict) else None
+        try:
+            i = impl.handle(_roundtrip(request))
+        except ProtocolBreak as broke:  # an answer that breaks its definition: a divergence from the model's first
+            i = diverging(broke, m) or {"driver-error": f"{type(broke).__name__}: {broke}"}
+        except AdapterError as error:
+            if adapter_failures:
+                raise AdapterFailure(f"step #{index} (`{op}`) of {adapter_failures}", str(error),
+                                     error.request) from None
+            i = {"driver-error": f"{type(error).__name__}: {error}"}
+        except Exception as error:
+            i = {"driver-error": f"{type(error).__name__}: {error}"}
+        steps.append({"request": request, "model": m, "impl": i})
+        if probe is not None:
+            probe.observe(request, m)
+        reason = compare_responses(m, i)
+        checked = not (defer and isinstance(request, dict) and request.get("id") in defer) or index == len(requests)
+        if reason is None and checked:
+            reason = _check_state(model, impl, variant, state_check)
+        if reason is None and checked and "driver-error" not in i:
+            try:
+                reason = _check_tables(model, impl, probe)
+            except AdapterError as error:
+                if adapter_failures:
+                    raise AdapterFailure(f"the `state` read after step #{index} (`{op}`) of {adapter_failures}",
+                                         str(error), error.request) from None
+                reason = f"state request failed: {type(error).__name__}: {error}"
+        if reason is not None and first is None:
+            first = {"index": index, "request": request, "model": m, "impl": i, "reason": reason}
+            if stop:
+                break
+    return steps, first

@@ -29,9 +29,10 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition,
 
 from envreplica.conformance.drivers import CRASH_FIELD, OPS, ModelDriver
 from envreplica.conformance.external import AdapterError, AdapterFailure, ProtocolBreak
-from envreplica.conformance.lockstep.compare import _check_state, _check_tables, change_mark, compare_responses
-from envreplica.conformance.lockstep.context import _Run
-from envreplica.conformance.lockstep.coverage import (
+from envreplica.conformance.replica.compare import (_check_state, _check_tables, change_mark, compare_responses,
+                                                     diverging)
+from envreplica.conformance.replica.context import _Run
+from envreplica.conformance.replica.coverage import (
     COVERAGE,
     sequence_item,
     FAST_FORWARDED,
@@ -41,7 +42,7 @@ from envreplica.conformance.lockstep.coverage import (
     sequence_items,
     value_classes,
 )
-from envreplica.conformance.lockstep.domains import (
+from envreplica.conformance.replica.domains import (
     KINDS,
     NESTED_ID_BASE,
     ORG,
@@ -49,10 +50,10 @@ from envreplica.conformance.lockstep.domains import (
     SMALL_ACK,
     draw_value,
 )
-from envreplica.conformance.lockstep.draw import BLOCK_BYTES, FFWD_SEED_BYTES, _BLOCKS, _Draw
-from envreplica.conformance.lockstep.generate import _Gen, stored_envelope, typed_legacy_envelope
-from envreplica.conformance.lockstep.records import _fetchable, _View
-from envreplica.conformance.lockstep.traces import write_trace
+from envreplica.conformance.replica.draw import BLOCK_BYTES, FFWD_SEED_BYTES, _BLOCKS, _Draw
+from envreplica.conformance.replica.generate import _Gen, stored_envelope, typed_legacy_envelope
+from envreplica.conformance.replica.records import _fetchable, _View
+from envreplica.conformance.replica.traces import write_trace
 from envreplica.model.state import State
 from envreplica.spec.gate import GateEdge, Trigger
 from envreplica.spec.variants import Variant
@@ -307,9 +308,9 @@ class LockstepMachine(RuleBasedStateMachine):
         try:
             impl_response = self.impl.handle(json.loads(wire_request))
         except ProtocolBreak as broke:  # an answer that breaks its definition: a divergence from the model's first
-            diverging = broke.diverging(model_response)
-            self.impl_dead = self.impl_dead or diverging is None
-            impl_response = diverging or {"driver-error": f"{type(broke).__name__}: {broke}"}
+            answer = diverging(broke, model_response)
+            self.impl_dead = self.impl_dead or answer is None
+            impl_response = answer or {"driver-error": f"{type(broke).__name__}: {broke}"}
         except AdapterError as error:  # an adapter that broke: the run stops here (exit 2), not a divergence
             raise self._adapter_broke(error, self._step_name(len(self.steps) + 1, request)) from None
         except Exception as error:

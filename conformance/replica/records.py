@@ -13,7 +13,7 @@ import hashlib
 import json
 from typing import Any, Optional, Sequence, Union, cast
 
-from envreplica.conformance.lockstep.domains import LEGACY_KEYS, REASONS
+from envreplica.conformance.replica.domains import LEGACY_KEYS, REASONS
 from envreplica.model.state import LiveRow, StageRow, State
 from envreplica.spec import wire
 from envreplica.spec.domain import DeliveryRequest

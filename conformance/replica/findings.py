@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Collection, Optional, Sequence
 
 from envreplica.conformance.drivers import ModelDriver
+from envreplica.conformance.replica.compare import replay_steps
 from envreplica.spec.variants import FINDING_TITLES, FIXES, Finding
 
 
@@ -29,11 +30,9 @@ def finding_of(run, steps: Sequence[dict], quiet: Collection = ()) -> Optional[s
     """The sentence naming the finding the divergent ``steps`` are (``finding_sentence``), or None.
 
     ``run`` is the lockstep's ``context._Run`` (its implementation driver, variant and state checks); one
-    replay per finding its variant fixes, in the order of ``Finding``, each through ``run.replay_steps``'
+    replay per finding its variant fixes, in the order of ``Finding``, each through ``compare.replay_steps``'
     checks. A replay the implementation could not take (it died) names nothing.
     """
-    from envreplica.conformance.lockstep.run import replay_steps
-
     requests = [s["request"] for s in steps]
     for finding in Finding:
         if finding not in FIXES[run.variant]:

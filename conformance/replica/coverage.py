@@ -37,7 +37,7 @@ from envreplica.checker.coverage import (
     print_coverage_table,
 )
 from envreplica.conformance.drivers import OPS
-from envreplica.conformance.lockstep.records import MOVES, move_label, moved_facets
+from envreplica.conformance.replica.records import MOVES, move_label, moved_facets
 from envreplica.spec.domain import RefusalCode, WithheldReason
 from envreplica.spec.gate import TRANSITIONS, GateEdge
 

@@ -10,7 +10,7 @@ The budgets are counts, so a busy machine shrinks to the same trace as an
 idle one; the seconds of ``SHRINK_GUARD_SECONDS``, ``MINIMIZE_GUARD_SECONDS``
 and ``DATA_GUARD_SECONDS`` only stop a hang.
 All are read here when a run needs them: patch them on this module
-(``envreplica.conformance.lockstep.run``).
+(``envreplica.conformance.replica.run``).
 ``replay_steps`` / ``replay_requests`` send saved requests to both sides.
 
 An external adapter that breaks (``external.AdapterFailure``: it died,
@@ -38,14 +38,15 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from envreplica.checker.progress import ProgressHook, Tick
 from envreplica.conformance.drivers import Driver, ModelDriver
-from envreplica.conformance.external import AdapterError, AdapterFailure, ProtocolBreak, StateProbe
-from envreplica.conformance.lockstep import literals, rename
-from envreplica.conformance.lockstep.compare import _check_state, _check_tables, _roundtrip, compare_responses
-from envreplica.conformance.lockstep.context import _Run
-from envreplica.conformance.lockstep.coverage import LockstepCoverage
-from envreplica.conformance.lockstep.findings import finding_of
-from envreplica.conformance.lockstep.machine import LockstepMachine
-from envreplica.conformance.lockstep.traces import format_steps, write_trace
+from envreplica.conformance.external import AdapterFailure
+from envreplica.conformance.replica import literals, rename
+# replay_steps: each saved request to both drivers, compared (compare.py, where findings.py finds it too)
+from envreplica.conformance.replica.compare import replay_steps
+from envreplica.conformance.replica.context import _Run
+from envreplica.conformance.replica.coverage import LockstepCoverage
+from envreplica.conformance.replica.findings import finding_of
+from envreplica.conformance.replica.machine import LockstepMachine
+from envreplica.conformance.replica.traces import format_steps, write_trace
 from envreplica.spec.variants import Variant
 
 
@@ -784,65 +785,6 @@ def _shrink_data(run: _Run, steps: list, reason: str, quiet: Collection) -> tupl
 # ---------------------------------------------------------------------------
 # Replay of saved requests
 # ---------------------------------------------------------------------------
-
-
-def replay_steps(requests: Sequence[Any], impl: Driver, model: Driver, *, variant: Optional[Variant] = None,
-                 state_check: bool = True, stop: bool = True,
-                 probe: Optional[StateProbe] = None, defer: Collection = (),
-                 adapter_failures: Optional[str] = None) -> tuple[list[dict], Optional[dict]]:
-    """Send each request to both drivers; (steps so far, first divergence or None).
-
-    The state checks after a request whose ``id`` is in ``defer`` (a fast-forward's deliveries) wait
-    for the next request checked; the last request always is.
-
-    An external adapter that breaks (``external.AdapterError``, not a ``ProtocolBreak``) is a divergence
-    (its step answered ``driver-error``), unless ``adapter_failures`` names the replay (``"saved trace
-    x.jsonl"``): it then raises ``external.AdapterFailure`` naming the step of that replay.
-
-    An external implementation (``state_by_request``) has its tables read with
-    the ``state`` op after each step and held table by table against the
-    model's (``probe``, a fresh ``StateProbe`` unless given; off without
-    ``state_check``).
-    """
-    variant = Variant(variant or getattr(model, "variant", Variant.FIXED))
-    if probe is None and state_check and getattr(impl, "state_by_request", False):
-        probe = StateProbe()
-    steps: list[dict] = []
-    first = None
-    for index, request in enumerate(requests, 1):
-        m = model.handle(_roundtrip(request))
-        op = request.get("op") if isinstance(request, dict) else None
-        try:
-            i = impl.handle(_roundtrip(request))
-        except ProtocolBreak as broke:  # an answer that breaks its definition: a divergence from the model's first
-            i = broke.diverging(m) or {"driver-error": f"{type(broke).__name__}: {broke}"}
-        except AdapterError as error:
-            if adapter_failures:
-                raise AdapterFailure(f"step #{index} (`{op}`) of {adapter_failures}", str(error),
-                                     error.request) from None
-            i = {"driver-error": f"{type(error).__name__}: {error}"}
-        except Exception as error:
-            i = {"driver-error": f"{type(error).__name__}: {error}"}
-        steps.append({"request": request, "model": m, "impl": i})
-        if probe is not None:
-            probe.observe(request, m)
-        reason = compare_responses(m, i)
-        checked = not (defer and isinstance(request, dict) and request.get("id") in defer) or index == len(requests)
-        if reason is None and checked:
-            reason = _check_state(model, impl, variant, state_check)
-        if reason is None and checked and "driver-error" not in i:
-            try:
-                reason = _check_tables(model, impl, probe)
-            except AdapterError as error:
-                if adapter_failures:
-                    raise AdapterFailure(f"the `state` read after step #{index} (`{op}`) of {adapter_failures}",
-                                         str(error), error.request) from None
-                reason = f"state request failed: {type(error).__name__}: {error}"
-        if reason is not None and first is None:
-            first = {"index": index, "request": request, "model": m, "impl": i, "reason": reason}
-            if stop:
-                break
-    return steps, first
 
 
 def replay_requests(requests: Sequence[Any], impl: Driver, model: Driver) -> Optional[dict]:
