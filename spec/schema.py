@@ -44,8 +44,6 @@ from envreplica.spec.domain import (
     PAGE_REFUSALS,
     RECEIPT_REFUSALS,
     TRANSIENT_REFUSALS,
-    DiagnosisReason,
-    MatKind,
     RefusalCode,
 )
 
@@ -123,11 +121,6 @@ def _enum(values: Any, description: str) -> JSON:
 # ---------------------------------------------------------------------------
 
 
-def _materialization(kind: MatKind) -> JSON:
-    """One kind of ``Materialization`` (installed, or withheld / unavailable with a reason), as ``spec.wire`` declares it."""
-    return wire.MATERIALIZATION.variants[kind.value].schema()
-
-
 #: The per-operation refusal code definitions: (name, codes, description), generated from ``spec.domain``'s sets.
 _REFUSAL_SETS: tuple[tuple[str, frozenset[RefusalCode], str], ...] = (
     ("PageRefusalCode", PAGE_REFUSALS, "The codes a page answers (section 10.5)."),
@@ -149,77 +142,7 @@ def _results() -> dict[str, JSON]:
                              "answers only some of them (PageRefusalCode, DeliveryRefusalCode, CommitRefusalCode).")
     for name, codes, what in _REFUSAL_SETS:
         d[name] = _enum([c for c in RefusalCode if c in codes], what)
-    epochs_cursor = {"policyEpochs": _ref("PolicyEpochs"), "appliedThrough": _ref("Cursor")}
-    d["BeginResult"] = _obj({"appliedThrough": _ref("Cursor"), "policyEpochs": _ref("PolicyEpochs")},
-                            description="The result of `begin`.")
-    d["PageResult"] = {"description": "The result of `page`: the page staged, or refused.", "oneOf": [
-        _obj({"ok": {"const": True}, "attemptId": _ref("Id"), "projectId": _ref("Segment"),
-              "after": _nullable(_ref("Key")), "recordVersion": _ref("Count"),
-              "results": {"type": "array", "items": _ref("Result")}, "complete": {"type": "boolean"},
-              **epochs_cursor}),
-        _obj({"ok": {"const": False}, "attemptId": _ref("Id"), "code": _ref("PageRefusalCode"), **epochs_cursor}),
-    ]}
-    refused = {"ok": {"const": False}}
-    d["ApplyResult"] = {"description": "The result of `delivery`: applied (or replayed), or refused; a refusal "
-                        "that is `consumed` advanced the cursor and has a receipt, except a `delivery_conflict`.",
-                        "oneOf": [
-        _obj({"ok": {"const": True}, "replayed": {"type": "boolean"}, "attemptId": _nullable(_ref("Id")),
-              "projectId": _ref("Segment"), "recordVersion": _ref("Count"), "result": _ref("Result"),
-              **epochs_cursor}, description="Applied, or replayed from an applied receipt."),
-        _obj({**refused, "replayed": {"const": False}, "consumed": {"const": False},
-              "attemptId": _nullable(_ref("Id")), "code": _ref("TransientRefusalCode"), **epochs_cursor},
-             description="A transient refusal: nothing written, no receipt, the cursor unchanged."),
-        _obj({**refused, "replayed": {"type": "boolean"}, "consumed": {"const": True},
-              "attemptId": _nullable(_ref("Id")), "code": _ref("ReceiptRefusalCode"), **epochs_cursor},
-             description="Consumed: a refused receipt written and the cursor moved (replayed: answered from it)."),
-        _obj({**refused, "replayed": {"const": True}, "consumed": {"const": True},
-              "attemptId": _nullable(_ref("Id")), "code": {"const": RefusalCode.DELIVERY_CONFLICT.value},
-              **epochs_cursor},
-             description="A replay whose MAC differs from its receipt's: nothing written."),
-    ]}
-    d["CommitResult"] = {"description": "The result of `commit`: promoted and open, or refused.", "oneOf": [
-        _obj({"ok": {"const": True}, "attemptId": _ref("Id"), **epochs_cursor}),
-        _obj({"ok": {"const": False}, "attemptId": _ref("Id"), "code": _ref("CommitRefusalCode"), **epochs_cursor}),
-    ]}
-    d["Status"] = _obj(
-        {"activated": {"type": "boolean"}, "gateOpen": {"type": "boolean"}, "attemptId": _nullable(_ref("Id")),
-         "orgId": _nullable(_ref("Segment")), "appliedThrough": _nullable(_ref("Cursor")),
-         "policyEpochs": _ref("PolicyEpochs"), "projectIds": {"type": "array", "items": _ref("Segment")}},
-        description="The result of `status`: the authority row and the live project ids (sorted), no value.")
-    d["SnapshotEntry"] = {"description": "One served record; `value` is its plaintext when installed, else null.",
-                          "oneOf": [
-        _obj({"state": _ref("BindingState"), "materialization": _materialization(MatKind.INSTALLED),
-              "value": {"type": "string"}}, description="Installed: its plaintext value."),
-        _obj({"state": _ref("BindingState"),
-              "materialization": {"oneOf": [_materialization(k) for k in MatKind if k is not MatKind.INSTALLED]},
-              "value": {"type": "null"}}, description="Withheld or unavailable: no value."),
-    ]}
-    d["Snapshot"] = {"description": "The result of `snapshot`: the served view in the order the ids were asked "
-                     "for, or null (the read fails closed).", "anyOf": [
-        _obj({"projects": {"type": "array", "items": _obj(
-            {"projectId": _ref("Segment"), "recordVersion": _ref("Count"),
-             "entries": {"type": "array", "items": _ref("SnapshotEntry")}})}}),
-        {"type": "null"},
-    ]}
-    d["Receipt"] = _obj(
-        {"streamId": _ref("Id"), "sequence": _ref("Count"), "ok": {"type": "boolean"},
-         "code": _nullable(_ref("ReceiptRefusalCode")), "result": _nullable(_ref("Result")),
-         "recordVersion": _nullable(_ref("Count"))},
-        description="One receipt of a consumed delivery, as `receipts` lists it (no MAC). Whether `ok` goes with a "
-                    "code or with a result and a version is beyond the schema (state-receipt-shape).")
-    d["Receipts"] = {"type": "array", "items": _ref("Receipt"),
-                     "description": "The result of `receipts`: sorted by streamId, then sequence."}
-    d["Readiness"] = _obj({"ready": {"type": "boolean"}}, description="The result of `ready`.")
-    d["Diagnosis"] = {"description": "The result of `diagnostics`: null when `snapshot` of the same ids would "
-                      "serve, else why not (`message` is for people, names no value, and is not compared).",
-                      "anyOf": [
-        _obj({"reason": _enum(DiagnosisReason, "Checked in this order."), "message": {"type": "string"}}),
-        {"type": "null"},
-    ]}
-    d["Crashed"] = _obj({"crashedAfterCommit": _count(1)},
-                        description="A page or delivery with `crashAfterCommit: k` crashed right after its k-th "
-                                    "write commit; the replica was reopened and its gate closed.")
-    d["Empty"] = _obj({}, description="The result of `reset`, `close`, `restart` and `store.*`.")
+    d.update(wire.definitions(wire.RESULTS))  # declared with their encoders, in spec.wire
     return d
 
 

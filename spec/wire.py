@@ -1,40 +1,37 @@
-"""The JSON wire: one declaration of each frame, from which come both its parser and its JSON Schema; and encoding.
+"""The JSON wire: one declaration of each frame, from which come its parser, its JSON Schema and its encoding.
 
 Models: the JSON shapes and validation rules of ``docs/protocol.md`` sections 1-3. Each type there (the strings
-``Id``, ``Segment``, ``Key``, ``Reason`` and ``StagingId``; ``Count``; ``PolicyEpochs``; the records; the four
-frames) is declared once below, as a small tree of nodes (``Pattern``, ``Count``, ``Obj``, ``Tagged``, ``ListOf``,
-...). A node does two things with its one declaration:
+``Id``, ``Segment``, ``Key``, ``Reason``, ``StagingId``; ``Count``; ``PolicyEpochs``; the records; the four frames)
+is declared once below as a small tree of nodes (``Pattern``, ``Count``, ``Obj``, ``Tagged``, ``ListOf``, ...), and
+each node makes three things of its declaration:
 
-* ``parse`` turns a JSON-decoded value (``dict``, ``list``, ``str``, ``int``, ``bool``, ``None``, as
-  ``json.loads`` returns them) into the typed value of ``spec.domain``, or raises one ``InvalidFrame`` that names
-  the field path, the rule, the offending value and the fix, e.g.::
+* ``parse``: a JSON-decoded value (as ``json.loads`` returns it) to the typed value of ``spec.domain``, or one
+  ``InvalidFrame`` naming the field path, the rule, the offending value and the fix, e.g.::
 
       invalid page: page.records[1].head.revision must be a Count (a JSON integer
       0..2^53-1, not a boolean or float); got True. Send an integer.
 
-* ``definition`` is its JSON Schema: ``definitions()`` is what ``spec.schema`` puts in the contract
-  (``spec/contract.schema.json``, and from it the TypeScript kit's types).
+* ``definition``: its JSON Schema; ``definitions()`` is what ``spec.schema`` puts in the contract
+  (``spec/contract.schema.json``, and from it the TypeScript kit's types);
+* ``encode``: the typed value back to JSON, ``parse(encode(v)) == v``.
 
-Why one declaration with two products, rather than the parser from the schema (``jsonschema`` against the
-generated schema, its errors translated): a schema validator facing a ``oneOf`` (``Head``, ``ValueRef``,
-``Binding``, ``Materialization``) reports the failures of every alternative, and turning them back into "this
-field, this rule, send this" would be a second hand-written truth that guesses which alternative was meant; a
-declaration knows that a ``kind`` chose one and names that one's rule. And parsing is the hot path (every frame
-of every lockstep step): the node walk costs what the hand-written parser did (a 1,000-record page in about
-7 ms), a pass of Python's ``jsonschema`` several times that.
+Why one declaration with three products, and not the parser from the schema (``jsonschema`` against the generated
+schema, its errors translated): facing a ``oneOf`` (``Head``, ``ValueRef``, ``Binding``, ``Materialization``) a
+schema validator reports the failures of every alternative, and turning them back into "this field, this rule,
+send this" would be a second hand-written truth that guesses which alternative was meant, where a declaration knows
+that a ``kind`` chose one. And parsing is the hot path (every frame of every lockstep step): the node walk costs
+what the hand-written parser did, Python's ``jsonschema`` about 40 times that (a 1,000-record page).
 
-The rules JSON Schema cannot state are checked here as part of the declarations (``Ascending``, ``After``, and
-``Count``'s integer literals); each names its entry in ``spec.schema.BEYOND_THE_SCHEMA``, the one list of them
-with why each is there, and a refusal for one is a ``BeyondTheSchema`` (an ``InvalidFrame`` that carries the
-rule's name). So the two products agree by construction, and ``tests/test_wire_schema.py`` holds them to it:
-for every declared type, a value the parser accepts conforms to the schema, and a value the parser refuses for
-any other reason does not.
+The rules JSON Schema cannot state are part of the declarations (``Ascending``, ``After``, ``Count``'s integer
+literals), each naming its entry in ``spec.schema.BEYOND_THE_SCHEMA``, the one list of them with why each is
+outside; a refusal for one is a ``BeyondTheSchema`` (an ``InvalidFrame`` carrying the rule's name). So parser and
+schema agree by construction, and ``tests/test_wire_schema.py`` holds them to it: a value the parser accepts
+conforms to the schema, and one it refuses for any other reason does not.
 
-``encode`` turns any value of ``spec.domain`` (frames, records, results, reads, errors) into its JSON shape
-(section 3 for results), with one dispatch table. ``canonical_json`` is the seed's ``exactJson`` (sorted keys,
-no whitespace: what the receipt MAC covers and what the seed compares states by), and ``json_bytes_len`` is
-``Buffer.byteLength(JSON.stringify(v), "utf8")`` (the ack page-size bound). ``parse(encode(f)) == f`` holds for
-every frame.
+``encode`` turns any value of ``spec.domain`` (frames, records, results, reads, errors) into its JSON shape (section
+3 for results), with one dispatch table. ``canonical_json`` is the seed's ``exactJson`` (sorted keys, no
+whitespace: what the receipt MAC covers and what the seed compares states by), and ``json_bytes_len`` is
+``Buffer.byteLength(JSON.stringify(v), "utf8")`` (the ack page-size bound).
 
 Leaves out on purpose:
 
@@ -104,6 +101,8 @@ from envreplica.spec.domain import (
     InvalidFrame,
     ValueRef,
     Binding,
+    DiagnosisReason,
+    RefusalCode,
 )
 
 #: A JSON object as ``json`` reads it (a frame before parsing) or ``encode`` writes it.
@@ -253,6 +252,10 @@ class Node(Generic[T]):
         """The JSON Schema of the values ``parse`` accepts (but for the rules beyond the schema), undescribed."""
         raise NotImplementedError
 
+    def encode(self, value: T) -> Any:
+        """The JSON of a value ``parse`` builds: ``parse(encode(v)) == v``."""
+        return encode(value)  # a scalar (a str-valued enum becomes its value)
+
     def schema(self) -> JSON:
         """The schema where the node is used: a reference to its definition, or the definition itself."""
         return {"$ref": self.ref} if self.ref else self.definition()
@@ -288,6 +291,9 @@ class Pattern(Node[str]):
             _invalid(path, self.rule, value, self.fix)
         return str.__str__(value)  # a plain str even for a str subclass
 
+    def encode(self, value: str) -> Any:
+        return value if type(value) is str else encode(value)  # a str-valued enum becomes its value
+
     def shape(self) -> JSON:
         # ``$`` also matches before a final newline in Python's ``re`` (which ``jsonschema`` uses) and in PCRE;
         # ``(?![\s\S])`` is the end of the string in ECMA-262, Python and PCRE alike.
@@ -317,6 +323,9 @@ class Count(Node[int]):
             _invalid(path, rule, value, f"Send an integer from {low} to 9007199254740991.")
         return value
 
+    def encode(self, value: int) -> int:
+        return value if type(value) is int else int(value)
+
     def shape(self) -> JSON:
         return {"type": "integer", "minimum": self.minimum, "maximum": MAX_COUNT}
 
@@ -330,23 +339,28 @@ class Bool(Node[bool]):
             _invalid(path, "must be a JSON boolean", value, "Send true or false.")
         return value
 
+    def encode(self, value: bool) -> bool:
+        return value
+
     def shape(self) -> JSON:
         return {"type": "boolean"}
 
 
 @dataclass(frozen=True, eq=False)
-class Const(Node[str]):
-    """Exactly this string (an apply frame's ``kind``, a variant's ``kind``). An ``Obj`` builds nothing of it."""
+class Const(Node[Any]):
+    """Exactly this string or boolean (a frame's or a variant's ``kind``, a result's ``ok``). An ``Obj`` builds
+    nothing of it, and encodes its value's own attribute of that name if it has one (faithfully: a wrong value stays
+    wrong, for the schema to refuse), else the constant."""
 
-    text: str
+    constant: Any
 
-    def parse(self, value: Any, path: str) -> str:
-        if not (isinstance(value, str) and value == self.text):
-            _invalid(path, f"must be exactly {self.text!r}", value, f"Send {self.text!r}.")
-        return self.text
+    def parse(self, value: Any, path: str) -> Any:
+        if not (type(value) is type(self.constant) and value == self.constant):
+            _invalid(path, f"must be exactly {self.constant!r}", value, f"Send {self.constant!r}.")
+        return self.constant
 
     def shape(self) -> JSON:
-        return {"const": self.text}
+        return {"const": self.constant}
 
 
 @dataclass(frozen=True, eq=False)
@@ -360,6 +374,9 @@ class Nullable(Node[Optional[T]]):
 
     def shape(self) -> JSON:
         return {"anyOf": [self.node.schema(), {"type": "null"}]}
+
+    def encode(self, value: Optional[T]) -> Any:
+        return None if value is None else self.node.encode(value)
 
 
 @dataclass(frozen=True, eq=False)
@@ -417,6 +434,9 @@ class ListOf(Node[tuple[T, ...]]):
             out["uniqueItems"] = True
         return out
 
+    def encode(self, value: tuple[T, ...]) -> list[Any]:
+        return [self.item.encode(item) for item in value]
+
 
 @dataclass(frozen=True, eq=False)
 class NullWhen:
@@ -459,6 +479,8 @@ class Obj(Node[T]):
     optional: tuple[str, ...] = ()
     null_when: Optional[NullWhen] = None
     after: Optional[After] = None
+    #: the values ``build`` took, from what it built; by default each field's attribute (``opId``: ``op_id``)
+    unbuild: Optional[Callable[[T], tuple[Any, ...]]] = None
 
     @functools.cached_property
     def _required(self) -> tuple[str, ...]:
@@ -537,6 +559,31 @@ class Obj(Node[T]):
             _invalid(f"{path}.{rule.items}[0].{rule.field}", f"must be greater than {path}.{rule.bound} ({bound!r}) "
                      f"({rule.says})", rule.key(items[0]), rule.fix, beyond=rule.rule)
 
+    @functools.cached_property
+    def _encoding(self) -> tuple[tuple[str, Optional[Callable[[Any], Any]], str, bool, Any], ...]:
+        """(key, its node's encoder (None for a Const), its attribute (``opId``: ``op_id``), optional, the Const's
+        constant) of each field."""
+        return tuple((key, None if how == _CHECKED else node.encode,
+                      re.sub("[A-Z]", lambda m: "_" + m.group().lower(), key), key in self.optional,
+                      node.constant if isinstance(node, Const) else None) for key, node, how in self._plan)
+
+    def encode(self, value: T) -> JSON:
+        source: Any = value
+        get: Callable[..., Any] = getattr
+        if self.unbuild is not None:
+            source, get = dict(zip([a for _, c, a, _, _ in self._encoding if c], self.unbuild(value))), dict.get
+        out: JSON = {}
+        for key, coder, attribute, optional, constant in self._encoding:
+            if coder is None:
+                out[key] = encode(get(source, attribute, constant))  # see Const
+                continue
+            part = get(source, attribute)
+            if part is not None:
+                out[key] = coder(part)
+            elif not optional:
+                out[key] = None  # an absent optional key stays absent
+        return out
+
     def _object(self, properties: Mapping[str, JSON], description: str = "") -> JSON:
         out: JSON = {"type": "object"}
         if description:
@@ -563,6 +610,7 @@ class Tagged(Node[T]):
 
     variants: Mapping[str, Obj[Any]]  # kind -> its object, whose "kind" field is that Const
     nullable: bool = False
+    kind_of: Optional[Callable[[T], str]] = None  # a value's kind; by default, the kind whose object built its type
 
     def parse(self, value: Any, path: str) -> T:
         if value is None and self.nullable:
@@ -577,9 +625,44 @@ class Tagged(Node[T]):
             _invalid(f"{path}.kind", f"must be {choices}", kind, f"Send one of {choices}.")
         return cast(T, self.variants[kind].parse(value, path))
 
+    @functools.cached_property
+    def _kinds(self) -> dict[Any, str]:
+        return {variant.build: kind for kind, variant in self.variants.items()}
+
+    def encode(self, value: T) -> Any:
+        if value is None:
+            return None
+        return self.variants[self.kind_of(value) if self.kind_of else self._kinds[type(value)]].encode(value)
+
     def shape(self) -> JSON:
         alternatives = [variant.schema() for variant in self.variants.values()]
         return {"oneOf": [{"type": "null"}, *alternatives] if self.nullable else alternatives}
+
+
+@dataclass(frozen=True, eq=False)
+class Shape(Node[Any]):
+    """A value of a result described by its schema alone (a string, null, an enum's value): encoded as it is."""
+
+    schema_of: JSON
+
+    def shape(self) -> JSON:
+        return dict(self.schema_of)
+
+
+@dataclass(frozen=True, eq=False)
+class OneOf(Node[T]):
+    """One of ``alternatives``, for results only (encoded, never parsed): the one ``pick`` names, else the first
+    that builds the value's type."""
+
+    alternatives: tuple[Obj[Any], ...]
+    pick: Optional[Callable[[T], int]] = None
+
+    def encode(self, value: T) -> JSON:
+        at = self.pick(value) if self.pick else [a.build for a in self.alternatives].index(type(value))
+        return self.alternatives[at].encode(value)
+
+    def shape(self) -> JSON:
+        return {"oneOf": [alternative.schema() for alternative in self.alternatives]}
 
 
 def _kinded(kind: str, fields: Mapping[str, Node[Any]], build: Callable[..., T], ref: str = "",
@@ -652,6 +735,7 @@ BINDING_STATE = Obj(
 MATERIALIZATION: Tagged[Materialization] = Tagged(
     {kind.value: _kinded(kind.value, {}, functools.partial(Materialization, kind, None)) if kind is MatKind.INSTALLED
      else _kinded(kind.value, {"reason": REASON}, functools.partial(Materialization, kind)) for kind in MatKind},
+    kind_of=lambda materialization: materialization.kind.value,
     ref="Materialization", description="What the replica made of a record: its value installed, withheld (by the "
                                        "record itself) or unavailable (not fetched, or the fetch failed).")
 RESULT = Obj({"state": BINDING_STATE, "materialization": MATERIALIZATION}, RecordResult, ref="Result",
@@ -662,9 +746,10 @@ CURSOR = Obj({"streamId": ID, "sequence": COUNT}, Cursor, ref="Cursor",
 PROJECT_IDS = ListOf(SEGMENT, "Segments")
 
 BEGIN = Obj(
-    {"attempt": Obj({"streamId": ID, "attemptId": ID}, _items),
+    {"attempt": Obj({"streamId": ID, "attemptId": ID}, _items),  # encoded from the frame's stream_id, attempt_id
      "projectIds": ListOf(SEGMENT, "Segments", MAX_BEGIN_PROJECTS, unique=True)},
-    lambda attempt, project_ids: BeginFrame(attempt[0], attempt[1], project_ids), ref="BeginFrame",
+    lambda attempt, project_ids: BeginFrame(attempt[0], attempt[1], project_ids),
+    unbuild=lambda frame: (frame, frame.project_ids), ref="BeginFrame",
     description="Closes the gate and opens a snapshot attempt over exactly these projects (unique, at most "
                 f"{MAX_BEGIN_PROJECTS}).")
 PAGE = Obj(
@@ -684,10 +769,10 @@ APPLY = Obj(
     ApplyFrame, optional=("reconciliationAttemptId",), ref="ApplyFrame",
     description="One ordered delta (a delivery): a record's new state at a project's next record version. "
                 "`reconciliationAttemptId` is present exactly while a snapshot attempt is open (never null).")
+PROJECT_VERSION = Obj({"projectId": SEGMENT, "recordVersion": COUNT}, ProjectVersion)
 COMMIT = Obj(
     {"attemptId": ID, "highWater": CURSOR,
-     "versions": ListOf(Obj({"projectId": SEGMENT, "recordVersion": COUNT}, ProjectVersion),
-                        "{projectId, recordVersion} objects", order=Ascending(
+     "versions": ListOf(PROJECT_VERSION, "{projectId, recordVersion} objects", order=Ascending(
                             "commit-versions-ascending", "projectId", attrgetter("project_id"),
                             "versions are strictly ascending by projectId",
                             "Sort the versions by projectId and remove duplicates."))},
@@ -701,9 +786,91 @@ DECLARED: tuple[Node[Any], ...] = (ID, SEGMENT, KEY, REASON, COUNT, STAGING_ID, 
                               APPLY, COMMIT)
 
 
-def definitions() -> dict[str, JSON]:
-    """The JSON Schema of every declared type, by its name in the contract (``spec.schema`` adds the ``$id``)."""
-    return {node.ref: node.definition() for node in DECLARED}
+#: What the receipt MAC covers (section 2): an apply frame without its opId and reconciliationAttemptId.
+DELIVERY_REQUEST = Obj({key: APPLY.fields[key] for key in ("kind", "projectId", "recordVersion", "state", "delivery")},
+                       DeliveryRequest)
+
+# ---------------------------------------------------------------------------
+# The results and reads (section 3): encoded, never parsed (implementations produce them, and the harness holds
+# every answer to these definitions, ``spec.validator``). A refusal code set is ``spec.schema``'s, by name.
+# ---------------------------------------------------------------------------
+
+_EPOCHS_CURSOR: dict[str, Node[Any]] = {"policyEpochs": POLICY_EPOCHS, "appliedThrough": CURSOR}
+
+
+def _refused(replayed: Node[Any], consumed: Node[Any], code: Node[Any], description: str) -> Obj[ApplyRefused]:
+    return Obj({"ok": Const(False), "replayed": replayed, "consumed": consumed, "attemptId": Nullable(ID),
+                "code": code, **_EPOCHS_CURSOR}, ApplyRefused, description=description)
+
+
+BEGIN_RESULT = Obj({"appliedThrough": CURSOR, "policyEpochs": POLICY_EPOCHS}, BeginResult, ref="BeginResult",
+                   description="The result of `begin`.")
+PAGE_RESULT: OneOf[Any] = OneOf((
+    Obj({"ok": Const(True), "attemptId": ID, "projectId": SEGMENT, "after": Nullable(KEY), "recordVersion": COUNT,
+         "results": ListOf(RESULT, "Results"), "complete": Bool(), **_EPOCHS_CURSOR}, PageOk),
+    Obj({"ok": Const(False), "attemptId": ID, "code": Node(ref="PageRefusalCode"), **_EPOCHS_CURSOR}, PageRefused),
+), ref="PageResult", description="The result of `page`: the page staged, or refused.")
+APPLY_RESULT: OneOf[Any] = OneOf((
+    Obj({"ok": Const(True), "replayed": Bool(), "attemptId": Nullable(ID), "projectId": SEGMENT,
+         "recordVersion": COUNT, "result": RESULT, **_EPOCHS_CURSOR}, ApplyOk,
+        description="Applied, or replayed from an applied receipt."),
+    _refused(Const(False), Const(False), Node(ref="TransientRefusalCode"),
+             "A transient refusal: nothing written, no receipt, the cursor unchanged."),
+    _refused(Bool(), Const(True), Node(ref="ReceiptRefusalCode"),
+             "Consumed: a refused receipt written and the cursor moved (replayed: answered from it)."),
+    _refused(Const(True), Const(True), Const(RefusalCode.DELIVERY_CONFLICT.value),
+             "A replay whose MAC differs from its receipt's: nothing written."),
+), ref="ApplyResult", description="The result of `delivery`: applied (or replayed), or refused; a refusal that is "
+                                  "`consumed` advanced the cursor and has a receipt, except a `delivery_conflict`.")
+COMMIT_RESULT: OneOf[Any] = OneOf((
+    Obj({"ok": Const(True), "attemptId": ID, **_EPOCHS_CURSOR}, CommitOk),
+    Obj({"ok": Const(False), "attemptId": ID, "code": Node(ref="CommitRefusalCode"), **_EPOCHS_CURSOR}, CommitRefused),
+), ref="CommitResult", description="The result of `commit`: promoted and open, or refused.")
+STATUS = Obj(
+    {"activated": Bool(), "gateOpen": Bool(), "attemptId": Nullable(ID), "orgId": Nullable(SEGMENT),
+     "appliedThrough": Nullable(CURSOR), "policyEpochs": POLICY_EPOCHS, "projectIds": PROJECT_IDS}, Status,
+    ref="Status", description="The result of `status`: the authority row and the live project ids (sorted), no value.")
+SNAPSHOT_ENTRY: OneOf[SnapshotEntry] = OneOf((
+    Obj({"state": BINDING_STATE, "materialization": MATERIALIZATION.variants[MatKind.INSTALLED.value],
+         "value": Shape({"type": "string"})}, SnapshotEntry, description="Installed: its plaintext value."),
+    Obj({"state": BINDING_STATE, "materialization": Tagged(
+        {k: v for k, v in MATERIALIZATION.variants.items() if k != MatKind.INSTALLED.value},
+        kind_of=MATERIALIZATION.kind_of), "value": Shape({"type": "null"})}, SnapshotEntry,
+        description="Withheld or unavailable: no value."),
+), pick=lambda entry: 0 if entry.materialization.kind is MatKind.INSTALLED else 1, ref="SnapshotEntry",
+    description="One served record; `value` is its plaintext when installed, else null.")
+SNAPSHOT_PROJECT = Obj({"projectId": SEGMENT, "recordVersion": COUNT, "entries": ListOf(SNAPSHOT_ENTRY, "entries")},
+                       SnapshotProject)
+SNAPSHOT = Nullable(Obj({"projects": ListOf(SNAPSHOT_PROJECT, "projects")}, Snapshot), ref="Snapshot",
+                    description="The result of `snapshot`: the served view in the order the ids were asked for, or "
+                                "null (the read fails closed).")
+RECEIPT = Obj(
+    {"streamId": ID, "sequence": COUNT, "ok": Bool(), "code": Nullable(Node(ref="ReceiptRefusalCode")),
+     "result": Nullable(RESULT), "recordVersion": Nullable(COUNT)}, ReceiptView, ref="Receipt",
+    description="One receipt of a consumed delivery, as `receipts` lists it (no MAC). Whether `ok` goes with a code "
+                "or with a result and a version is beyond the schema (state-receipt-shape).")
+DIAGNOSIS = Nullable(Obj(
+    {"reason": Shape({"type": "string", "enum": [r.value for r in DiagnosisReason]},
+                     description="Checked in this order."), "message": Shape({"type": "string"})}, Diagnosis),
+    ref="Diagnosis", description="The result of `diagnostics`: null when `snapshot` of the same ids would serve, "
+                                 "else why not (`message` is for people, names no value, and is not compared).")
+READINESS = Obj({"ready": Bool()}, Readiness, ref="Readiness", description="The result of `ready`.")
+CRASHED = Obj({"crashedAfterCommit": Count(1)}, Crashed, unbuild=lambda crashed: (crashed.after_commit,), ref="Crashed",
+              description="A page or delivery with `crashAfterCommit: k` crashed right after its k-th write commit; "
+                          "the replica was reopened and its gate closed.")
+EMPTY = Obj({}, Done, ref="Empty", description="The result of `reset`, `close`, `restart` and `store.*`.")
+#: Every declared result of the contract, in the contract's order.
+RESULTS: tuple[Node[Any], ...] = (
+    BEGIN_RESULT, PAGE_RESULT, APPLY_RESULT, COMMIT_RESULT, STATUS, SNAPSHOT_ENTRY, SNAPSHOT, RECEIPT,
+    ListOf(RECEIPT, "Receipts", ref="Receipts", description="The result of `receipts`: sorted by streamId, then "
+                                                            "sequence."),
+    READINESS, DIAGNOSIS, CRASHED, EMPTY)
+
+
+def definitions(nodes: tuple[Node[Any], ...] = DECLARED) -> dict[str, JSON]:
+    """The JSON Schema of each of ``nodes`` (the frames' by default; ``RESULTS``), by its name in the contract
+    (``spec.schema`` adds the ``$id``)."""
+    return {node.ref: node.definition() for node in nodes}
 
 
 # ---------------------------------------------------------------------------
@@ -835,256 +1002,18 @@ def _(value: dict[Any, Any]) -> _JsonObject:
     return out
 
 
-@_register(StagedRef)
-def _(value: StagedRef) -> _JsonObject:
-    return {"kind": "staged", "stagingId": value.staging_id}
-
-
-@_register(LegacyRef)
-def _(value: LegacyRef) -> _JsonObject:
-    return {"kind": "legacy", "ssmVersion": value.ssm_version}
-
-
-@_register(Head)
-def _(value: Head) -> _JsonObject:
-    return {
-        "revision": value.revision,
-        "generation": value.generation,
-        "tombstone": value.tombstone,
-        "valueRef": encode(value.value_ref),
-    }
-
-
-@_register(BindOmit)
-def _(value: BindOmit) -> _JsonObject:
-    return {"kind": "omit"}
-
-
-@_register(BindWithhold)
-def _(value: BindWithhold) -> _JsonObject:
-    return {"kind": "withhold", "reason": encode(value.reason)}
-
-
-@_register(BindingState)
-def _(value: BindingState) -> _JsonObject:
-    return {
-        "key": value.key,
-        "head": encode(value.head),
-        "binding": encode(value.binding),
-        "policyEpoch": value.policy_epoch,
-        "listingGeneration": value.listing_generation,
-    }
-
-
-@_register(Materialization)
-def _(value: Materialization) -> _JsonObject:
-    if value.kind is MatKind.INSTALLED:
-        return {"kind": "installed"}
-    return {"kind": encode(value.kind), "reason": encode(value.reason)}
-
-
-@_register(RecordResult)
-def _(value: RecordResult) -> _JsonObject:
-    return {"state": encode(value.state), "materialization": encode(value.materialization)}
-
-
-@_register(Cursor)
-def _(value: Cursor) -> _JsonObject:
-    return {"streamId": value.stream_id, "sequence": value.sequence}
-
-
-@_register(BeginFrame)
-def _(value: BeginFrame) -> _JsonObject:
-    return {
-        "attempt": {"streamId": value.stream_id, "attemptId": value.attempt_id},
-        "projectIds": list(value.project_ids),
-    }
-
-
-@_register(PageFrame)
-def _(value: PageFrame) -> _JsonObject:
-    return {
-        "opId": value.op_id,
-        "attemptId": value.attempt_id,
-        "projectId": value.project_id,
-        "after": value.after,
-        "recordVersion": value.record_version,
-        "records": [encode(r) for r in value.records],
-        "complete": value.complete,
-    }
-
-
-@_register(ApplyFrame)
-def _(value: ApplyFrame) -> _JsonObject:
-    out: _JsonObject = {
-        "kind": APPLY_KIND,
-        "opId": value.op_id,
-        "projectId": value.project_id,
-        "recordVersion": value.record_version,
-        "state": encode(value.state),
-        "delivery": encode(value.delivery),
-    }
-    if value.reconciliation_attempt_id is not None:
-        out["reconciliationAttemptId"] = value.reconciliation_attempt_id
-    return out
-
-
-@_register(DeliveryRequest)
-def _(value: DeliveryRequest) -> _JsonObject:
-    """Exactly what the receipt MAC covers (section 2): no opId, no reconciliationAttemptId."""
-    return {
-        "kind": APPLY_KIND,
-        "projectId": value.project_id,
-        "recordVersion": value.record_version,
-        "state": encode(value.state),
-        "delivery": encode(value.delivery),
-    }
-
-
-@_register(ProjectVersion)
-def _(value: ProjectVersion) -> _JsonObject:
-    return {"projectId": value.project_id, "recordVersion": value.record_version}
-
-
-@_register(CommitFrame)
-def _(value: CommitFrame) -> _JsonObject:
-    return {
-        "attemptId": value.attempt_id,
-        "highWater": encode(value.high_water),
-        "versions": [encode(v) for v in value.versions],
-    }
-
-
-@_register(BeginResult)
-def _(value: BeginResult) -> _JsonObject:
-    return {"appliedThrough": encode(value.applied_through), "policyEpochs": list(value.policy_epochs)}
-
-
-@_register(PageOk)
-def _(value: PageOk) -> _JsonObject:
-    return {
-        "ok": True,
-        "attemptId": value.attempt_id,
-        "projectId": value.project_id,
-        "after": value.after,
-        "recordVersion": value.record_version,
-        "results": [encode(r) for r in value.results],
-        "complete": value.complete,
-        "policyEpochs": list(value.policy_epochs),
-        "appliedThrough": encode(value.applied_through),
-    }
-
-
-@_register(PageRefused)
-def _(value: PageRefused) -> _JsonObject:
-    return {
-        "ok": False,
-        "attemptId": value.attempt_id,
-        "code": encode(value.code),
-        "policyEpochs": list(value.policy_epochs),
-        "appliedThrough": encode(value.applied_through),
-    }
-
-
-@_register(ApplyOk)
-def _(value: ApplyOk) -> _JsonObject:
-    return {
-        "ok": True,
-        "replayed": value.replayed,
-        "attemptId": value.attempt_id,
-        "projectId": value.project_id,
-        "recordVersion": value.record_version,
-        "result": encode(value.result),
-        "policyEpochs": list(value.policy_epochs),
-        "appliedThrough": encode(value.applied_through),
-    }
-
-
-@_register(ApplyRefused)
-def _(value: ApplyRefused) -> _JsonObject:
-    return {
-        "ok": False,
-        "replayed": value.replayed,
-        "consumed": value.consumed,
-        "attemptId": value.attempt_id,
-        "code": encode(value.code),
-        "policyEpochs": list(value.policy_epochs),
-        "appliedThrough": encode(value.applied_through),
-    }
-
-
-@_register(CommitOk)
-def _(value: CommitOk) -> _JsonObject:
-    return {
-        "ok": True,
-        "attemptId": value.attempt_id,
-        "policyEpochs": list(value.policy_epochs),
-        "appliedThrough": encode(value.applied_through),
-    }
-
-
-@_register(CommitRefused)
-def _(value: CommitRefused) -> _JsonObject:
-    return {
-        "ok": False,
-        "attemptId": value.attempt_id,
-        "code": encode(value.code),
-        "policyEpochs": list(value.policy_epochs),
-        "appliedThrough": encode(value.applied_through),
-    }
-
-
-@_register(Status)
-def _(value: Status) -> _JsonObject:
-    return {
-        "activated": value.activated,
-        "gateOpen": value.gate_open,
-        "attemptId": value.attempt_id,
-        "orgId": value.org_id,
-        "appliedThrough": encode(value.applied_through),
-        "policyEpochs": list(value.policy_epochs),
-        "projectIds": list(value.project_ids),
-    }
-
-
-@_register(SnapshotEntry)
-def _(value: SnapshotEntry) -> _JsonObject:
-    return {
-        "state": encode(value.state),
-        "materialization": encode(value.materialization),
-        "value": value.value,
-    }
-
-
-@_register(SnapshotProject)
-def _(value: SnapshotProject) -> _JsonObject:
-    return {
-        "projectId": value.project_id,
-        "recordVersion": value.record_version,
-        "entries": [encode(e) for e in value.entries],
-    }
-
-
-@_register(Snapshot)
-def _(value: Snapshot) -> _JsonObject:
-    return {"projects": [encode(p) for p in value.projects]}
-
-
-@_register(ReceiptView)
-def _(value: ReceiptView) -> _JsonObject:
-    return {
-        "streamId": value.stream_id,
-        "sequence": value.sequence,
-        "ok": value.ok,
-        "code": encode(value.code),
-        "result": encode(value.result),
-        "recordVersion": value.record_version,
-    }
-
-
-@_register(Done)
-def _(value: Done) -> _JsonObject:
-    return {}  # section 5: close, restart and store.* answer {}
+#: The declared types and results encode as declared (``Node.encode``).
+for _type, _node in ((StagedRef, STAGED_REF), (LegacyRef, LEGACY_REF), (Head, HEAD), (BindOmit, BINDING),
+                     (BindWithhold, BINDING), (BindingState, BINDING_STATE), (Materialization, MATERIALIZATION),
+                     (RecordResult, RESULT), (Cursor, CURSOR), (BeginFrame, BEGIN), (PageFrame, PAGE),
+                     (ApplyFrame, APPLY), (ProjectVersion, PROJECT_VERSION), (CommitFrame, COMMIT),
+                     (DeliveryRequest, DELIVERY_REQUEST), (BeginResult, BEGIN_RESULT), (PageOk, PAGE_RESULT),
+                     (PageRefused, PAGE_RESULT), (ApplyOk, APPLY_RESULT), (ApplyRefused, APPLY_RESULT),
+                     (CommitOk, COMMIT_RESULT), (CommitRefused, COMMIT_RESULT), (Status, STATUS),
+                     (SnapshotEntry, SNAPSHOT_ENTRY), (SnapshotProject, SNAPSHOT_PROJECT), (Snapshot, SNAPSHOT),
+                     (ReceiptView, RECEIPT), (Readiness, READINESS), (Crashed, CRASHED), (Done, EMPTY),
+                     (Diagnosis, DIAGNOSIS)):
+    encode.register(_type, _node.encode)
 
 
 @_register(Failed)
@@ -1095,21 +1024,6 @@ def _(value: Failed) -> _JsonObject:
 @_register(ReplicaError)
 def _(value: ReplicaError) -> _JsonObject:
     return {"type": value.wire_type, "message": value.message}  # section 5's error object
-
-
-@_register(Crashed)
-def _(value: Crashed) -> _JsonObject:
-    return {"crashedAfterCommit": value.after_commit}
-
-
-@_register(Readiness)
-def _(value: Readiness) -> _JsonObject:
-    return {"ready": value.ready}
-
-
-@_register(Diagnosis)
-def _(value: Diagnosis) -> _JsonObject:
-    return {"reason": value.reason.value, "message": value.message}
 
 
 @_register(Pending)

@@ -11,8 +11,10 @@ reference implementation) on each:
   not conform (so: it conforms => the parser accepts it, or refuses it for a rule beyond the schema);
 * a refusal for a rule beyond the schema names one of ``spec.schema.BEYOND_THE_SCHEMA``.
 
-Two mutants show the property catches a parser and a schema that disagree. The example count is the budget's
-(``tests/budget.py``): a few seconds at ``dev``.
+Two mutants show the property catches a parser and a schema that disagree. The results (never parsed: declared for
+their encoding and their definitions) are held the same way from the other side: each kind of result, drawn as a
+domain value, encodes to a value of its definition. The example count is the budget's (``tests/budget.py``): a few
+seconds at ``dev``.
 """
 
 from __future__ import annotations
@@ -29,7 +31,34 @@ from referencing.jsonschema import DRAFT202012
 
 from envreplica.spec import schema as S
 from envreplica.spec import wire
-from envreplica.spec.domain import InvalidFrame, LegacyRef
+from envreplica.spec.domain import (
+    COMMIT_REFUSALS,
+    PAGE_REFUSALS,
+    RECEIPT_REFUSALS,
+    TRANSIENT_REFUSALS,
+    ApplyOk,
+    ApplyRefused,
+    BeginResult,
+    CommitOk,
+    CommitRefused,
+    Crashed,
+    Cursor,
+    Diagnosis,
+    DiagnosisReason,
+    Done,
+    InvalidFrame,
+    LegacyRef,
+    MatKind,
+    PageOk,
+    PageRefused,
+    Readiness,
+    ReceiptView,
+    RefusalCode,
+    Snapshot,
+    SnapshotEntry,
+    SnapshotProject,
+    Status,
+)
 
 from budget import examples
 from schema_check import conforms
@@ -59,7 +88,7 @@ def instances(node: wire.Node[Any]) -> st.SearchStrategy[Any]:
     if isinstance(node, wire.Bool):
         return st.booleans()
     if isinstance(node, wire.Const):
-        return st.just(node.text)
+        return st.just(node.constant)
     if isinstance(node, wire.Nullable):
         return st.none() | instances(node.node)
     if isinstance(node, wire.ListOf):
@@ -247,3 +276,79 @@ def test_a_schema_looser_than_its_parser_is_caught() -> None:
     schema = _fresh_conforms(definitions, "Cursor")
     found = find(_values(wire.CURSOR), lambda v: disagreement(wire.CURSOR, v, schema) is not None, settings=_FIND)
     assert found["sequence"] > wire.MAX_COUNT
+
+
+# ---------------------------------------------------------------------------
+# The results: encoded as declared, and each encoding is its definition's.
+# ---------------------------------------------------------------------------
+
+
+def _parsed(node: wire.Node[Any]) -> st.SearchStrategy[Any]:
+    """Domain values of a declared type with no order rule (drawn as JSON, then parsed)."""
+    return instances(node).map(lambda value: node.parse(value, "value"))
+
+
+_EPOCHS = st.lists(st.integers(0, wire.MAX_COUNT), unique=True, max_size=4).map(lambda xs: tuple(sorted(xs)))
+_IDS, _SEGMENTS, _CURSORS, _RESULTS = _parsed(wire.ID), _parsed(wire.SEGMENT), _parsed(wire.CURSOR), _parsed(wire.RESULT)
+_COUNTS, _MAYBE_IDS = st.integers(0, wire.MAX_COUNT), st.none() | _parsed(wire.ID)
+
+
+def _codes(codes: Any) -> st.SearchStrategy[RefusalCode]:
+    return st.sampled_from(sorted(codes, key=lambda code: code.value))
+
+
+def _entries(state: Any, materialization: Any) -> st.SearchStrategy[SnapshotEntry]:
+    text = st.text(max_size=5) if materialization.kind is MatKind.INSTALLED else st.none()
+    return text.map(lambda value: SnapshotEntry(state, materialization, value))
+
+
+#: (the definition a result's encoding follows, domain values of it) for every kind of result.
+RESULT_VALUES: list[tuple[str, st.SearchStrategy[Any]]] = [
+    ("BeginResult", st.builds(BeginResult, _CURSORS, _EPOCHS)),
+    ("PageResult", st.builds(PageOk, _IDS, _SEGMENTS, st.none() | _parsed(wire.KEY), _COUNTS,
+                             st.lists(_RESULTS, max_size=3).map(tuple), st.booleans(), _EPOCHS, _CURSORS)),
+    ("PageResult", st.builds(PageRefused, _IDS, _codes(PAGE_REFUSALS), _EPOCHS, _CURSORS)),
+    ("ApplyResult", st.builds(ApplyOk, st.booleans(), _MAYBE_IDS, _SEGMENTS, _COUNTS, _RESULTS, _EPOCHS, _CURSORS)),
+    ("ApplyResult", st.builds(ApplyRefused, st.just(False), st.just(False), _MAYBE_IDS, _codes(TRANSIENT_REFUSALS),
+                              _EPOCHS, _CURSORS)),
+    ("ApplyResult", st.builds(ApplyRefused, st.booleans(), st.just(True), _MAYBE_IDS, _codes(RECEIPT_REFUSALS),
+                              _EPOCHS, _CURSORS)),
+    ("ApplyResult", st.builds(ApplyRefused, st.just(True), st.just(True), _MAYBE_IDS,
+                              st.just(RefusalCode.DELIVERY_CONFLICT), _EPOCHS, _CURSORS)),
+    ("CommitResult", st.builds(CommitOk, _IDS, _EPOCHS, _CURSORS)),
+    ("CommitResult", st.builds(CommitRefused, _IDS, _codes(COMMIT_REFUSALS), _EPOCHS, _CURSORS)),
+    ("Status", st.builds(Status, st.booleans(), st.booleans(), _MAYBE_IDS, st.none() | _SEGMENTS,
+                         st.none() | _CURSORS, _EPOCHS, st.lists(_SEGMENTS, max_size=3).map(tuple))),
+    ("Snapshot", st.none() | st.builds(Snapshot, st.lists(st.builds(
+        SnapshotProject, _SEGMENTS, _COUNTS, st.lists(st.tuples(_parsed(wire.BINDING_STATE), _parsed(
+            wire.MATERIALIZATION)).flatmap(lambda pair: _entries(*pair)), max_size=3).map(tuple)),
+        max_size=2).map(tuple))),
+    ("Receipt", st.builds(ReceiptView, _IDS, _COUNTS, st.just(True), st.none(), _RESULTS, _COUNTS)),
+    ("Receipt", st.builds(ReceiptView, _IDS, _COUNTS, st.just(False), _codes(RECEIPT_REFUSALS), st.none(),
+                          st.none())),
+    ("Readiness", st.builds(Readiness, st.booleans())),
+    ("Diagnosis", st.none() | st.builds(Diagnosis, st.sampled_from(list(DiagnosisReason)), st.text(max_size=5))),
+    ("Crashed", st.builds(Crashed, st.integers(1, wire.MAX_COUNT))),
+    ("Empty", st.just(Done())),
+]
+
+
+@pytest.mark.parametrize("name, values", RESULT_VALUES, ids=[f"{n}-{i}" for i, (n, _) in enumerate(RESULT_VALUES)])
+@settings(max_examples=EXAMPLES, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(data=st.data())
+def test_every_result_encodes_to_its_definition(name: str, values: Any, data: Any) -> None:
+    value = data.draw(values)
+    assert conforms(name, wire.encode(value)), (name, wire.encode(value))
+
+
+def test_every_result_definition_is_exercised() -> None:
+    assert {name for name, _ in RESULT_VALUES} | {"Receipts", "SnapshotEntry"} == {n.ref for n in wire.RESULTS}
+
+
+def test_a_result_that_breaks_its_definition_is_encoded_as_it_is() -> None:
+    """A constant of a result's definition (``replayed`` false in a transient refusal) is written from the value, so
+    that a wrong answer stays wrong for the schema to refuse, never mended by the encoder."""
+    wrong = ApplyRefused(True, False, None, RefusalCode.DELIVERY_GAP, (), Cursor("s", 1))
+    assert wire.encode(wrong)["replayed"] is True and not conforms("ApplyResult", wire.encode(wrong))
+    right = ApplyRefused(False, False, None, RefusalCode.DELIVERY_GAP, (), Cursor("s", 1))
+    assert conforms("ApplyResult", wire.encode(right))
