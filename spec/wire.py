@@ -24,7 +24,7 @@ what the hand-written parser did, Python's ``jsonschema`` about 40 times that (a
 
 The rules JSON Schema cannot state are part of the declarations (``Ascending``, ``After``, ``Count``'s integer
 literals), each naming its entry in ``spec.schema.BEYOND_THE_SCHEMA``, the one list of them with why each is
-outside; a refusal for one is a ``BeyondTheSchema`` (an ``InvalidFrame`` carrying the rule's name). So parser and
+outside; a refusal for one is an ``InvalidFrame`` that ``beyond`` names the rule of. So parser and
 schema agree by construction, and ``tests/test_wire_schema.py`` holds them to it: a value the parser accepts
 conforms to the schema, and one it refuses for any other reason does not.
 
@@ -116,7 +116,7 @@ __all__ = [
     "MAX_BEGIN_PROJECTS",
     "MAX_PAGE_RECORDS",
     "MAX_POLICY_EPOCHS",
-    "BeyondTheSchema",
+    "beyond",
     "DECLARED",
     "definitions",
     "parse_begin",
@@ -153,15 +153,11 @@ APPLY_KIND = "env.replica.apply"
 # ---------------------------------------------------------------------------
 
 
-class BeyondTheSchema(InvalidFrame):
-    """A frame that breaks a rule JSON Schema cannot state (``rule``: its name in ``spec.schema.BEYOND_THE_SCHEMA``)."""
-
-    def __init__(self, message: str, rule: str) -> None:
-        super().__init__(message)
-        self.rule = rule
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.message, self.rule))
+def beyond(error: InvalidFrame) -> Optional[str]:
+    """The rule beyond the schema (its name in ``spec.schema.BEYOND_THE_SCHEMA``) ``error`` refused a frame for; None
+    for a rule of the schema. (An attribute of the error, not a subclass: mypyc's ``InvalidFrame`` takes none.)"""
+    rule = getattr(error, "beyond_the_schema", None)
+    return rule if isinstance(rule, str) else None
 
 
 class _Absent:
@@ -192,14 +188,17 @@ _ROOT = re.compile(r"[^.\[]*")
 
 def _invalid(path: str, rule: str, value: Any, fix: str, *, shown: Optional[str] = None,
              beyond: Optional[str] = None) -> NoReturn:
-    """Raise the ``InvalidFrame`` for ``path`` (a ``BeyondTheSchema`` for the rule ``beyond``); ``shown`` replaces
+    """Raise the ``InvalidFrame`` for ``path`` (naming the rule ``beyond``, see ``beyond``); ``shown`` replaces
     the value's repr."""
     matched = _ROOT.match(path)
     assert matched is not None  # [^.\[]* matches every string (possibly empty)
     root = matched.group() or "frame"
     got = shown if shown is not None else _show(value)
     message = f"invalid {root}: {path} {rule}; got {got}. {fix}"
-    raise InvalidFrame(message) if beyond is None else BeyondTheSchema(message, beyond)
+    error = InvalidFrame(message)
+    if beyond is not None:
+        error.beyond_the_schema = beyond  # type: ignore[attr-defined]
+    raise error
 
 
 _SHOWN_KEY = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,31}")
@@ -229,7 +228,7 @@ def unshown(value: Any) -> str:
 
 
 # ---------------------------------------------------------------------------
-# The nodes a declaration is made of: each parses and renders its schema.
+# The nodes a declaration is made of: each parses, encodes, and renders its schema.
 # ---------------------------------------------------------------------------
 
 
@@ -238,9 +237,10 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, eq=False, kw_only=True)
 class Node(Generic[T]):
-    """One wire type: ``parse`` checks a decoded JSON value and builds its domain value; ``definition`` is its JSON
-    Schema. A node with a ``ref`` is a definition of the contract: where it is used, its schema is ``{"$ref":
-    ref}``; a node without one is written out where it is used."""
+    """One wire type: ``parse`` checks a decoded JSON value and builds its domain value, ``encode`` writes one back,
+    ``definition`` is its JSON Schema. A node with a ``ref`` is a definition of the contract: where it is used, its
+    schema is ``{"$ref": ref}``; a node without one is written out where it is used. A node with only a ``ref`` stands
+    for a definition ``spec.schema`` writes (a refusal code set)."""
 
     ref: str = ""  # its name in the contract
     description: str = ""  # what it is, for the schema's reader
@@ -440,8 +440,9 @@ class ListOf(Node[tuple[T, ...]]):
 
 @dataclass(frozen=True, eq=False)
 class NullWhen:
-    """``field`` is JSON null exactly when the boolean ``flag`` is true; the schema states it as two objects, one
-    per value of ``flag`` (their descriptions ``live`` and ``dead``). ``field``'s own node says what it is else."""
+    """``field`` is JSON null exactly when the boolean ``flag`` (declared before it) is true; the schema states it as
+    two objects, one per value of ``flag`` (their descriptions ``live`` and ``dead``). ``field``'s own node says what
+    it is else."""
 
     flag: str
     field: str
@@ -561,10 +562,13 @@ class Obj(Node[T]):
 
     @functools.cached_property
     def _encoding(self) -> tuple[tuple[str, Optional[Callable[[Any], Any]], str, bool, Any], ...]:
-        """(key, its node's encoder (None for a Const), its attribute (``opId``: ``op_id``), optional, the Const's
-        constant) of each field."""
-        return tuple((key, None if how == _CHECKED else node.encode,
-                      re.sub("[A-Z]", lambda m: "_" + m.group().lower(), key), key in self.optional,
+        """(key, its node's encoder (None for a Const), its attribute (``opId``: ``op_id``; a Const's only when the
+        built type has it, see ``Const``), optional, the Const's constant) of each field."""
+        def attribute(key: str, how: int) -> str:
+            name = re.sub("[A-Z]", lambda m: "_" + m.group().lower(), key)
+            return name if how != _CHECKED or (isinstance(self.build, type) and hasattr(self.build, name)) else ""
+
+        return tuple((key, None if how == _CHECKED else node.encode, attribute(key, how), key in self.optional,
                       node.constant if isinstance(node, Const) else None) for key, node, how in self._plan)
 
     def encode(self, value: T) -> JSON:
@@ -574,8 +578,8 @@ class Obj(Node[T]):
             source, get = dict(zip([a for _, c, a, _, _ in self._encoding if c], self.unbuild(value))), dict.get
         out: JSON = {}
         for key, coder, attribute, optional, constant in self._encoding:
-            if coder is None:
-                out[key] = encode(get(source, attribute, constant))  # see Const
+            if coder is None:  # a Const: see there
+                out[key] = encode(get(source, attribute)) if attribute else constant
                 continue
             part = get(source, attribute)
             if part is not None:
