@@ -3,11 +3,13 @@
 Models: every JSON shape an implementation exchanges with the harness
 (``docs/protocol.md``): the value types, the four frames, the results and
 reads, the value store's two envelopes, every adapter request and response,
-and the ``state`` document. The schema is built here from the definitions
-the rest of ``spec`` already holds (``spec.wire``'s string patterns, Count
-bound and list limits, ``spec.domain``'s refusal codes, materialization
-kinds and diagnosis reasons) and from the adapter's op table, ``OPS``, which
-the drivers read too. Each op has a response definition of its own
+and the ``state`` document. The value types and the frames are not written
+here: they are ``spec.wire``'s declarations (``wire.definitions()``), the
+same ones its parser runs, so that the schema and the parser are one truth.
+The rest is built here from the definitions the rest of ``spec`` already
+holds (``spec.domain``'s refusal codes, materialization kinds and diagnosis
+reasons) and from the adapter's op table, ``OPS``, which the drivers read
+too. Each op has a response definition of its own
 (``response_definition``: ``PageResponse`` for ``page``, its result or an
 error), and each result holds only its operation's refusal codes, generated
 from ``spec.domain``'s sets (``PAGE_REFUSALS`` and the others).
@@ -17,10 +19,10 @@ The shipped copy (``spec/contract.schema.json``) and the TypeScript kit's
 types are generated from it, and tests hold the parser of ``spec.wire``,
 the drivers and the kit to it.
 
-Leaves out on purpose (``BEYOND_THE_SCHEMA``): the rules JSON Schema cannot
-state. They are each checked by ``spec.wire`` or by the adapter, listed in
-``docs/protocol.md`` section "Beyond the schema", and each has a test
-(``tests/test_schema.py``).
+Leaves out on purpose (``BEYOND_THE_SCHEMA``, each with why): the rules the
+schema does not state. They are each checked by ``spec.wire`` or by the
+adapter or the harness, listed in ``docs/protocol.md`` section "Beyond the
+schema", and each has a test (``tests/test_schema.py``).
 
 Every definition has an ``$id`` relative to ``BASE`` and refers to the others
 by those ids (``{"$ref": "Head"}``), so that one definition can be printed
@@ -42,8 +44,6 @@ from envreplica.spec.domain import (
     PAGE_REFUSALS,
     RECEIPT_REFUSALS,
     TRANSIENT_REFUSALS,
-    DiagnosisReason,
-    MatKind,
     RefusalCode,
 )
 
@@ -91,17 +91,8 @@ def _ref(name: str) -> JSON:
     return {"$ref": name}
 
 
-def _pattern(p: Any) -> JSON:
-    """A string type of ``spec.wire``: its regex anchored so that every dialect reads it alike.
-
-    ``$`` also matches before a final newline in Python's ``re`` (which ``jsonschema`` uses) and in PCRE;
-    ``(?![\\s\\S])`` is the end of the string in ECMA-262, Python and PCRE alike.
-    """
-    return {"type": "string", "pattern": f"^(?:{p.regex.pattern})(?![\\s\\S])"}
-
-
 def _count(minimum: int = 0) -> JSON:
-    return {"type": "integer", "minimum": minimum, "maximum": wire.MAX_COUNT}
+    return wire.Count(minimum).schema()
 
 
 def _obj(properties: Mapping[str, JSON], *, optional: tuple[str, ...] = (), description: str = "",
@@ -130,96 +121,6 @@ def _enum(values: Any, description: str) -> JSON:
 # ---------------------------------------------------------------------------
 
 
-def _materialization(kind: MatKind) -> JSON:
-    """One kind of ``Materialization``: installed (no reason), or withheld / unavailable with a reason."""
-    if kind is MatKind.INSTALLED:
-        return _obj({"kind": {"const": kind.value}})
-    return _obj({"kind": {"const": kind.value}, "reason": _ref("Reason")})
-
-
-def _value_types() -> dict[str, JSON]:
-    d: dict[str, JSON] = {}
-    d["Id"] = {**_pattern(wire.ID), "description": "streamId, attemptId, opId: 1-128 characters, an ASCII letter "
-               "or digit first, then letters, digits, '_', '.', ':' or '-'."}
-    d["Segment"] = {**_pattern(wire.SEGMENT), "description": "projectId, orgId: 1-64 characters, an ASCII letter "
-                    "or digit first, then letters, digits, '_', '.' or '-'. A parameter path segment."}
-    d["Key"] = {**_pattern(wire.KEY), "description": "An environment variable name: 1-128 characters, an ASCII "
-                "letter or '_' first, then letters, digits or '_'."}
-    d["Reason"] = {**_pattern(wire.REASON), "description": "A withhold or unavailable reason: 1-64 characters, "
-                   "a lowercase ASCII letter first, then lowercase letters, digits or '_'."}
-    d["Count"] = {**_count(), "description": "A JSON integer from 0 to 2^53-1. Never a boolean; never written "
-                  "with a fraction or exponent (1.0 and 1e2 are not Counts: beyond the schema)."}
-    d["StagingId"] = {**_pattern(wire.STAGING_ID), "description": "A lowercase canonical UUID."}
-    d["PolicyEpochs"] = {"type": "array", "items": _ref("Count"), "maxItems": wire.MAX_POLICY_EPOCHS,
-                         "uniqueItems": True,
-                         "description": "The policy epochs a replica keeps: Counts, strictly ascending "
-                                        "(the order is beyond the schema), at most 64."}
-    d["StagedRef"] = _obj({"kind": {"const": "staged"}, "stagingId": _ref("StagingId")},
-                          description="An immutable staged parameter, named by its staging id.")
-    d["LegacyRef"] = _obj({"kind": {"const": "legacy"}, "ssmVersion": _count(1)},
-                          description="One version (>= 1) of a project's legacy parameter.")
-    d["ValueRef"] = {"description": "Where a record's value lives in the value store.",
-                     "oneOf": [_ref("StagedRef"), _ref("LegacyRef")]}
-    d["Head"] = {"description": "A record's head: its counters, whether it is deleted, and its value's reference "
-                 "(null exactly when it is a tombstone).", "oneOf": [
-        _obj({"revision": _ref("Count"), "generation": _ref("Count"), "tombstone": {"const": False},
-              "valueRef": _ref("ValueRef")}, description="A live head: it has a value reference."),
-        _obj({"revision": _ref("Count"), "generation": _ref("Count"), "tombstone": {"const": True},
-              "valueRef": {"type": "null"}}, description="A tombstone: no value reference."),
-    ]}
-    d["Binding"] = {"description": "How the task binds the key: null (normally), omitted, or withheld for a "
-                    "reason.", "oneOf": [
-        {"type": "null"},
-        _obj({"kind": {"const": "omit"}}),
-        _obj({"kind": {"const": "withhold"}, "reason": _ref("Reason")}),
-    ]}
-    d["BindingState"] = _obj(
-        {"key": _ref("Key"), "head": _ref("Head"), "binding": _ref("Binding"),
-         "policyEpoch": _nullable(_ref("Count")), "listingGeneration": _ref("Count")},
-        description="One record as the cloud describes it.")
-    d["Materialization"] = {"description": "What the replica made of a record: its value installed, withheld "
-                            "(by the record itself) or unavailable (not fetched, or the fetch failed).",
-                            "oneOf": [_materialization(kind) for kind in MatKind]}
-    d["Result"] = _obj({"state": _ref("BindingState"), "materialization": _ref("Materialization")},
-                       description="A record and what the replica made of it.")
-    d["Cursor"] = _obj({"streamId": _ref("Id"), "sequence": _ref("Count")},
-                       description="A position in a delivery stream: the last sequence applied.")
-    return d
-
-
-def _frames() -> dict[str, JSON]:
-    d: dict[str, JSON] = {}
-    d["BeginFrame"] = _obj(
-        {"attempt": _obj({"streamId": _ref("Id"), "attemptId": _ref("Id")}),
-         "projectIds": {"type": "array", "items": _ref("Segment"), "uniqueItems": True,
-                        "maxItems": wire.MAX_BEGIN_PROJECTS}},
-        description="Closes the gate and opens a snapshot attempt over exactly these projects (unique, at most "
-                    f"{wire.MAX_BEGIN_PROJECTS}).")
-    d["PageFrame"] = _obj(
-        {"opId": _ref("Id"), "attemptId": _ref("Id"), "projectId": _ref("Segment"),
-         "after": _nullable(_ref("Key")), "recordVersion": _ref("Count"),
-         "records": {"type": "array", "items": _ref("BindingState"), "maxItems": wire.MAX_PAGE_RECORDS},
-         "complete": {"type": "boolean"}},
-        description="One page of a project's snapshot: records after the key `after` (null: the first page), "
-                    f"keys strictly ascending (beyond the schema), at most {wire.MAX_PAGE_RECORDS}.")
-    d["ApplyFrame"] = _obj(
-        {"kind": {"const": wire.APPLY_KIND}, "opId": _ref("Id"), "projectId": _ref("Segment"),
-         "recordVersion": _count(1), "state": _ref("BindingState"),
-         "delivery": _obj({"streamId": _ref("Id"), "sequence": _count(1)}),
-         "reconciliationAttemptId": _ref("Id")},
-        optional=("reconciliationAttemptId",),
-        description="One ordered delta (a delivery): a record's new state at a project's next record version. "
-                    "`reconciliationAttemptId` is present exactly while a snapshot attempt is open (never null).")
-    d["CommitFrame"] = _obj(
-        {"attemptId": _ref("Id"), "highWater": _ref("Cursor"),
-         "versions": {"type": "array", "items": _obj({"projectId": _ref("Segment"),
-                                                     "recordVersion": _ref("Count")})}},
-        description="Promotes the attempt's staged view and opens the gate, if the high-water mark and every "
-                    "project's version match what was staged; versions strictly ascending by projectId "
-                    "(beyond the schema).")
-    return d
-
-
 #: The per-operation refusal code definitions: (name, codes, description), generated from ``spec.domain``'s sets.
 _REFUSAL_SETS: tuple[tuple[str, frozenset[RefusalCode], str], ...] = (
     ("PageRefusalCode", PAGE_REFUSALS, "The codes a page answers (section 10.5)."),
@@ -241,77 +142,7 @@ def _results() -> dict[str, JSON]:
                              "answers only some of them (PageRefusalCode, DeliveryRefusalCode, CommitRefusalCode).")
     for name, codes, what in _REFUSAL_SETS:
         d[name] = _enum([c for c in RefusalCode if c in codes], what)
-    epochs_cursor = {"policyEpochs": _ref("PolicyEpochs"), "appliedThrough": _ref("Cursor")}
-    d["BeginResult"] = _obj({"appliedThrough": _ref("Cursor"), "policyEpochs": _ref("PolicyEpochs")},
-                            description="The result of `begin`.")
-    d["PageResult"] = {"description": "The result of `page`: the page staged, or refused.", "oneOf": [
-        _obj({"ok": {"const": True}, "attemptId": _ref("Id"), "projectId": _ref("Segment"),
-              "after": _nullable(_ref("Key")), "recordVersion": _ref("Count"),
-              "results": {"type": "array", "items": _ref("Result")}, "complete": {"type": "boolean"},
-              **epochs_cursor}),
-        _obj({"ok": {"const": False}, "attemptId": _ref("Id"), "code": _ref("PageRefusalCode"), **epochs_cursor}),
-    ]}
-    refused = {"ok": {"const": False}}
-    d["ApplyResult"] = {"description": "The result of `delivery`: applied (or replayed), or refused; a refusal "
-                        "that is `consumed` advanced the cursor and has a receipt, except a `delivery_conflict`.",
-                        "oneOf": [
-        _obj({"ok": {"const": True}, "replayed": {"type": "boolean"}, "attemptId": _nullable(_ref("Id")),
-              "projectId": _ref("Segment"), "recordVersion": _ref("Count"), "result": _ref("Result"),
-              **epochs_cursor}, description="Applied, or replayed from an applied receipt."),
-        _obj({**refused, "replayed": {"const": False}, "consumed": {"const": False},
-              "attemptId": _nullable(_ref("Id")), "code": _ref("TransientRefusalCode"), **epochs_cursor},
-             description="A transient refusal: nothing written, no receipt, the cursor unchanged."),
-        _obj({**refused, "replayed": {"type": "boolean"}, "consumed": {"const": True},
-              "attemptId": _nullable(_ref("Id")), "code": _ref("ReceiptRefusalCode"), **epochs_cursor},
-             description="Consumed: a refused receipt written and the cursor moved (replayed: answered from it)."),
-        _obj({**refused, "replayed": {"const": True}, "consumed": {"const": True},
-              "attemptId": _nullable(_ref("Id")), "code": {"const": RefusalCode.DELIVERY_CONFLICT.value},
-              **epochs_cursor},
-             description="A replay whose MAC differs from its receipt's: nothing written."),
-    ]}
-    d["CommitResult"] = {"description": "The result of `commit`: promoted and open, or refused.", "oneOf": [
-        _obj({"ok": {"const": True}, "attemptId": _ref("Id"), **epochs_cursor}),
-        _obj({"ok": {"const": False}, "attemptId": _ref("Id"), "code": _ref("CommitRefusalCode"), **epochs_cursor}),
-    ]}
-    d["Status"] = _obj(
-        {"activated": {"type": "boolean"}, "gateOpen": {"type": "boolean"}, "attemptId": _nullable(_ref("Id")),
-         "orgId": _nullable(_ref("Segment")), "appliedThrough": _nullable(_ref("Cursor")),
-         "policyEpochs": _ref("PolicyEpochs"), "projectIds": {"type": "array", "items": _ref("Segment")}},
-        description="The result of `status`: the authority row and the live project ids (sorted), no value.")
-    d["SnapshotEntry"] = {"description": "One served record; `value` is its plaintext when installed, else null.",
-                          "oneOf": [
-        _obj({"state": _ref("BindingState"), "materialization": _materialization(MatKind.INSTALLED),
-              "value": {"type": "string"}}, description="Installed: its plaintext value."),
-        _obj({"state": _ref("BindingState"),
-              "materialization": {"oneOf": [_materialization(k) for k in MatKind if k is not MatKind.INSTALLED]},
-              "value": {"type": "null"}}, description="Withheld or unavailable: no value."),
-    ]}
-    d["Snapshot"] = {"description": "The result of `snapshot`: the served view in the order the ids were asked "
-                     "for, or null (the read fails closed).", "anyOf": [
-        _obj({"projects": {"type": "array", "items": _obj(
-            {"projectId": _ref("Segment"), "recordVersion": _ref("Count"),
-             "entries": {"type": "array", "items": _ref("SnapshotEntry")}})}}),
-        {"type": "null"},
-    ]}
-    d["Receipt"] = _obj(
-        {"streamId": _ref("Id"), "sequence": _ref("Count"), "ok": {"type": "boolean"},
-         "code": _nullable(_ref("ReceiptRefusalCode")), "result": _nullable(_ref("Result")),
-         "recordVersion": _nullable(_ref("Count"))},
-        description="One receipt of a consumed delivery, as `receipts` lists it (no MAC). Whether `ok` goes with a "
-                    "code or with a result and a version is beyond the schema (state-receipt-shape).")
-    d["Receipts"] = {"type": "array", "items": _ref("Receipt"),
-                     "description": "The result of `receipts`: sorted by streamId, then sequence."}
-    d["Readiness"] = _obj({"ready": {"type": "boolean"}}, description="The result of `ready`.")
-    d["Diagnosis"] = {"description": "The result of `diagnostics`: null when `snapshot` of the same ids would "
-                      "serve, else why not (`message` is for people, names no value, and is not compared).",
-                      "anyOf": [
-        _obj({"reason": _enum(DiagnosisReason, "Checked in this order."), "message": {"type": "string"}}),
-        {"type": "null"},
-    ]}
-    d["Crashed"] = _obj({"crashedAfterCommit": _count(1)},
-                        description="A page or delivery with `crashAfterCommit: k` crashed right after its k-th "
-                                    "write commit; the replica was reopened and its gate closed.")
-    d["Empty"] = _obj({}, description="The result of `reset`, `close`, `restart` and `store.*`.")
+    d.update(wire.definitions(wire.RESULTS))  # declared with their encoders, in spec.wire
     return d
 
 
@@ -364,7 +195,8 @@ _NESTED = {"type": "array",
 _CRASH = {**_count(1), "description": "Die right after this operation's k-th write commit (never with "
           "duringFetch)."}
 
-#: The adapter's ops, in the order of docs/protocol.md: each op's own fields and its result.
+#: The adapter's ops, in the order of docs/protocol.md: each op's own fields and its result. A field the drivers
+#: hand to ``spec.wire``'s parser has the schema of the declaration that parser runs.
 OPS: dict[str, OpSpec] = {
     "reset": OpSpec({"config": _nullable(_obj(
         {"ackPageBytes": _ref("Count"),
@@ -378,22 +210,22 @@ OPS: dict[str, OpSpec] = {
     "store.fail": OpSpec({**_STORE_TARGET, "mode": {"enum": ["missing", "error"]}}, (), "Empty",
                          "Reads of that reference find nothing, or raise."),
     "store.off": OpSpec({}, (), "Empty", "Operations that start from now on have no value store."),
-    "begin": OpSpec({"frame": _ref("BeginFrame"), "keptPolicyEpochs": _ref("PolicyEpochs"),
-                     "orgId": _ref("Segment")}, (), "BeginResult", "beginProjectEnvReplica."),
-    "page": OpSpec({"frame": _ref("PageFrame"), "duringFetch": _NESTED, "crashAfterCommit": _CRASH},
+    "begin": OpSpec({"frame": wire.BEGIN.schema(), "keptPolicyEpochs": wire.POLICY_EPOCHS.schema(),
+                     "orgId": wire.SEGMENT.schema()}, (), "BeginResult", "beginProjectEnvReplica."),
+    "page": OpSpec({"frame": wire.PAGE.schema(), "duringFetch": _NESTED, "crashAfterCommit": _CRASH},
                    ("duringFetch", "crashAfterCommit"), "PageResult", "applyProjectEnvReplicaPage."),
-    "delivery": OpSpec({"frame": _ref("ApplyFrame"), "duringFetch": _NESTED, "crashAfterCommit": _CRASH},
+    "delivery": OpSpec({"frame": wire.APPLY.schema(), "duringFetch": _NESTED, "crashAfterCommit": _CRASH},
                        ("duringFetch", "crashAfterCommit"), "ApplyResult", "applyProjectEnvReplicaDelivery."),
-    "commit": OpSpec({"frame": _ref("CommitFrame")}, (), "CommitResult", "completeProjectEnvReplica."),
+    "commit": OpSpec({"frame": wire.COMMIT.schema()}, (), "CommitResult", "completeProjectEnvReplica."),
     "close": OpSpec({}, (), "Empty", "closeProjectEnvReplicaGate."),
     "status": OpSpec({}, (), "Status", "readProjectEnvReplicaStatus."),
-    "snapshot": OpSpec({"projectIds": {"type": "array", "items": _ref("Segment")}}, (), "Snapshot",
+    "snapshot": OpSpec({"projectIds": wire.PROJECT_IDS.schema()}, (), "Snapshot",
                        "readProjectEnvReplicaSnapshot (repeats allowed: the read fails closed on them)."),
     "receipts": OpSpec({}, (), "Receipts", "listProjectEnvReplicaReceipts, without MACs."),
     "restart": OpSpec({}, (), "Empty", "Reopen the store from disk as after a crash, then close the gate."),
     "ready": OpSpec({"timeoutMs": {"type": "integer", "minimum": 0, "maximum": MAX_READY_TIMEOUT_MS}}, (), "Readiness",
                     "awaitProjectEnvReplicaReady with this timeout.", extension=True),
-    "diagnostics": OpSpec({"projectIds": {"type": "array", "items": _ref("Segment")}}, (), "Diagnosis",
+    "diagnostics": OpSpec({"projectIds": wire.PROJECT_IDS.schema()}, (), "Diagnosis",
                           "Why `snapshot` of these ids would be null.", extension=True),
     "state": OpSpec({}, (), "StateDocument", "Every table, values opened (a test op).", extension=True),
 }
@@ -522,24 +354,36 @@ def _state_document() -> dict[str, JSON]:
 # The rules beyond the schema, and the documents.
 # ---------------------------------------------------------------------------
 
-#: Each rule of the contract that JSON Schema cannot state: (name, rule). ``spec.wire`` or the adapter checks
-#: it; ``tests/test_schema.py`` has a test for each, and docs/protocol.md lists them.
+#: Each rule of the contract that JSON Schema does not state: name -> the rule, then why it lives outside the
+#: schema. The one list of them: ``spec.wire``'s declarations name theirs (``Ascending``, ``After``, ``Count``), the
+#: adapter and the harness check the others; ``tests/test_schema.py`` has a test for each, docs/protocol.md lists them.
 BEYOND_THE_SCHEMA: dict[str, str] = {
-    "integer-literals": "A Count is written as an integer literal: 1.0 and 1e2 are JSON numbers with an integral "
-                        "value, which JSON Schema's `integer` admits, and they are invalid here.",
-    "policy-epochs-ascending": "PolicyEpochs are strictly ascending (the schema says only unique).",
-    "page-keys-ascending": "A page's record keys are strictly ascending (code-point order).",
-    "page-keys-after": "A page's first key is greater than its `after` key.",
-    "commit-versions-ascending": "A commit's versions are strictly ascending by projectId.",
-    "state-key-matches-row": "In the state document, a record's state.key is the row's key.",
-    "state-rows-sorted": "In the state document, every table is sorted by its primary key, each key once.",
+    "integer-literals": "A Count is written as an integer literal: 1.0 and 1e2 are invalid here. Why outside: JSON "
+                        "Schema judges a number's value, not how it is written, and its `integer` admits 1.0.",
+    "policy-epochs-ascending": "PolicyEpochs are strictly ascending. Why outside: JSON Schema cannot compare an item "
+                               "with its neighbour; the schema says the part it can (unique).",
+    "page-keys-ascending": "A page's record keys are strictly ascending (code-point order). Why outside: JSON Schema "
+                           "cannot compare one item's field with another item's.",
+    "page-keys-after": "A page's first key is greater than its `after` key. Why outside: JSON Schema cannot compare "
+                       "two values of one document.",
+    "commit-versions-ascending": "A commit's versions are strictly ascending by projectId. Why outside: JSON Schema "
+                                "cannot compare one item's field with another item's.",
+    "state-key-matches-row": "In the state document, a record's state.key is the row's key. Why outside: JSON Schema "
+                             "cannot require two values of one document to be equal.",
+    "state-rows-sorted": "In the state document, every table is sorted by its primary key, each key once. Why "
+                         "outside: JSON Schema cannot compare rows, and its uniqueItems compares whole rows only.",
     "state-receipt-shape": "In the state document, a receipt with ok true has a result and a recordVersion and no "
-                           "code; one with ok false has a code and neither.",
+                           "code; one with ok false has a code and neither. Why outside: it could be stated (a "
+                           "oneOf on ok) but is not: the schema keeps one receipt row, and the harness's reader "
+                           "checks the rule.",
     "state-gate": "In the state document, a never-activated replica is closed with no attempt, and an open gate "
-                  "has no attempt.",
-    "nesting-depth": f"duringFetch nests at most {MAX_NESTING} requests deep; deeper is invalid.",
+                  "has no attempt. Why outside: it could be stated (if/then on activated and gateOpen) but is not: "
+                  "the schema keeps one authority row, and the harness's reader checks the rule.",
+    "nesting-depth": f"duringFetch nests at most {MAX_NESTING} requests deep; deeper is invalid. Why outside: "
+                     "Request refers to itself, and JSON Schema bounds no depth of a recursive reference.",
     "ack-page-bytes": "A page whose acknowledgement would exceed the configured byte bound is refused "
-                      "(ack_page_too_large): a result that depends on the replica's configuration.",
+                      "(ack_page_too_large). Why outside: it depends on the replica's configuration, not on the "
+                      "message: a result, not a shape.",
 }
 
 
@@ -700,7 +544,7 @@ def _lock_adapter() -> dict[str, JSON]:
 def definitions() -> dict[str, JSON]:
     """Every definition of the contract by name, each with its ``$id`` (relative to ``BASE``)."""
     parts: dict[str, JSON] = {}
-    for group in (_value_types(), _frames(), _results(), _envelopes(), _adapter(), _state_document(),
+    for group in (wire.definitions(), _results(), _envelopes(), _adapter(), _state_document(),
                   _migration_adapter(), _lock_adapter()):
         parts.update(group)
     return {name: {"$id": name, **schema} for name, schema in parts.items()}

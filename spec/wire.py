@@ -1,46 +1,54 @@
-"""The JSON wire: parsing frames into ``spec.domain`` values, and encoding them back.
+"""The JSON wire: one declaration of each frame, from which come its parser, its JSON Schema and its encoding.
 
-Models: the JSON shapes and validation rules of ``docs/protocol.md`` sections
-1-3. ``parse_*`` turns JSON-decoded Python values (``dict``, ``list``, ``str``,
-``int``, ``bool``, ``None``, as ``json.loads`` returns them) into the typed
-values of ``spec.domain``, enforcing every rule of section 1 (the regexes of
-``Id``, ``Segment``, ``Key``, ``Reason`` and ``StagingId``; ``Count``;
-``PolicyEpochs``; exact objects; ``tombstone <=> valueRef is null``;
-``ssmVersion >= 1``) and section 2 (unique, bounded begin projects; strictly
-ascending, bounded page keys above ``after``; the apply ``kind``, its
-``recordVersion >= 1`` and ``delivery.sequence >= 1``; the optional
-``reconciliationAttemptId``; commit versions strictly ascending by
-``projectId``). Every failure is one ``InvalidFrame`` whose message names the
-field path, the rule, the offending value and the fix, e.g.::
+Models: the JSON shapes and validation rules of ``docs/protocol.md`` sections 1-3. Each type there (the strings
+``Id``, ``Segment``, ``Key``, ``Reason``, ``StagingId``; ``Count``; ``PolicyEpochs``; the records; the four frames)
+is declared once below as a small tree of nodes (``Pattern``, ``Count``, ``Obj``, ``Tagged``, ``ListOf``, ...), and
+each node makes three things of its declaration:
 
-    invalid page: page.records[1].head.revision must be a Count (a JSON integer
-    0..2^53-1, not a boolean or float); got True. Send an integer.
+* ``parse``: a JSON-decoded value (as ``json.loads`` returns it) to the typed value of ``spec.domain``, or one
+  ``InvalidFrame`` naming the field path, the rule, the offending value and the fix, e.g.::
 
-``encode`` turns any value of ``spec.domain`` (frames, records, results, reads,
-errors) into its JSON shape (section 3 for results), with one dispatch table.
-``canonical_json`` is the seed's ``exactJson`` (sorted keys, no whitespace:
-what the receipt MAC covers and what the seed compares states by), and
-``json_bytes_len`` is ``Buffer.byteLength(JSON.stringify(v), "utf8")`` (the
-ack page-size bound). ``parse(encode(f)) == f`` holds for every frame.
+      invalid page: page.records[1].head.revision must be a Count (a JSON integer
+      0..2^53-1, not a boolean or float); got True. Send an integer.
+
+* ``definition``: its JSON Schema; ``definitions()`` is what ``spec.schema`` puts in the contract
+  (``spec/contract.schema.json``, and from it the TypeScript kit's types);
+* ``encode``: the typed value back to JSON, ``parse(encode(v)) == v``.
+
+Why one declaration with three products, and not the parser from the schema (``jsonschema`` against the generated
+schema, its errors translated): facing a ``oneOf`` (``Head``, ``ValueRef``, ``Binding``, ``Materialization``) a
+schema validator reports the failures of every alternative, and turning them back into "this field, this rule,
+send this" would be a second hand-written truth that guesses which alternative was meant, where a declaration knows
+that a ``kind`` chose one. And parsing is the hot path (every frame of every lockstep step): the node walk costs
+what the hand-written parser did, Python's ``jsonschema`` about 40 times that (a 1,000-record page).
+
+The rules JSON Schema cannot state are part of the declarations (``Ascending``, ``After``, ``Count``'s integer
+literals), each naming its entry in ``spec.schema.BEYOND_THE_SCHEMA``, the one list of them with why each is
+outside; a refusal for one is an ``InvalidFrame`` that ``beyond`` names the rule of. So parser and
+schema agree by construction, and ``tests/test_wire_schema.py`` holds them to it: a value the parser accepts
+conforms to the schema, and one it refuses for any other reason does not.
+
+``encode`` turns any value of ``spec.domain`` (frames, records, results, reads, errors) into its JSON shape (section
+3 for results), with one dispatch table. ``canonical_json`` is the seed's ``exactJson`` (sorted keys, no
+whitespace: what the receipt MAC covers and what the seed compares states by), and ``json_bytes_len`` is
+``Buffer.byteLength(JSON.stringify(v), "utf8")`` (the ack page-size bound).
 
 Leaves out on purpose:
 
-* The replica's own decisions: whether a page fits the ack bound, whether a
-  project belongs to the attempt, whether a key is a legal advance. Those are
-  refusals (results) or corruption, decided by the model against state; a
-  frame that passes here is only well formed.
-* Parsing results, reads and receipts: implementations produce them and the
-  harness compares them as JSON (``canonical_json``), so only ``encode``
-  exists for them.
-* The adapter envelope of section 5 (``id``, ``op``, ``duringFetch``,
-  ``nested``) and the value-store envelopes of section 4.
-* Non-integral JSON numbers. A JSON ``1.0`` decodes to a Python ``float`` and
-  is rejected as a ``Count`` (the wire says "no floats"), although a JavaScript
-  validator cannot tell ``1.0`` from ``1``; ``canonical_json`` and
-  ``json_bytes_len`` refuse floats (``TypeError``) because no wire value has
-  one, and JavaScript prints them differently from Python.
-* Lengths not fixed by ``docs/protocol.md``: commit ``versions`` and the
-  snapshot read's ``projectIds`` have no upper bound here.
+* The replica's own decisions: whether a page fits the ack bound, whether a project belongs to the attempt,
+  whether a key is a legal advance. Those are refusals (results) or corruption, decided by the model against
+  state; a frame that passes here is only well formed.
+* Parsing results, reads and receipts: implementations produce them and the harness holds them to the schema
+  (``spec.validator``) and compares them as JSON (``canonical_json``), so only ``encode`` exists for them, and
+  their schema is written in ``spec.schema`` alone.
+* The adapter envelope of section 5 (``id``, ``op``, ``duringFetch``, ``nested``) and the value-store envelopes of
+  section 4.
+* Non-integral JSON numbers. A JSON ``1.0`` decodes to a Python ``float`` and is rejected as a ``Count`` (the wire
+  says "no floats"), although a JavaScript validator cannot tell ``1.0`` from ``1``; ``canonical_json`` and
+  ``json_bytes_len`` refuse floats (``TypeError``) because no wire value has one, and JavaScript prints them
+  differently from Python.
+* Lengths not fixed by ``docs/protocol.md``: commit ``versions`` and the snapshot read's ``projectIds`` have no
+  upper bound here.
 """
 
 from __future__ import annotations
@@ -51,7 +59,8 @@ import json
 import re
 import reprlib
 from dataclasses import dataclass
-from typing import Any, Callable, NoReturn, Optional
+from operator import attrgetter
+from typing import Any, Callable, Generic, Mapping, NoReturn, Optional, TypeVar, cast
 
 from envreplica.spec.domain import (
     ApplyFrame,
@@ -92,10 +101,14 @@ from envreplica.spec.domain import (
     InvalidFrame,
     ValueRef,
     Binding,
+    DiagnosisReason,
+    RefusalCode,
 )
 
 #: A JSON object as ``json`` reads it (a frame before parsing) or ``encode`` writes it.
 _JsonObject = dict[str, Any]
+#: A JSON Schema (or a part of one).
+JSON = dict[str, Any]
 
 __all__ = [
     "APPLY_KIND",
@@ -103,6 +116,9 @@ __all__ = [
     "MAX_BEGIN_PROJECTS",
     "MAX_PAGE_RECORDS",
     "MAX_POLICY_EPOCHS",
+    "beyond",
+    "DECLARED",
+    "definitions",
     "parse_begin",
     "parse_policy_epochs",
     "parse_org_id",
@@ -137,6 +153,13 @@ APPLY_KIND = "env.replica.apply"
 # ---------------------------------------------------------------------------
 
 
+def beyond(error: InvalidFrame) -> Optional[str]:
+    """The rule beyond the schema (its name in ``spec.schema.BEYOND_THE_SCHEMA``) ``error`` refused a frame for; None
+    for a rule of the schema. (An attribute of the error, not a subclass: mypyc's ``InvalidFrame`` takes none.)"""
+    rule = getattr(error, "beyond_the_schema", None)
+    return rule if isinstance(rule, str) else None
+
+
 class _Absent:
     """Stands for the value of a key that is not there."""
 
@@ -163,122 +186,19 @@ def _show(value: Any) -> str:
 _ROOT = re.compile(r"[^.\[]*")
 
 
-def _invalid(path: str, rule: str, value: Any, fix: str, *, shown: Optional[str] = None) -> NoReturn:
-    """Raise the ``InvalidFrame`` for ``path``; ``shown`` replaces the value's repr."""
+def _invalid(path: str, rule: str, value: Any, fix: str, *, shown: Optional[str] = None,
+             beyond: Optional[str] = None) -> NoReturn:
+    """Raise the ``InvalidFrame`` for ``path`` (naming the rule ``beyond``, see ``beyond``); ``shown`` replaces
+    the value's repr."""
     matched = _ROOT.match(path)
     assert matched is not None  # [^.\[]* matches every string (possibly empty)
     root = matched.group() or "frame"
     got = shown if shown is not None else _show(value)
-    raise InvalidFrame(f"invalid {root}: {path} {rule}; got {got}. {fix}")
-
-
-# ---------------------------------------------------------------------------
-# Scalars.
-# ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Pattern:
-    """One string type of section 1: its regex and how to explain it."""
-
-    name: str
-    regex: re.Pattern[str]
-    fix: str
-
-    @property
-    def rule(self) -> str:
-        return f"must be {self.name} (a string matching ^{self.regex.pattern}$)"
-
-
-# ``fullmatch`` and no ``$``: Python's ``$`` also matches before a final "\n".
-ID = _Pattern(
-    "an Id",
-    re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}"),
-    "Send 1-128 characters: an ASCII letter or digit, then letters, digits, '_', '.', ':' or '-'.",
-)
-SEGMENT = _Pattern(
-    "a Segment",
-    re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}"),
-    "Send 1-64 characters: an ASCII letter or digit, then letters, digits, '_', '.' or '-'.",
-)
-KEY = _Pattern(
-    "a Key",
-    re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}"),
-    "Send 1-128 characters: an ASCII letter or '_', then letters, digits or '_'.",
-)
-REASON = _Pattern(
-    "a Reason",
-    re.compile(r"[a-z][a-z0-9_]{0,63}"),
-    "Send 1-64 characters: a lowercase ASCII letter, then lowercase letters, digits or '_'.",
-)
-STAGING_ID = _Pattern(
-    "a StagingId",
-    re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"),
-    "Send a lowercase canonical UUID such as '0f8fad5b-d9cb-469f-a165-70867728950e'.",
-)
-
-
-def _string(value: Any, path: str, pattern: _Pattern) -> str:
-    if not isinstance(value, str):
-        _invalid(path, pattern.rule, value, "Send a string.")
-    if pattern.regex.fullmatch(value) is None:
-        _invalid(path, pattern.rule, value, pattern.fix)
-    return str.__str__(value)  # a plain str even for a str subclass
-
-
-def _count(value: Any, path: str, minimum: int = 0) -> int:
-    """A ``Count``: an ``int`` (never ``bool``, never ``float``) in ``minimum..2^53-1``."""
-    rule = (
-        "must be a Count (a JSON integer 0..2^53-1, not a boolean or float)"
-        if minimum == 0
-        else f"must be a Count >= {minimum} (a JSON integer {minimum}..2^53-1, not a boolean or float)"
-    )
-    if type(value) is not int:
-        _invalid(path, rule, value, "Send an integer.")
-    if not minimum <= value <= MAX_COUNT:
-        _invalid(path, rule, value, f"Send an integer from {minimum} to 9007199254740991.")
-    return value
-
-
-def _bool(value: Any, path: str) -> bool:
-    if type(value) is not bool:
-        _invalid(path, "must be a JSON boolean", value, "Send true or false.")
-    return value
-
-
-def _list(value: Any, path: str, what: str, limit: Optional[int] = None) -> list[Any]:
-    if type(value) is not list:
-        _invalid(path, f"must be a JSON array of {what}", value, "Send an array.")
-    if limit is not None and len(value) > limit:
-        _invalid(
-            path,
-            f"must have at most {limit} entries",
-            value,
-            f"Send at most {limit} entries.",
-            shown=f"{len(value)} entries",
-        )
-    return value
-
-
-def _object(value: Any, path: str, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> _JsonObject:
-    """Check that ``value`` is an object with exactly ``required`` (plus any of ``optional``)."""
-    allowed = ", ".join(repr(k) for k in required + optional)
-    if type(value) is not dict:
-        _invalid(path, f"must be a JSON object with keys {allowed}", value, "Send an object.")
-    for key in required:
-        if key not in value:
-            _invalid(f"{path}.{key}", "is required (objects are exact)", _ABSENT, f"Add the key {key!r}.")
-    extra = [key for key in value if key not in required and key not in optional]
-    if extra:
-        key = min(extra, key=repr)
-        _invalid(
-            f"{path}.{shown_key(key)}",
-            f"is not allowed (objects are exact; allowed keys: {allowed})",
-            value[key],
-            "Remove the key.",
-            shown=unshown(value[key]),
-        )
-    return value
+    message = f"invalid {root}: {path} {rule}; got {got}. {fix}"
+    error = InvalidFrame(message)
+    if beyond is not None:
+        error.beyond_the_schema = beyond  # type: ignore[attr-defined]
+    raise error
 
 
 _SHOWN_KEY = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,31}")
@@ -307,234 +227,654 @@ def unshown(value: Any) -> str:
     return f"a {type(value).__name__} (not shown)"
 
 
-def _kind(value: Any, path: str, kinds: tuple[str, ...]) -> str:
-    """The ``kind`` of a tagged object, checked before its other keys."""
-    if type(value) is not dict:
-        _invalid(path, "must be a JSON object with a 'kind' key", value, "Send an object.")
-    if "kind" not in value:
-        _invalid(f"{path}.kind", "is required (objects are exact)", _ABSENT, "Add the key 'kind'.")
-    kind = value["kind"]
-    if not isinstance(kind, str) or kind not in kinds:
-        choices = " or ".join(repr(k) for k in kinds)
-        _invalid(f"{path}.kind", f"must be {choices}", kind, f"Send one of {choices}.")
-    return kind
-
-
 # ---------------------------------------------------------------------------
-# Records (section 1).
+# The nodes a declaration is made of: each parses, encodes, and renders its schema.
 # ---------------------------------------------------------------------------
 
 
-def _value_ref(value: Any, path: str) -> ValueRef:
-    kind = _kind(value, path, ("staged", "legacy"))
-    if kind == "staged":
-        _object(value, path, ("kind", "stagingId"))
-        return StagedRef(_string(value["stagingId"], f"{path}.stagingId", STAGING_ID))
-    _object(value, path, ("kind", "ssmVersion"))
-    return LegacyRef(_count(value["ssmVersion"], f"{path}.ssmVersion", minimum=1))
+T = TypeVar("T")
 
 
-def _head(value: Any, path: str) -> Head:
-    _object(value, path, ("revision", "generation", "tombstone", "valueRef"))
-    revision = _count(value["revision"], f"{path}.revision")
-    generation = _count(value["generation"], f"{path}.generation")
-    tombstone = _bool(value["tombstone"], f"{path}.tombstone")
-    raw_ref = value["valueRef"]
-    if tombstone and raw_ref is not None:
-        _invalid(
-            f"{path}.valueRef",
-            f"must be null when {path}.tombstone is true (tombstone <=> valueRef is null)",
-            raw_ref,
-            "Send null for a tombstone, or set tombstone to false.",
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Node(Generic[T]):
+    """One wire type: ``parse`` checks a decoded JSON value and builds its domain value, ``encode`` writes one back,
+    ``definition`` is its JSON Schema. A node with a ``ref`` is a definition of the contract: where it is used, its
+    schema is ``{"$ref": ref}``; a node without one is written out where it is used. A node with only a ``ref`` stands
+    for a definition ``spec.schema`` writes (a refusal code set)."""
+
+    ref: str = ""  # its name in the contract
+    description: str = ""  # what it is, for the schema's reader
+
+    def parse(self, value: Any, path: str) -> T:
+        raise NotImplementedError
+
+    def shape(self) -> JSON:
+        """The JSON Schema of the values ``parse`` accepts (but for the rules beyond the schema), undescribed."""
+        raise NotImplementedError
+
+    def encode(self, value: T) -> Any:
+        """The JSON of a value ``parse`` builds: ``parse(encode(v)) == v``."""
+        return encode(value)  # a scalar (a str-valued enum becomes its value)
+
+    def schema(self) -> JSON:
+        """The schema where the node is used: a reference to its definition, or the definition itself."""
+        return {"$ref": self.ref} if self.ref else self.definition()
+
+    def definition(self) -> JSON:
+        """``shape`` with the description: after ``type`` for an object, first for a union, else last."""
+        out = self.shape()
+        if not self.description:
+            return out
+        if out.get("type") == "object":
+            return {"type": "object", "description": self.description, **out}
+        if "type" not in out:
+            return {"description": self.description, **out}
+        return {**out, "description": self.description}
+
+
+@dataclass(frozen=True, eq=False)
+class Pattern(Node[str]):
+    """One string type of section 1: its regex (matched whole) and how a message explains it."""
+
+    name: str  # what a message calls it: "an Id"
+    regex: re.Pattern[str]
+    fix: str
+
+    @property
+    def rule(self) -> str:
+        return f"must be {self.name} (a string matching ^{self.regex.pattern}$)"
+
+    def parse(self, value: Any, path: str) -> str:
+        if not isinstance(value, str):
+            _invalid(path, self.rule, value, "Send a string.")
+        if self.regex.fullmatch(value) is None:
+            _invalid(path, self.rule, value, self.fix)
+        return str.__str__(value)  # a plain str even for a str subclass
+
+    def encode(self, value: str) -> Any:
+        return value if type(value) is str else encode(value)  # a str-valued enum becomes its value
+
+    def shape(self) -> JSON:
+        # ``$`` also matches before a final newline in Python's ``re`` (which ``jsonschema`` uses) and in PCRE;
+        # ``(?![\s\S])`` is the end of the string in ECMA-262, Python and PCRE alike.
+        return {"type": "string", "pattern": f"^(?:{self.regex.pattern})(?![\\s\\S])"}
+
+
+@dataclass(frozen=True, eq=False)
+class Count(Node[int]):
+    """A ``Count``: an ``int`` (never ``bool``, never ``float``) in ``minimum..2^53-1``.
+
+    An integral float in range (JSON ``1.0``) is a number the schema's ``integer`` admits: its refusal is the rule
+    beyond the schema ``integer-literals``."""
+
+    minimum: int = 0
+
+    def parse(self, value: Any, path: str) -> int:
+        low = self.minimum
+        rule = (
+            "must be a Count (a JSON integer 0..2^53-1, not a boolean or float)"
+            if low == 0
+            else f"must be a Count >= {low} (a JSON integer {low}..2^53-1, not a boolean or float)"
         )
-    if not tombstone and raw_ref is None:
-        _invalid(
-            f"{path}.valueRef",
-            f"must be a ValueRef when {path}.tombstone is false (tombstone <=> valueRef is null)",
-            raw_ref,
-            "Send the value's reference, or set tombstone to true.",
-        )
-    ref = None if raw_ref is None else _value_ref(raw_ref, f"{path}.valueRef")
-    return Head(revision, generation, tombstone, ref)
+        if type(value) is not int:
+            literal = type(value) is float and value.is_integer() and low <= value <= MAX_COUNT
+            _invalid(path, rule, value, "Send an integer.", beyond="integer-literals" if literal else None)
+        if not low <= value <= MAX_COUNT:
+            _invalid(path, rule, value, f"Send an integer from {low} to 9007199254740991.")
+        return value
+
+    def encode(self, value: int) -> int:
+        return value if type(value) is int else int(value)
+
+    def shape(self) -> JSON:
+        return {"type": "integer", "minimum": self.minimum, "maximum": MAX_COUNT}
 
 
-def _binding(value: Any, path: str) -> Binding:
-    if value is None:
-        return None
-    kind = _kind(value, path, ("omit", "withhold"))
-    if kind == "omit":
-        _object(value, path, ("kind",))
-        return BindOmit()
-    _object(value, path, ("kind", "reason"))
-    return BindWithhold(_string(value["reason"], f"{path}.reason", REASON))
+@dataclass(frozen=True, eq=False)
+class Bool(Node[bool]):
+    """A JSON boolean."""
+
+    def parse(self, value: Any, path: str) -> bool:
+        if type(value) is not bool:
+            _invalid(path, "must be a JSON boolean", value, "Send true or false.")
+        return value
+
+    def encode(self, value: bool) -> bool:
+        return value
+
+    def shape(self) -> JSON:
+        return {"type": "boolean"}
 
 
-def _binding_state(value: Any, path: str) -> BindingState:
-    _object(value, path, ("key", "head", "binding", "policyEpoch", "listingGeneration"))
-    key = _string(value["key"], f"{path}.key", KEY)
-    head = _head(value["head"], f"{path}.head")
-    binding = _binding(value["binding"], f"{path}.binding")
-    raw_epoch = value["policyEpoch"]
-    epoch = None if raw_epoch is None else _count(raw_epoch, f"{path}.policyEpoch")
-    listing = _count(value["listingGeneration"], f"{path}.listingGeneration")
-    return BindingState(key, head, binding, epoch, listing)
+@dataclass(frozen=True, eq=False)
+class Const(Node[Any]):
+    """Exactly this string or boolean (a frame's or a variant's ``kind``, a result's ``ok``). An ``Obj`` builds
+    nothing of it, and encodes its value's own attribute of that name if it has one (faithfully: a wrong value stays
+    wrong, for the schema to refuse), else the constant."""
+
+    constant: Any
+
+    def parse(self, value: Any, path: str) -> Any:
+        if not (type(value) is type(self.constant) and value == self.constant):
+            _invalid(path, f"must be exactly {self.constant!r}", value, f"Send {self.constant!r}.")
+        return self.constant
+
+    def shape(self) -> JSON:
+        return {"const": self.constant}
 
 
-def _materialization(value: Any, path: str) -> Materialization:
-    kind = MatKind(_kind(value, path, tuple(k.value for k in MatKind)))
-    if kind is MatKind.INSTALLED:
-        _object(value, path, ("kind",))
-        return Materialization(kind, None)
-    _object(value, path, ("kind", "reason"))
-    return Materialization(kind, _string(value["reason"], f"{path}.reason", REASON))
+@dataclass(frozen=True, eq=False)
+class Nullable(Node[Optional[T]]):
+    """``node``, or JSON null."""
+
+    node: Node[T]
+
+    def parse(self, value: Any, path: str) -> Optional[T]:
+        return None if value is None else self.node.parse(value, path)
+
+    def shape(self) -> JSON:
+        return {"anyOf": [self.node.schema(), {"type": "null"}]}
+
+    def encode(self, value: Optional[T]) -> Any:
+        return None if value is None else self.node.encode(value)
 
 
-def _record_result(value: Any, path: str) -> RecordResult:
-    _object(value, path, ("state", "materialization"))
-    return RecordResult(
-        _binding_state(value["state"], f"{path}.state"),
-        _materialization(value["materialization"], f"{path}.materialization"),
-    )
+@dataclass(frozen=True, eq=False)
+class Ascending:
+    """A rule beyond the schema: a list's items strictly ascending by ``key`` of each parsed item (its JSON field
+    ``field``; "" for the item itself). Keys are ASCII or integers, so Python's order is JavaScript's."""
+
+    rule: str  # its name in spec.schema.BEYOND_THE_SCHEMA
+    field: str
+    key: Callable[[Any], Any]
+    says: str  # the rule in a message's words
+    fix: str
 
 
-def _cursor(value: Any, path: str, minimum: int = 0) -> Cursor:
-    _object(value, path, ("streamId", "sequence"))
-    return Cursor(
-        _string(value["streamId"], f"{path}.streamId", ID),
-        _count(value["sequence"], f"{path}.sequence", minimum=minimum),
-    )
+@dataclass(frozen=True, eq=False)
+class ListOf(Node[tuple[T, ...]]):
+    """A JSON array of ``item``, at most ``max_items`` long, its items ``unique`` or in ``order``. The schema states
+    of an order what it can: for items compared whole, that no two are equal (``uniqueItems``)."""
+
+    item: Node[T]
+    what: str  # the items in a message's words: "Segments"
+    max_items: Optional[int] = None
+    unique: bool = False
+    order: Optional[Ascending] = None
+
+    def parse(self, value: Any, path: str) -> tuple[T, ...]:
+        if type(value) is not list:
+            _invalid(path, f"must be a JSON array of {self.what}", value, "Send an array.")
+        limit = self.max_items
+        if limit is not None and len(value) > limit:
+            _invalid(path, f"must have at most {limit} entries", value, f"Send at most {limit} entries.",
+                     shown=f"{len(value)} entries")
+        items: list[T] = []
+        seen: dict[Any, int] = {}
+        order = self.order
+        for i, raw in enumerate(value):
+            item = self.item.parse(raw, f"{path}[{i}]")
+            if self.unique and seen.setdefault(item, i) != i:
+                _invalid(f"{path}[{i}]", f"must be unique (it repeats {path}[{seen[item]}])", item,
+                         "Remove the duplicate.")
+            if order is not None and items and order.key(item) <= order.key(items[-1]):
+                at = f".{order.field}" if order.field else ""
+                _invalid(f"{path}[{i}]{at}", f"must be greater than {path}[{i - 1}]{at} ({order.key(items[-1])!r}) "
+                         f"({order.says})", order.key(item), order.fix, beyond=order.rule)
+            items.append(item)
+        return tuple(items)
+
+    def shape(self) -> JSON:
+        out: JSON = {"type": "array", "items": self.item.schema()}
+        if self.unique:
+            out["uniqueItems"] = True
+        if self.max_items is not None:
+            out["maxItems"] = self.max_items
+        if self.order is not None and not self.order.field:
+            out["uniqueItems"] = True
+        return out
+
+    def encode(self, value: tuple[T, ...]) -> list[Any]:
+        return [self.item.encode(item) for item in value]
 
 
-def _policy_epochs(value: Any, path: str) -> tuple[int, ...]:
-    items = _list(value, path, "Counts", MAX_POLICY_EPOCHS)
-    epochs: list[int] = []
-    for i, item in enumerate(items):
-        epoch = _count(item, f"{path}[{i}]")
-        if epochs and epoch <= epochs[-1]:
-            _invalid(
-                f"{path}[{i}]",
-                f"must be greater than {path}[{i - 1}] ({epochs[-1]}) (policy epochs are strictly ascending)",
-                epoch,
-                "Sort the epochs and remove duplicates.",
-            )
-        epochs.append(epoch)
-    return tuple(epochs)
+@dataclass(frozen=True, eq=False)
+class NullWhen:
+    """``field`` is JSON null exactly when the boolean ``flag`` (declared before it) is true; the schema states it as
+    two objects, one per value of ``flag`` (their descriptions ``live`` and ``dead``). ``field``'s own node says what
+    it is else."""
+
+    flag: str
+    field: str
+    live: str
+    dead: str
+    send_null: str  # the fix for a value where null belongs
+    send_value: str  # the fix for a null where a value belongs
 
 
-def _segments(value: Any, path: str, limit: Optional[int], unique: bool) -> tuple[str, ...]:
-    items = _list(value, path, "Segments", limit)
-    seen: dict[str, int] = {}
-    segments: list[str] = []
-    for i, item in enumerate(items):
-        segment = _string(item, f"{path}[{i}]", SEGMENT)
-        if unique and segment in seen:
-            _invalid(
-                f"{path}[{i}]",
-                f"must be unique (it repeats {path}[{seen[segment]}])",
-                segment,
-                "Remove the duplicate.",
-            )
-        seen.setdefault(segment, i)
-        segments.append(segment)
-    return tuple(segments)
+@dataclass(frozen=True, eq=False)
+class After:
+    """A rule beyond the schema: the first of the list ``items`` has a ``key`` greater than the object's ``bound``
+    field, unless that is null."""
+
+    rule: str  # its name in spec.schema.BEYOND_THE_SCHEMA
+    items: str
+    field: str  # the JSON field ``key`` reads
+    key: Callable[[Any], Any]
+    bound: str
+    says: str
+    fix: str
+
+
+_BUILT, _CHECKED, _RULED = range(3)  # how an ``Obj`` parses a field: see ``Obj._plan``
+
+
+@dataclass(frozen=True, eq=False)
+class Obj(Node[T]):
+    """An exact JSON object: each of ``fields`` (every one required but the ``optional``; an optional one is never
+    null unless its node is ``Nullable``), no other key. Parses its fields in order and ``build``s the domain value
+    of their values (a ``Const``'s left out, an absent optional one ``None``)."""
+
+    fields: Mapping[str, Node[Any]]
+    build: Callable[..., T]
+    optional: tuple[str, ...] = ()
+    null_when: Optional[NullWhen] = None
+    after: Optional[After] = None
+    #: the values ``build`` took, from what it built; by default each field's attribute (``opId``: ``op_id``)
+    unbuild: Optional[Callable[[T], tuple[Any, ...]]] = None
+
+    @functools.cached_property
+    def _required(self) -> tuple[str, ...]:
+        return tuple(k for k in self.fields if k not in self.optional)
+
+    @functools.cached_property
+    def _allowed(self) -> str:
+        return ", ".join(repr(k) for k in [*self._required, *self.optional])
+
+    @functools.cached_property
+    def _plan(self) -> tuple[tuple[str, Node[Any], int], ...]:
+        """(key, node, how) of each field, ``how`` one of ``_BUILT``, ``_CHECKED`` (a Const), ``_RULED`` (optional,
+        or under ``null_when``): decided once, as parsing is the hot path."""
+        ruled = {*self.optional, self.null_when.field if self.null_when else ""}
+        return tuple((key, node, _RULED if key in ruled else _CHECKED if isinstance(node, Const) else _BUILT)
+                     for key, node in self.fields.items())
+
+    @functools.cached_property
+    def _index(self) -> dict[str, int]:
+        """Where each field's value is among the values built (a Const's is not)."""
+        return {key: i for i, key in enumerate(key for key, _, how in self._plan if how != _CHECKED)}
+
+    def exact(self, value: Any, path: str) -> None:
+        """That ``value`` is an object with exactly the required keys, and perhaps optional ones."""
+        if type(value) is not dict:
+            _invalid(path, f"must be a JSON object with keys {self._allowed}", value, "Send an object.")
+        for key in self._required:
+            if key not in value:
+                _invalid(f"{path}.{key}", "is required (objects are exact)", _ABSENT, f"Add the key {key!r}.")
+        if len(value) == len(self._required):
+            return  # no key beyond the required ones
+        extra = [key for key in value if key not in self.fields]
+        if extra:
+            key = min(extra, key=repr)
+            _invalid(f"{path}.{shown_key(key)}", f"is not allowed (objects are exact; allowed keys: {self._allowed})",
+                     value[key], "Remove the key.", shown=unshown(value[key]))
+
+    def parse(self, value: Any, path: str) -> T:
+        self.exact(value, path)
+        built: list[Any] = []
+        after = self.after.items if self.after is not None else None
+        for key, node, how in self._plan:
+            if how == _BUILT:
+                built.append(node.parse(value[key], f"{path}.{key}"))
+            elif how == _CHECKED:
+                node.parse(value[key], f"{path}.{key}")
+            else:
+                built.append(self._ruled(key, node, value, path, built))
+            if key == after:
+                self._after(built, path)
+        return self.build(*built)
+
+    def _ruled(self, key: str, node: Node[Any], value: Any, path: str, built: list[Any]) -> Any:
+        """An optional field's value (``None`` when absent; never null unless ``Nullable``), or ``null_when``'s."""
+        at, rule = f"{path}.{key}", self.null_when
+        if rule is not None and key == rule.field:
+            flag, raw = built[self._index[rule.flag]], value[key]
+            if flag and raw is not None:
+                _invalid(at, f"must be null when {path}.{rule.flag} is true ({rule.flag} <=> {key} is null)", raw,
+                         rule.send_null)
+            if not flag and raw is None:
+                _invalid(at, f"must be a {node.ref} when {path}.{rule.flag} is false ({rule.flag} <=> {key} is "
+                         "null)", raw, rule.send_value)
+        elif key not in value:
+            return None
+        elif value[key] is None and not isinstance(node, Nullable):
+            _invalid(at, f"must be {getattr(node, 'name', 'a value')} when present (JSON null is not allowed)", None,
+                     "Omit the key instead of sending null.")
+        return None if value[key] is None else node.parse(value[key], at)
+
+    def _after(self, built: list[Any], path: str) -> None:
+        rule = self.after
+        assert rule is not None
+        bound, items = built[self._index[rule.bound]], built[self._index[rule.items]]
+        if bound is not None and items and rule.key(items[0]) <= bound:
+            _invalid(f"{path}.{rule.items}[0].{rule.field}", f"must be greater than {path}.{rule.bound} ({bound!r}) "
+                     f"({rule.says})", rule.key(items[0]), rule.fix, beyond=rule.rule)
+
+    @functools.cached_property
+    def _encoding(self) -> tuple[tuple[str, Optional[Callable[[Any], Any]], str, bool, Any], ...]:
+        """(key, its node's encoder (None for a Const), its attribute (``opId``: ``op_id``; a Const's only when the
+        built type has it, see ``Const``), optional, the Const's constant) of each field."""
+        def attribute(key: str, how: int) -> str:
+            name = re.sub("[A-Z]", lambda m: "_" + m.group().lower(), key)
+            return name if how != _CHECKED or (isinstance(self.build, type) and hasattr(self.build, name)) else ""
+
+        return tuple((key, None if how == _CHECKED else node.encode, attribute(key, how), key in self.optional,
+                      node.constant if isinstance(node, Const) else None) for key, node, how in self._plan)
+
+    def encode(self, value: T) -> JSON:
+        source: Any = value
+        get: Callable[..., Any] = getattr
+        if self.unbuild is not None:
+            source, get = dict(zip([a for _, c, a, _, _ in self._encoding if c], self.unbuild(value))), dict.get
+        out: JSON = {}
+        for key, coder, attribute, optional, constant in self._encoding:
+            if coder is None:  # a Const: see there
+                out[key] = encode(get(source, attribute)) if attribute else constant
+                continue
+            part = get(source, attribute)
+            if part is not None:
+                out[key] = coder(part)
+            elif not optional:
+                out[key] = None  # an absent optional key stays absent
+        return out
+
+    def _object(self, properties: Mapping[str, JSON], description: str = "") -> JSON:
+        out: JSON = {"type": "object"}
+        if description:
+            out["description"] = description
+        out["properties"] = dict(properties)
+        out["required"] = list(self._required)
+        out["additionalProperties"] = False
+        return out
+
+    def shape(self) -> JSON:
+        properties = {key: node.schema() for key, node in self.fields.items()}
+        rule = self.null_when
+        if rule is None:
+            return self._object(properties)
+        return {"oneOf": [self._object({**properties, rule.flag: {"const": False}}, rule.live),
+                          self._object({**properties, rule.flag: {"const": True}, rule.field: {"type": "null"}},
+                                       rule.dead)]}
+
+
+@dataclass(frozen=True, eq=False)
+class Tagged(Node[T]):
+    """One of several objects told apart by their ``kind`` (checked first, so that a message names the rule of the
+    one it chose), or null when ``nullable``."""
+
+    variants: Mapping[str, Obj[Any]]  # kind -> its object, whose "kind" field is that Const
+    nullable: bool = False
+    kind_of: Optional[Callable[[T], str]] = None  # a value's kind; by default, the kind whose object built its type
+
+    def parse(self, value: Any, path: str) -> T:
+        if value is None and self.nullable:
+            return None  # type: ignore[return-value]  # T is then Optional
+        if type(value) is not dict:
+            _invalid(path, "must be a JSON object with a 'kind' key", value, "Send an object.")
+        if "kind" not in value:
+            _invalid(f"{path}.kind", "is required (objects are exact)", _ABSENT, "Add the key 'kind'.")
+        kind = value["kind"]
+        if not isinstance(kind, str) or kind not in self.variants:
+            choices = " or ".join(repr(k) for k in self.variants)
+            _invalid(f"{path}.kind", f"must be {choices}", kind, f"Send one of {choices}.")
+        return cast(T, self.variants[kind].parse(value, path))
+
+    @functools.cached_property
+    def _kinds(self) -> dict[Any, str]:
+        return {variant.build: kind for kind, variant in self.variants.items()}
+
+    def encode(self, value: T) -> Any:
+        if value is None:
+            return None
+        return self.variants[self.kind_of(value) if self.kind_of else self._kinds[type(value)]].encode(value)
+
+    def shape(self) -> JSON:
+        alternatives = [variant.schema() for variant in self.variants.values()]
+        return {"oneOf": [{"type": "null"}, *alternatives] if self.nullable else alternatives}
+
+
+@dataclass(frozen=True, eq=False)
+class Shape(Node[Any]):
+    """A value of a result described by its schema alone (a string, null, an enum's value): encoded as it is."""
+
+    schema_of: JSON
+
+    def shape(self) -> JSON:
+        return dict(self.schema_of)
+
+
+@dataclass(frozen=True, eq=False)
+class OneOf(Node[T]):
+    """One of ``alternatives``, for results only (encoded, never parsed): the one ``pick`` names, else the first
+    that builds the value's type."""
+
+    alternatives: tuple[Obj[Any], ...]
+    pick: Optional[Callable[[T], int]] = None
+
+    def encode(self, value: T) -> JSON:
+        at = self.pick(value) if self.pick else [a.build for a in self.alternatives].index(type(value))
+        return self.alternatives[at].encode(value)
+
+    def shape(self) -> JSON:
+        return {"oneOf": [alternative.schema() for alternative in self.alternatives]}
+
+
+def _kinded(kind: str, fields: Mapping[str, Node[Any]], build: Callable[..., T], ref: str = "",
+            description: str = "") -> Obj[T]:
+    """The object of one ``kind`` of a ``Tagged``."""
+    return Obj({"kind": Const(kind), **fields}, build, ref=ref, description=description)
+
+
+def _items(*values: str) -> tuple[str, ...]:
+    return values
 
 
 # ---------------------------------------------------------------------------
-# Frames (section 2).
+# The declarations: the wire's one truth (docs/protocol.md sections 1 and 2).
 # ---------------------------------------------------------------------------
 
+# ``fullmatch`` and no ``$``: Python's ``$`` also matches before a final "\n".
+ID = Pattern(
+    "an Id", re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}"),
+    "Send 1-128 characters: an ASCII letter or digit, then letters, digits, '_', '.', ':' or '-'.",
+    ref="Id", description="streamId, attemptId, opId: 1-128 characters, an ASCII letter or digit first, then "
+                          "letters, digits, '_', '.', ':' or '-'.")
+SEGMENT = Pattern(
+    "a Segment", re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}"),
+    "Send 1-64 characters: an ASCII letter or digit, then letters, digits, '_', '.' or '-'.",
+    ref="Segment", description="projectId, orgId: 1-64 characters, an ASCII letter or digit first, then letters, "
+                               "digits, '_', '.' or '-'. A parameter path segment.")
+KEY = Pattern(
+    "a Key", re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}"),
+    "Send 1-128 characters: an ASCII letter or '_', then letters, digits or '_'.",
+    ref="Key", description="An environment variable name: 1-128 characters, an ASCII letter or '_' first, then "
+                           "letters, digits or '_'.")
+REASON = Pattern(
+    "a Reason", re.compile(r"[a-z][a-z0-9_]{0,63}"),
+    "Send 1-64 characters: a lowercase ASCII letter, then lowercase letters, digits or '_'.",
+    ref="Reason", description="A withhold or unavailable reason: 1-64 characters, a lowercase ASCII letter first, "
+                              "then lowercase letters, digits or '_'.")
+COUNT = Count(ref="Count", description="A JSON integer from 0 to 2^53-1. Never a boolean; never written with a "
+                                       "fraction or exponent (1.0 and 1e2 are not Counts: beyond the schema).")
+STAGING_ID = Pattern(
+    "a StagingId", re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"),
+    "Send a lowercase canonical UUID such as '0f8fad5b-d9cb-469f-a165-70867728950e'.",
+    ref="StagingId", description="A lowercase canonical UUID.")
+POLICY_EPOCHS = ListOf(
+    COUNT, "Counts", MAX_POLICY_EPOCHS,
+    order=Ascending("policy-epochs-ascending", "", lambda epoch: epoch, "policy epochs are strictly ascending",
+                    "Sort the epochs and remove duplicates."),
+    ref="PolicyEpochs", description="The policy epochs a replica keeps: Counts, strictly ascending (the order is "
+                                    "beyond the schema), at most 64.")
+STAGED_REF = _kinded("staged", {"stagingId": STAGING_ID}, StagedRef, ref="StagedRef",
+                     description="An immutable staged parameter, named by its staging id.")
+LEGACY_REF = _kinded("legacy", {"ssmVersion": Count(1)}, LegacyRef, ref="LegacyRef",
+                     description="One version (>= 1) of a project's legacy parameter.")
+VALUE_REF: Tagged[ValueRef] = Tagged({"staged": STAGED_REF, "legacy": LEGACY_REF}, ref="ValueRef",
+                   description="Where a record's value lives in the value store.")
+HEAD = Obj(
+    {"revision": COUNT, "generation": COUNT, "tombstone": Bool(), "valueRef": VALUE_REF}, Head,
+    null_when=NullWhen("tombstone", "valueRef", "A live head: it has a value reference.",
+                       "A tombstone: no value reference.", "Send null for a tombstone, or set tombstone to false.",
+                       "Send the value's reference, or set tombstone to true."),
+    ref="Head", description="A record's head: its counters, whether it is deleted, and its value's reference (null "
+                            "exactly when it is a tombstone).")
+BINDING: Tagged[Binding] = Tagged(
+    {"omit": _kinded("omit", {}, BindOmit), "withhold": _kinded("withhold", {"reason": REASON}, BindWithhold)},
+    nullable=True, ref="Binding",
+    description="How the task binds the key: null (normally), omitted, or withheld for a reason.")
+BINDING_STATE = Obj(
+    {"key": KEY, "head": HEAD, "binding": BINDING, "policyEpoch": Nullable(COUNT), "listingGeneration": COUNT},
+    BindingState, ref="BindingState", description="One record as the cloud describes it.")
+MATERIALIZATION: Tagged[Materialization] = Tagged(
+    {kind.value: _kinded(kind.value, {}, functools.partial(Materialization, kind, None)) if kind is MatKind.INSTALLED
+     else _kinded(kind.value, {"reason": REASON}, functools.partial(Materialization, kind)) for kind in MatKind},
+    kind_of=lambda materialization: materialization.kind.value,
+    ref="Materialization", description="What the replica made of a record: its value installed, withheld (by the "
+                                       "record itself) or unavailable (not fetched, or the fetch failed).")
+RESULT = Obj({"state": BINDING_STATE, "materialization": MATERIALIZATION}, RecordResult, ref="Result",
+             description="A record and what the replica made of it.")
+CURSOR = Obj({"streamId": ID, "sequence": COUNT}, Cursor, ref="Cursor",
+             description="A position in a delivery stream: the last sequence applied.")
+#: The snapshot read's (and the diagnosis's) ``projectIds``: Segments; repeats pass (the read refuses them).
+PROJECT_IDS = ListOf(SEGMENT, "Segments")
 
-def _begin(frame: Any, path: str) -> BeginFrame:
-    _object(frame, path, ("attempt", "projectIds"))
-    attempt = _object(frame["attempt"], f"{path}.attempt", ("streamId", "attemptId"))
-    stream_id = _string(attempt["streamId"], f"{path}.attempt.streamId", ID)
-    attempt_id = _string(attempt["attemptId"], f"{path}.attempt.attemptId", ID)
-    project_ids = _segments(frame["projectIds"], f"{path}.projectIds", MAX_BEGIN_PROJECTS, unique=True)
-    return BeginFrame(stream_id, attempt_id, project_ids)
+BEGIN = Obj(
+    {"attempt": Obj({"streamId": ID, "attemptId": ID}, _items),  # encoded from the frame's stream_id, attempt_id
+     "projectIds": ListOf(SEGMENT, "Segments", MAX_BEGIN_PROJECTS, unique=True)},
+    lambda attempt, project_ids: BeginFrame(attempt[0], attempt[1], project_ids),
+    unbuild=lambda frame: (frame, frame.project_ids), ref="BeginFrame",
+    description="Closes the gate and opens a snapshot attempt over exactly these projects (unique, at most "
+                f"{MAX_BEGIN_PROJECTS}).")
+PAGE = Obj(
+    {"opId": ID, "attemptId": ID, "projectId": SEGMENT, "after": Nullable(KEY), "recordVersion": COUNT,
+     "records": ListOf(BINDING_STATE, "BindingStates", MAX_PAGE_RECORDS, order=Ascending(
+         "page-keys-ascending", "key", attrgetter("key"), "page keys are strictly ascending",
+         "Sort the records by key and remove duplicates.")),
+     "complete": Bool()},
+    PageFrame, after=After("page-keys-after", "records", "key", attrgetter("key"), "after",
+                           "every page key follows after", "Send only keys after the page cursor."),
+    ref="PageFrame", description="One page of a project's snapshot: records after the key `after` (null: the first "
+                                 "page), keys strictly ascending (beyond the schema), at most "
+                                 f"{MAX_PAGE_RECORDS}.")
+APPLY = Obj(
+    {"kind": Const(APPLY_KIND), "opId": ID, "projectId": SEGMENT, "recordVersion": Count(1), "state": BINDING_STATE,
+     "delivery": Obj({"streamId": ID, "sequence": Count(1)}, Cursor), "reconciliationAttemptId": ID},
+    ApplyFrame, optional=("reconciliationAttemptId",), ref="ApplyFrame",
+    description="One ordered delta (a delivery): a record's new state at a project's next record version. "
+                "`reconciliationAttemptId` is present exactly while a snapshot attempt is open (never null).")
+PROJECT_VERSION = Obj({"projectId": SEGMENT, "recordVersion": COUNT}, ProjectVersion)
+COMMIT = Obj(
+    {"attemptId": ID, "highWater": CURSOR,
+     "versions": ListOf(PROJECT_VERSION, "{projectId, recordVersion} objects", order=Ascending(
+                            "commit-versions-ascending", "projectId", attrgetter("project_id"),
+                            "versions are strictly ascending by projectId",
+                            "Sort the versions by projectId and remove duplicates."))},
+    CommitFrame, ref="CommitFrame",
+    description="Promotes the attempt's staged view and opens the gate, if the high-water mark and every project's "
+                "version match what was staged; versions strictly ascending by projectId (beyond the schema).")
+
+#: Every declared definition of the contract, in the contract's order.
+DECLARED: tuple[Node[Any], ...] = (ID, SEGMENT, KEY, REASON, COUNT, STAGING_ID, POLICY_EPOCHS, STAGED_REF, LEGACY_REF,
+                              VALUE_REF, HEAD, BINDING, BINDING_STATE, MATERIALIZATION, RESULT, CURSOR, BEGIN, PAGE,
+                              APPLY, COMMIT)
 
 
-def _page(frame: Any, path: str) -> PageFrame:
-    _object(frame, path, ("opId", "attemptId", "projectId", "after", "recordVersion", "records", "complete"))
-    op_id = _string(frame["opId"], f"{path}.opId", ID)
-    attempt_id = _string(frame["attemptId"], f"{path}.attemptId", ID)
-    project_id = _string(frame["projectId"], f"{path}.projectId", SEGMENT)
-    after = None if frame["after"] is None else _string(frame["after"], f"{path}.after", KEY)
-    record_version = _count(frame["recordVersion"], f"{path}.recordVersion")
-    items = _list(frame["records"], f"{path}.records", "BindingStates", MAX_PAGE_RECORDS)
-    records: list[BindingState] = []
-    for i, item in enumerate(items):
-        record = _binding_state(item, f"{path}.records[{i}]")
-        # Keys are ASCII (the Key regex), so str order is JavaScript's order.
-        if records and record.key <= records[-1].key:
-            _invalid(
-                f"{path}.records[{i}].key",
-                f"must be greater than {path}.records[{i - 1}].key ({records[-1].key!r}) "
-                "(page keys are strictly ascending)",
-                record.key,
-                "Sort the records by key and remove duplicates.",
-            )
-        if not records and after is not None and record.key <= after:
-            _invalid(
-                f"{path}.records[{i}].key",
-                f"must be greater than {path}.after ({after!r}) (every page key follows after)",
-                record.key,
-                "Send only keys after the page cursor.",
-            )
-        records.append(record)
-    complete = _bool(frame["complete"], f"{path}.complete")
-    return PageFrame(op_id, attempt_id, project_id, after, record_version, tuple(records), complete)
+#: What the receipt MAC covers (section 2): an apply frame without its opId and reconciliationAttemptId.
+DELIVERY_REQUEST = Obj({key: APPLY.fields[key] for key in ("kind", "projectId", "recordVersion", "state", "delivery")},
+                       DeliveryRequest)
+
+# ---------------------------------------------------------------------------
+# The results and reads (section 3): encoded, never parsed (implementations produce them, and the harness holds
+# every answer to these definitions, ``spec.validator``). A refusal code set is ``spec.schema``'s, by name.
+# ---------------------------------------------------------------------------
+
+_EPOCHS_CURSOR: dict[str, Node[Any]] = {"policyEpochs": POLICY_EPOCHS, "appliedThrough": CURSOR}
 
 
-_APPLY_KEYS = ("kind", "opId", "projectId", "recordVersion", "state", "delivery")
+def _refused(replayed: Node[Any], consumed: Node[Any], code: Node[Any], description: str) -> Obj[ApplyRefused]:
+    return Obj({"ok": Const(False), "replayed": replayed, "consumed": consumed, "attemptId": Nullable(ID),
+                "code": code, **_EPOCHS_CURSOR}, ApplyRefused, description=description)
 
 
-def _apply(frame: Any, path: str) -> ApplyFrame:
-    _object(frame, path, _APPLY_KEYS, optional=("reconciliationAttemptId",))
-    if not (isinstance(frame["kind"], str) and frame["kind"] == APPLY_KIND):
-        _invalid(f"{path}.kind", f"must be exactly {APPLY_KIND!r}", frame["kind"], f"Send {APPLY_KIND!r}.")
-    op_id = _string(frame["opId"], f"{path}.opId", ID)
-    project_id = _string(frame["projectId"], f"{path}.projectId", SEGMENT)
-    record_version = _count(frame["recordVersion"], f"{path}.recordVersion", minimum=1)
-    state = _binding_state(frame["state"], f"{path}.state")
-    delivery = _cursor(frame["delivery"], f"{path}.delivery", minimum=1)
-    reconciliation = None
-    if "reconciliationAttemptId" in frame:
-        raw = frame["reconciliationAttemptId"]
-        if raw is None:
-            _invalid(
-                f"{path}.reconciliationAttemptId",
-                "must be an Id when present (JSON null is not allowed)",
-                raw,
-                "Omit the key instead of sending null.",
-            )
-        reconciliation = _string(raw, f"{path}.reconciliationAttemptId", ID)
-    return ApplyFrame(op_id, project_id, record_version, state, delivery, reconciliation)
+BEGIN_RESULT = Obj({"appliedThrough": CURSOR, "policyEpochs": POLICY_EPOCHS}, BeginResult, ref="BeginResult",
+                   description="The result of `begin`.")
+PAGE_RESULT: OneOf[Any] = OneOf((
+    Obj({"ok": Const(True), "attemptId": ID, "projectId": SEGMENT, "after": Nullable(KEY), "recordVersion": COUNT,
+         "results": ListOf(RESULT, "Results"), "complete": Bool(), **_EPOCHS_CURSOR}, PageOk),
+    Obj({"ok": Const(False), "attemptId": ID, "code": Node(ref="PageRefusalCode"), **_EPOCHS_CURSOR}, PageRefused),
+), ref="PageResult", description="The result of `page`: the page staged, or refused.")
+APPLY_RESULT: OneOf[Any] = OneOf((
+    Obj({"ok": Const(True), "replayed": Bool(), "attemptId": Nullable(ID), "projectId": SEGMENT,
+         "recordVersion": COUNT, "result": RESULT, **_EPOCHS_CURSOR}, ApplyOk,
+        description="Applied, or replayed from an applied receipt."),
+    _refused(Const(False), Const(False), Node(ref="TransientRefusalCode"),
+             "A transient refusal: nothing written, no receipt, the cursor unchanged."),
+    _refused(Bool(), Const(True), Node(ref="ReceiptRefusalCode"),
+             "Consumed: a refused receipt written and the cursor moved (replayed: answered from it)."),
+    _refused(Const(True), Const(True), Const(RefusalCode.DELIVERY_CONFLICT.value),
+             "A replay whose MAC differs from its receipt's: nothing written."),
+), ref="ApplyResult", description="The result of `delivery`: applied (or replayed), or refused; a refusal that is "
+                                  "`consumed` advanced the cursor and has a receipt, except a `delivery_conflict`.")
+COMMIT_RESULT: OneOf[Any] = OneOf((
+    Obj({"ok": Const(True), "attemptId": ID, **_EPOCHS_CURSOR}, CommitOk),
+    Obj({"ok": Const(False), "attemptId": ID, "code": Node(ref="CommitRefusalCode"), **_EPOCHS_CURSOR}, CommitRefused),
+), ref="CommitResult", description="The result of `commit`: promoted and open, or refused.")
+STATUS = Obj(
+    {"activated": Bool(), "gateOpen": Bool(), "attemptId": Nullable(ID), "orgId": Nullable(SEGMENT),
+     "appliedThrough": Nullable(CURSOR), "policyEpochs": POLICY_EPOCHS, "projectIds": PROJECT_IDS}, Status,
+    ref="Status", description="The result of `status`: the authority row and the live project ids (sorted), no value.")
+SNAPSHOT_ENTRY: OneOf[SnapshotEntry] = OneOf((
+    Obj({"state": BINDING_STATE, "materialization": MATERIALIZATION.variants[MatKind.INSTALLED.value],
+         "value": Shape({"type": "string"})}, SnapshotEntry, description="Installed: its plaintext value."),
+    Obj({"state": BINDING_STATE, "materialization": Tagged(
+        {k: v for k, v in MATERIALIZATION.variants.items() if k != MatKind.INSTALLED.value},
+        kind_of=MATERIALIZATION.kind_of), "value": Shape({"type": "null"})}, SnapshotEntry,
+        description="Withheld or unavailable: no value."),
+), pick=lambda entry: 0 if entry.materialization.kind is MatKind.INSTALLED else 1, ref="SnapshotEntry",
+    description="One served record; `value` is its plaintext when installed, else null.")
+SNAPSHOT_PROJECT = Obj({"projectId": SEGMENT, "recordVersion": COUNT, "entries": ListOf(SNAPSHOT_ENTRY, "entries")},
+                       SnapshotProject)
+SNAPSHOT = Nullable(Obj({"projects": ListOf(SNAPSHOT_PROJECT, "projects")}, Snapshot), ref="Snapshot",
+                    description="The result of `snapshot`: the served view in the order the ids were asked for, or "
+                                "null (the read fails closed).")
+RECEIPT = Obj(
+    {"streamId": ID, "sequence": COUNT, "ok": Bool(), "code": Nullable(Node(ref="ReceiptRefusalCode")),
+     "result": Nullable(RESULT), "recordVersion": Nullable(COUNT)}, ReceiptView, ref="Receipt",
+    description="One receipt of a consumed delivery, as `receipts` lists it (no MAC). Whether `ok` goes with a code "
+                "or with a result and a version is beyond the schema (state-receipt-shape).")
+DIAGNOSIS = Nullable(Obj(
+    {"reason": Shape({"type": "string", "enum": [r.value for r in DiagnosisReason]},
+                     description="Checked in this order."), "message": Shape({"type": "string"})}, Diagnosis),
+    ref="Diagnosis", description="The result of `diagnostics`: null when `snapshot` of the same ids would serve, "
+                                 "else why not (`message` is for people, names no value, and is not compared).")
+READINESS = Obj({"ready": Bool()}, Readiness, ref="Readiness", description="The result of `ready`.")
+CRASHED = Obj({"crashedAfterCommit": Count(1)}, Crashed, unbuild=lambda crashed: (crashed.after_commit,), ref="Crashed",
+              description="A page or delivery with `crashAfterCommit: k` crashed right after its k-th write commit; "
+                          "the replica was reopened and its gate closed.")
+EMPTY = Obj({}, Done, ref="Empty", description="The result of `reset`, `close`, `restart` and `store.*`.")
+#: Every declared result of the contract, in the contract's order.
+RESULTS: tuple[Node[Any], ...] = (
+    BEGIN_RESULT, PAGE_RESULT, APPLY_RESULT, COMMIT_RESULT, STATUS, SNAPSHOT_ENTRY, SNAPSHOT, RECEIPT,
+    ListOf(RECEIPT, "Receipts", ref="Receipts", description="The result of `receipts`: sorted by streamId, then "
+                                                            "sequence."),
+    READINESS, DIAGNOSIS, CRASHED, EMPTY)
 
 
-def _commit(frame: Any, path: str) -> CommitFrame:
-    _object(frame, path, ("attemptId", "highWater", "versions"))
-    attempt_id = _string(frame["attemptId"], f"{path}.attemptId", ID)
-    high_water = _cursor(frame["highWater"], f"{path}.highWater")
-    items = _list(frame["versions"], f"{path}.versions", "{projectId, recordVersion} objects")
-    versions: list[ProjectVersion] = []
-    for i, item in enumerate(items):
-        at = f"{path}.versions[{i}]"
-        _object(item, at, ("projectId", "recordVersion"))
-        version = ProjectVersion(
-            _string(item["projectId"], f"{at}.projectId", SEGMENT),
-            _count(item["recordVersion"], f"{at}.recordVersion"),
-        )
-        # Segments are ASCII, so str order is JavaScript's order.
-        if versions and version.project_id <= versions[-1].project_id:
-            _invalid(
-                f"{at}.projectId",
-                f"must be greater than {path}.versions[{i - 1}].projectId ({versions[-1].project_id!r}) "
-                "(versions are strictly ascending by projectId)",
-                version.project_id,
-                "Sort the versions by projectId and remove duplicates.",
-            )
-        versions.append(version)
-    return CommitFrame(attempt_id, high_water, tuple(versions))
+def definitions(nodes: tuple[Node[Any], ...] = DECLARED) -> dict[str, JSON]:
+    """The JSON Schema of each of ``nodes`` (the frames' by default; ``RESULTS``), by its name in the contract
+    (``spec.schema`` adds the ``$id``)."""
+    return {node.ref: node.definition() for node in nodes}
 
 
 # ---------------------------------------------------------------------------
@@ -545,62 +885,62 @@ def _commit(frame: Any, path: str) -> CommitFrame:
 
 def parse_begin(frame: Any, *, path: str = "begin") -> BeginFrame:
     """A ``BeginFrame``: ``{"attempt": {"streamId", "attemptId"}, "projectIds"}``."""
-    return _begin(frame, path)
+    return BEGIN.parse(frame, path)
 
 
 def parse_policy_epochs(value: Any, *, path: str = "keptPolicyEpochs") -> tuple[int, ...]:
     """``PolicyEpochs``: at most 64 Counts, strictly ascending (begin's ``keptPolicyEpochs``)."""
-    return _policy_epochs(value, path)
+    return POLICY_EPOCHS.parse(value, path)
 
 
 def parse_org_id(value: Any, *, path: str = "orgId") -> str:
     """begin's ``orgId``: a ``Segment``."""
-    return _string(value, path, SEGMENT)
+    return SEGMENT.parse(value, path)
 
 
 def parse_project_ids(value: Any, *, path: str = "projectIds") -> tuple[str, ...]:
     """The snapshot read's ``projectIds``: Segments; repeats pass (the read refuses them)."""
-    return _segments(value, path, None, unique=False)
+    return PROJECT_IDS.parse(value, path)
 
 
 def parse_page(frame: Any, *, path: str = "page") -> PageFrame:
     """A ``PageFrame``; keys strictly ascending, all after ``after``, at most 1000."""
-    return _page(frame, path)
+    return PAGE.parse(frame, path)
 
 
 def parse_apply(frame: Any, *, path: str = "apply") -> ApplyFrame:
     """An ``ApplyFrame`` (``kind`` ``env.replica.apply``; ``reconciliationAttemptId`` optional)."""
-    return _apply(frame, path)
+    return APPLY.parse(frame, path)
 
 
 def parse_commit(frame: Any, *, path: str = "commit") -> CommitFrame:
     """A ``CommitFrame``; versions strictly ascending by ``projectId``."""
-    return _commit(frame, path)
+    return COMMIT.parse(frame, path)
 
 
 def parse_binding_state(value: Any, *, path: str = "state") -> BindingState:
     """A ``BindingState``."""
-    return _binding_state(value, path)
+    return BINDING_STATE.parse(value, path)
 
 
 def parse_value_ref(value: Any, *, path: str = "valueRef") -> ValueRef:
     """A ``ValueRef`` (``StagedRef`` or ``LegacyRef``); null is not a ValueRef."""
-    return _value_ref(value, path)
+    return VALUE_REF.parse(value, path)
 
 
 def parse_materialization(value: Any, *, path: str = "materialization") -> Materialization:
     """A ``Materialization``: installed, or withheld/unavailable with a ``Reason``."""
-    return _materialization(value, path)
+    return MATERIALIZATION.parse(value, path)
 
 
 def parse_record_result(value: Any, *, path: str = "result") -> RecordResult:
     """A ``Result``: ``{"state", "materialization"}``."""
-    return _record_result(value, path)
+    return RESULT.parse(value, path)
 
 
 def parse_cursor(value: Any, *, path: str = "cursor") -> Cursor:
     """A ``Cursor``: ``{"streamId": Id, "sequence": Count}``."""
-    return _cursor(value, path)
+    return CURSOR.parse(value, path)
 
 
 # ---------------------------------------------------------------------------
@@ -666,256 +1006,18 @@ def _(value: dict[Any, Any]) -> _JsonObject:
     return out
 
 
-@_register(StagedRef)
-def _(value: StagedRef) -> _JsonObject:
-    return {"kind": "staged", "stagingId": value.staging_id}
-
-
-@_register(LegacyRef)
-def _(value: LegacyRef) -> _JsonObject:
-    return {"kind": "legacy", "ssmVersion": value.ssm_version}
-
-
-@_register(Head)
-def _(value: Head) -> _JsonObject:
-    return {
-        "revision": value.revision,
-        "generation": value.generation,
-        "tombstone": value.tombstone,
-        "valueRef": encode(value.value_ref),
-    }
-
-
-@_register(BindOmit)
-def _(value: BindOmit) -> _JsonObject:
-    return {"kind": "omit"}
-
-
-@_register(BindWithhold)
-def _(value: BindWithhold) -> _JsonObject:
-    return {"kind": "withhold", "reason": encode(value.reason)}
-
-
-@_register(BindingState)
-def _(value: BindingState) -> _JsonObject:
-    return {
-        "key": value.key,
-        "head": encode(value.head),
-        "binding": encode(value.binding),
-        "policyEpoch": value.policy_epoch,
-        "listingGeneration": value.listing_generation,
-    }
-
-
-@_register(Materialization)
-def _(value: Materialization) -> _JsonObject:
-    if value.kind is MatKind.INSTALLED:
-        return {"kind": "installed"}
-    return {"kind": encode(value.kind), "reason": encode(value.reason)}
-
-
-@_register(RecordResult)
-def _(value: RecordResult) -> _JsonObject:
-    return {"state": encode(value.state), "materialization": encode(value.materialization)}
-
-
-@_register(Cursor)
-def _(value: Cursor) -> _JsonObject:
-    return {"streamId": value.stream_id, "sequence": value.sequence}
-
-
-@_register(BeginFrame)
-def _(value: BeginFrame) -> _JsonObject:
-    return {
-        "attempt": {"streamId": value.stream_id, "attemptId": value.attempt_id},
-        "projectIds": list(value.project_ids),
-    }
-
-
-@_register(PageFrame)
-def _(value: PageFrame) -> _JsonObject:
-    return {
-        "opId": value.op_id,
-        "attemptId": value.attempt_id,
-        "projectId": value.project_id,
-        "after": value.after,
-        "recordVersion": value.record_version,
-        "records": [encode(r) for r in value.records],
-        "complete": value.complete,
-    }
-
-
-@_register(ApplyFrame)
-def _(value: ApplyFrame) -> _JsonObject:
-    out: _JsonObject = {
-        "kind": APPLY_KIND,
-        "opId": value.op_id,
-        "projectId": value.project_id,
-        "recordVersion": value.record_version,
-        "state": encode(value.state),
-        "delivery": encode(value.delivery),
-    }
-    if value.reconciliation_attempt_id is not None:
-        out["reconciliationAttemptId"] = value.reconciliation_attempt_id
-    return out
-
-
-@_register(DeliveryRequest)
-def _(value: DeliveryRequest) -> _JsonObject:
-    """Exactly what the receipt MAC covers (section 2): no opId, no reconciliationAttemptId."""
-    return {
-        "kind": APPLY_KIND,
-        "projectId": value.project_id,
-        "recordVersion": value.record_version,
-        "state": encode(value.state),
-        "delivery": encode(value.delivery),
-    }
-
-
-@_register(ProjectVersion)
-def _(value: ProjectVersion) -> _JsonObject:
-    return {"projectId": value.project_id, "recordVersion": value.record_version}
-
-
-@_register(CommitFrame)
-def _(value: CommitFrame) -> _JsonObject:
-    return {
-        "attemptId": value.attempt_id,
-        "highWater": encode(value.high_water),
-        "versions": [encode(v) for v in value.versions],
-    }
-
-
-@_register(BeginResult)
-def _(value: BeginResult) -> _JsonObject:
-    return {"appliedThrough": encode(value.applied_through), "policyEpochs": list(value.policy_epochs)}
-
-
-@_register(PageOk)
-def _(value: PageOk) -> _JsonObject:
-    return {
-        "ok": True,
-        "attemptId": value.attempt_id,
-        "projectId": value.project_id,
-        "after": value.after,
-        "recordVersion": value.record_version,
-        "results": [encode(r) for r in value.results],
-        "complete": value.complete,
-        "policyEpochs": list(value.policy_epochs),
-        "appliedThrough": encode(value.applied_through),
-    }
-
-
-@_register(PageRefused)
-def _(value: PageRefused) -> _JsonObject:
-    return {
-        "ok": False,
-        "attemptId": value.attempt_id,
-        "code": encode(value.code),
-        "policyEpochs": list(value.policy_epochs),
-        "appliedThrough": encode(value.applied_through),
-    }
-
-
-@_register(ApplyOk)
-def _(value: ApplyOk) -> _JsonObject:
-    return {
-        "ok": True,
-        "replayed": value.replayed,
-        "attemptId": value.attempt_id,
-        "projectId": value.project_id,
-        "recordVersion": value.record_version,
-        "result": encode(value.result),
-        "policyEpochs": list(value.policy_epochs),
-        "appliedThrough": encode(value.applied_through),
-    }
-
-
-@_register(ApplyRefused)
-def _(value: ApplyRefused) -> _JsonObject:
-    return {
-        "ok": False,
-        "replayed": value.replayed,
-        "consumed": value.consumed,
-        "attemptId": value.attempt_id,
-        "code": encode(value.code),
-        "policyEpochs": list(value.policy_epochs),
-        "appliedThrough": encode(value.applied_through),
-    }
-
-
-@_register(CommitOk)
-def _(value: CommitOk) -> _JsonObject:
-    return {
-        "ok": True,
-        "attemptId": value.attempt_id,
-        "policyEpochs": list(value.policy_epochs),
-        "appliedThrough": encode(value.applied_through),
-    }
-
-
-@_register(CommitRefused)
-def _(value: CommitRefused) -> _JsonObject:
-    return {
-        "ok": False,
-        "attemptId": value.attempt_id,
-        "code": encode(value.code),
-        "policyEpochs": list(value.policy_epochs),
-        "appliedThrough": encode(value.applied_through),
-    }
-
-
-@_register(Status)
-def _(value: Status) -> _JsonObject:
-    return {
-        "activated": value.activated,
-        "gateOpen": value.gate_open,
-        "attemptId": value.attempt_id,
-        "orgId": value.org_id,
-        "appliedThrough": encode(value.applied_through),
-        "policyEpochs": list(value.policy_epochs),
-        "projectIds": list(value.project_ids),
-    }
-
-
-@_register(SnapshotEntry)
-def _(value: SnapshotEntry) -> _JsonObject:
-    return {
-        "state": encode(value.state),
-        "materialization": encode(value.materialization),
-        "value": value.value,
-    }
-
-
-@_register(SnapshotProject)
-def _(value: SnapshotProject) -> _JsonObject:
-    return {
-        "projectId": value.project_id,
-        "recordVersion": value.record_version,
-        "entries": [encode(e) for e in value.entries],
-    }
-
-
-@_register(Snapshot)
-def _(value: Snapshot) -> _JsonObject:
-    return {"projects": [encode(p) for p in value.projects]}
-
-
-@_register(ReceiptView)
-def _(value: ReceiptView) -> _JsonObject:
-    return {
-        "streamId": value.stream_id,
-        "sequence": value.sequence,
-        "ok": value.ok,
-        "code": encode(value.code),
-        "result": encode(value.result),
-        "recordVersion": value.record_version,
-    }
-
-
-@_register(Done)
-def _(value: Done) -> _JsonObject:
-    return {}  # section 5: close, restart and store.* answer {}
+#: The declared types and results encode as declared (``Node.encode``).
+for _type, _node in ((StagedRef, STAGED_REF), (LegacyRef, LEGACY_REF), (Head, HEAD), (BindOmit, BINDING),
+                     (BindWithhold, BINDING), (BindingState, BINDING_STATE), (Materialization, MATERIALIZATION),
+                     (RecordResult, RESULT), (Cursor, CURSOR), (BeginFrame, BEGIN), (PageFrame, PAGE),
+                     (ApplyFrame, APPLY), (ProjectVersion, PROJECT_VERSION), (CommitFrame, COMMIT),
+                     (DeliveryRequest, DELIVERY_REQUEST), (BeginResult, BEGIN_RESULT), (PageOk, PAGE_RESULT),
+                     (PageRefused, PAGE_RESULT), (ApplyOk, APPLY_RESULT), (ApplyRefused, APPLY_RESULT),
+                     (CommitOk, COMMIT_RESULT), (CommitRefused, COMMIT_RESULT), (Status, STATUS),
+                     (SnapshotEntry, SNAPSHOT_ENTRY), (SnapshotProject, SNAPSHOT_PROJECT), (Snapshot, SNAPSHOT),
+                     (ReceiptView, RECEIPT), (Readiness, READINESS), (Crashed, CRASHED), (Done, EMPTY),
+                     (Diagnosis, DIAGNOSIS)):
+    encode.register(_type, _node.encode)
 
 
 @_register(Failed)
@@ -926,21 +1028,6 @@ def _(value: Failed) -> _JsonObject:
 @_register(ReplicaError)
 def _(value: ReplicaError) -> _JsonObject:
     return {"type": value.wire_type, "message": value.message}  # section 5's error object
-
-
-@_register(Crashed)
-def _(value: Crashed) -> _JsonObject:
-    return {"crashedAfterCommit": value.after_commit}
-
-
-@_register(Readiness)
-def _(value: Readiness) -> _JsonObject:
-    return {"ready": value.ready}
-
-
-@_register(Diagnosis)
-def _(value: Diagnosis) -> _JsonObject:
-    return {"reason": value.reason.value, "message": value.message}
 
 
 @_register(Pending)
