@@ -46,10 +46,9 @@ from multiprocessing.connection import Connection
 from typing import NoReturn, Optional, Union
 
 from envreplica.conformance.lock import protocol as pr
-from envreplica.conformance.lock.processes import SAFETY, HarnessError, World, _shown
+from envreplica.conformance.lock.processes import SAFETY, HarnessError, World, _shown, end_operation
 from envreplica.conformance.lock.threads import ThreadSide
 from envreplica.impl import lock as il
-from envreplica.spec.lock import Effect
 
 
 class Question(str, enum.Enum):
@@ -200,13 +199,7 @@ def _plain(args: tuple[object, ...]) -> tuple[object, ...]:
 
 def _operation(calls: ChildCalls) -> None:
     """The operation: inside, told how it ends (``protocol.Leave``)."""
-    order = calls.stop(pr.Inside())
-    if not isinstance(order, pr.Leave):
-        raise HarnessError(f"{_who(calls.me)} inside the operation was told {order}")
-    if order.effect is Effect.UNCHANGED:
-        raise pr.OperationUnchanged("failed having changed nothing")
-    if order.effect is Effect.COMMITTED:
-        raise pr.OperationCommitted("failed having committed")
+    end_operation(calls.stop(pr.Inside()), _who(calls.me))
 
 
 def _child(conn: Connection, lock_path: str, max_tries: int, calls: ChildCalls) -> NoReturn:

@@ -198,12 +198,7 @@ class Process:
             order = self._stop(pr.Inside())
         finally:
             self.inside = False
-        if not isinstance(order, pr.Leave):
-            raise HarnessError(f"p{self.slot} inside the operation was told {order}")
-        if order.effect is Effect.UNCHANGED:
-            raise pr.OperationUnchanged("failed having changed nothing")
-        if order.effect is Effect.COMMITTED:
-            raise pr.OperationCommitted("failed having committed")
+        end_operation(order, f"p{self.slot}")
 
     def _main(self) -> None:
         try:
@@ -247,6 +242,17 @@ class Process:
         if not self.dead and self.thread.is_alive():
             self.orders.put(pr.DIE)
         self.thread.join(SAFETY)
+
+
+def end_operation(order: object, who: str) -> None:
+    """The operation's end as the harness ordered it (``protocol.Leave``): it returns, or raises the failure its
+    effect names; any other order is the harness's own error (a thread's and a forked process's operation alike)."""
+    if not isinstance(order, pr.Leave):
+        raise HarnessError(f"{who} inside the operation was told {order}")
+    if order.effect is Effect.UNCHANGED:
+        raise pr.OperationUnchanged("failed having changed nothing")
+    if order.effect is Effect.COMMITTED:
+        raise pr.OperationCommitted("failed having committed")
 
 
 def _shown(outcome: object) -> str:
