@@ -383,10 +383,11 @@ class _BackgroundModelCheck:
         self.output = tempfile.TemporaryFile(mode="w+", encoding="utf-8")
         argv = ["check", "--model-stage", "--quiet", "--bounds", args.bounds, "--variant", args.variant,
                 "--out", args.out, "--lock-bounds", args.lock_bounds]
-        if _migration_in_gate_process(args) or args.model_only:  # model_only: never here, for completeness
+        if _migration_in_gate_process(args):  # the gate runs the migration's stages itself (_gate)
             argv += ["--migration-bounds", "none", "--migration-lockstep", "none"]
         else:
-            argv += ["--migration-bounds", args.migration_bounds, "--migration-lockstep", args.migration_lockstep]
+            argv += ["--migration-bounds", args.migration_bounds,
+                     "--migration-lockstep", "none" if args.model_only else args.migration_lockstep]
             argv += ["--migration-lockstep-examples", str(args.migration_lockstep_examples)] \
                 if args.migration_lockstep_examples is not None else []
         argv += ["--workers", str(args.workers)] if args.workers else []
