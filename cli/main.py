@@ -168,6 +168,13 @@ def _model_stage(args, started: float, stages: Board) -> int:
     return rc
 
 
+def _broken_properties(result, spec) -> list[str]:
+    """The properties a suite's runs broke (the migration's or the lock's ``SuiteRun``), by name: each violated
+    invariant or step property, and the bounded-liveness one (``spec.RECOVERABLE``) where a run left states stuck."""
+    stuck = any(r.liveness is not None and not r.liveness.ok for r in result.runs)
+    return sorted({p for r in result.runs for p in r.result.violations} | ({spec.RECOVERABLE[0]} if stuck else set()))
+
+
 def _migration_in_gate_process(args) -> bool:
     """Whether the gate runs the migration's model check and lockstep in its own process (after the replica's
     lockstep and the concurrent stages) rather than in the model-check child (after the replica's model check).
@@ -1160,9 +1167,7 @@ def _migration_check(args, name: str, gate: bool = False, stages: Optional[Board
         console.print(f"[bold green]PASS[/]: {props} properties hold (bounded liveness among them), "
                       f"{len(spec.SOMETIMES)} sometimes properties witnessed")
     else:
-        stuck = any(r.liveness is not None and not r.liveness.ok for r in result.runs)
-        broken = sorted({p for r in result.runs for p in r.result.violations}
-                        | ({spec.RECOVERABLE[0]} if stuck else set()))
+        broken = _broken_properties(result, spec)
         console.print(f"[bold red]FAIL[/]: the paired writer migration ({variant.value}, bounds {name})"
                       + (f" breaks {', '.join(broken)} (traces in {args.out})" if broken else "")
                       + (" and" if broken and result.missed else "")
@@ -1225,9 +1230,7 @@ def _lock_check(args, name: str, gate: bool = False, stages: Optional[Board] = N
         console.print(f"[bold green]PASS[/]: the projection lock: {props} properties hold (bounded liveness among "
                       f"them), {len(spec.SOMETIMES)} sometimes properties witnessed, {result.states:,} states")
     else:
-        stuck = any(r.liveness is not None and not r.liveness.ok for r in result.runs)
-        broken = sorted({p for r in result.runs for p in r.result.violations}
-                        | ({spec.RECOVERABLE[0]} if stuck else set()))
+        broken = _broken_properties(result, spec)
         console.print(f"[bold red]FAIL[/]: the projection lock ({variant.value}) breaks {', '.join(broken) or 'no property'}"
                       + (f"; never witnessed: {', '.join(result.missed)}" if result.missed else "")
                       + f" (traces in {args.out})", highlight=False)

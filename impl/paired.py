@@ -773,7 +773,9 @@ def _says_what_stands(command: _Command) -> _Command:
                 raise
             raise PairedRefused(e.code, f"{detail}. {stands}") from None
         except (OSError, files.ReplicaPathError, files.ReplicaUnavailable) as e:
-            raise PairedRefused("storage_error", f"{_storage_fault(e)}. {_stands_said()}") from None
+            fault, stands = _storage_fault(e), _stands_said()
+            said = fault if stands in fault.lower() else f"{fault}. {stands}"  # said once, not twice
+            raise PairedRefused("storage_error", said) from None
         except sqlite3.DatabaseError as e:
             text = str(e).lower()
             if not (_storage(e) or "malformed" in text or "not a database" in text):

@@ -7,6 +7,7 @@ their own (the lockstep's examples): a count, never the clock. `pytest --hypothe
 for Hypothesis: its plugin loads that after this file.
 """
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -57,7 +58,7 @@ answers.CHECK_ANSWERS = True
 def scratch():
     """A directory for SQLite files, on tmpfs when there is one (fsyncs then cost nothing); removed after.
 
-    The lockstep's own default does the same (``lockstep.context._scratch_dir``).
+    The lockstep's own default does the same (``replica.context._scratch_dir``).
     """
     from envreplica.conformance.replica.context import _scratch_dir
 
@@ -76,8 +77,6 @@ DURATIONS = Path(__file__).with_name("durations.json")
 
 def _tier_weights() -> dict[str, dict[str, float]]:
     try:
-        import json
-
         data = json.loads(DURATIONS.read_text(encoding="utf-8"))
         return {tier: {str(k): float(v) for k, v in data.get(tier, {}).items()} for tier in ("fast", "slow")}
     except (OSError, ValueError, AttributeError, TypeError):
