@@ -78,8 +78,19 @@ def library_call(argv: list[str]) -> Callable[[], int]:
     dbs = options["--db"]
     if len(dbs) == 1 or (not dbs and once["--request"] is None):
         raise HarnessError(f"an in-process migrate is the paired one (two or more --db, or --request): {argv}")
-    return lambda: paired.migrate_command(dbs, request=once["--request"], backup_dir=once["--backup-dir"],
-                                          master_key=sealing.master_key_if_set(), busy_timeout=timeout)
+    return lambda: _migrate(dbs, once["--request"], once["--backup-dir"], timeout)
+
+
+def _migrate(dbs: list[str], request: Optional[str], backup_dir: Optional[str], timeout: float) -> int:
+    """``envreplica migrate`` as the library runs it, the master key read as the command reads it: a key that
+    is set but unusable is the command's exit 2 and its one line (``cli.errors.guarded``), not a traceback."""
+    try:
+        key = sealing.master_key_if_set()
+    except sealing.KeyConfigError as error:
+        print(f"envreplica migrate: {error}", file=sys.stderr)
+        return 2
+    return paired.migrate_command(dbs, request=request, backup_dir=backup_dir, master_key=key,
+                                  busy_timeout=timeout)
 
 
 class Mode(enum.Enum):
