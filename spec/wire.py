@@ -309,18 +309,21 @@ class Count(Node[int]):
 
     minimum: int = 0
 
+    @property
+    def rule(self) -> str:
+        """What a refusal says the value must be (built only for a refusal: parsing is per message)."""
+        low = self.minimum
+        if low == 0:
+            return "must be a Count (a JSON integer 0..2^53-1, not a boolean or float)"
+        return f"must be a Count >= {low} (a JSON integer {low}..2^53-1, not a boolean or float)"
+
     def parse(self, value: Any, path: str) -> int:
         low = self.minimum
-        rule = (
-            "must be a Count (a JSON integer 0..2^53-1, not a boolean or float)"
-            if low == 0
-            else f"must be a Count >= {low} (a JSON integer {low}..2^53-1, not a boolean or float)"
-        )
         if type(value) is not int:
             literal = type(value) is float and value.is_integer() and low <= value <= MAX_COUNT
-            _invalid(path, rule, value, "Send an integer.", beyond="integer-literals" if literal else None)
+            _invalid(path, self.rule, value, "Send an integer.", beyond="integer-literals" if literal else None)
         if not low <= value <= MAX_COUNT:
-            _invalid(path, rule, value, f"Send an integer from {low} to 9007199254740991.")
+            _invalid(path, self.rule, value, f"Send an integer from {low} to 9007199254740991.")
         return value
 
     def encode(self, value: int) -> int:

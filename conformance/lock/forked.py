@@ -106,7 +106,7 @@ class ChildCalls(il.Calls):
         taken, self.taken = tuple(self.taken), []
         self.conn.send(Reported(taken, report))
         order = self._recv()
-        if not isinstance(order, (pr.Go, pr.Die, pr.Leave, pr.StartCall)):
+        if not isinstance(order, (pr.Go, pr.Leave, pr.StartCall)):  # a DIE is the harness's SIGKILL, never sent
             raise HarnessError(f"{_who(self.me)} was told {order!r}, which is no order")
         if isinstance(order, pr.Go) and order.nonce is not None:
             self.next_nonce = order.nonce

@@ -29,7 +29,7 @@ class Side(str, enum.Enum):
     @property
     def factory(self) -> SideFactory:
         """What makes an example's side (``run.run_lock_lockstep``'s ``side``)."""
-        return ThreadSide.of if self is Side.THREADS else ProcessSide.of
+        return self.kind.of
 
     @property
     def kind(self) -> type[ThreadSide]:
