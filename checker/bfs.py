@@ -63,6 +63,8 @@ from typing import Any, Callable, Generic, Hashable, Iterable, Optional, Protoco
 
 from mypy_extensions import mypyc_attr
 
+from envreplica.checker.collector import full_collections_deferred
+
 #: A model's state: any hashable value (the visited sets and marks hold states or their fingerprints).
 S = TypeVar("S", bound=Hashable)
 
@@ -292,7 +294,14 @@ def check(
     stop_on_first: bool = False,
     progress: Optional[Callable[[Result], None]] = None,
 ) -> Result:
-    """Breadth-first search from ``model.init()``; records the shortest violation of each property."""
+    """Breadth-first search from ``model.init()``; records the shortest violation of each property (with the
+    collector's full collections deferred: ``checker.collector``)."""
+    with full_collections_deferred():
+        return _check(model, max_depth, max_states, stop_on_first, progress)
+
+
+def _check(model: Model[S], max_depth: Optional[int], max_states: Optional[int], stop_on_first: bool,
+           progress: Optional[Callable[[Result], None]]) -> Result:
     started = time.perf_counter()
     result = Result(fingerprints=True)
     fingerprint, view, for_step = fingerprint_function(model), view_function(model), step_table(model)

@@ -29,6 +29,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Generic, Hashable, Iterable, Optional, TypeVar
 
+from envreplica.checker.collector import full_collections_deferred
+
 #: A state of the searched model.
 S = TypeVar("S", bound=Hashable)
 
@@ -82,7 +84,12 @@ def stuck_states(reached: Iterable[S], operator: Callable[[S], Iterable[S]],
     ``max_states`` bounds the closure (reached states included; default ``closure_budget(len(reached))``);
     past it, ``ClosureBudgetExceeded``.
     """
-    reached = list(reached)
+    with full_collections_deferred():
+        return _stuck_states(list(reached), operator, settled, max_states)
+
+
+def _stuck_states(reached: list[S], operator: Callable[[S], Iterable[S]], settled: Callable[[S], bool],
+                  max_states: Optional[int]) -> Liveness[S]:
     seen = set(reached)
     budget = closure_budget(len(reached)) if max_states is None else max_states
     if len(seen) > budget:

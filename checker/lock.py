@@ -41,10 +41,13 @@ CLOSURE_FACTOR = 10
 def build_model(cfg: ml.LockBounds, symmetry: bool = True, invariants: Optional[tuple[spec.Property, ...]] = None,
                 step_properties: Optional[tuple[spec.Property, ...]] = None,
                 sometimes: Optional[tuple[spec.Property, ...]] = None,
-                observe_state: Optional[Callable[[ml.LockState], None]] = None) -> Model[ml.LockState]:
+                observe_state: Optional[Callable[[ml.LockState], None]] = None,
+                observe_step: Optional[Callable[[ml.LockState, Any, Any, ml.LockState], None]] = None,
+                ) -> Model[ml.LockState]:
     """``model.lock`` at ``cfg`` in the checker's narrow interface, with ``spec.lock``'s properties."""
     return Model(
         observe_state=observe_state,
+        observe_step=observe_step,
         init=partial(ml.init, cfg),
         enabled=lambda st: list(ml.enabled(cfg, st)),
         next=partial(ml.next_state, cfg),
@@ -98,22 +101,68 @@ class SuiteRun:
         return sum(r.result.states for r in self.runs)
 
 
-def operator_successors(cfg: ml.LockBounds, canonical: Callable[[ml.LockState], ml.LockState],
-                        st: ml.LockState) -> list[ml.LockState]:
-    """The states the processes alone lead to from ``st`` (no kill, no pid reused, no reap), one process at a time:
+def operator_actions(cfg: ml.LockBounds, st: ml.LockState) -> list[ml.Action]:
+    """The actions the processes alone take from ``st`` (no kill, no pid reused, no reap), one process at a time:
     the first process in a call takes its steps (every choice of chance; an operation that returns), and only
     when no call runs does a process call again. A way out found this way is a way out; liveness asks only that
     one exists (a state this schedule cannot settle is reported stuck, and its trace says where)."""
     actions = list(ml.enabled(cfg, st, environment=False, extra_calls=EXTRA_CALLS))
     running = [a for a in actions if isinstance(a, (ml.Step, ml.Leave))]
-    chosen: list[ml.Action]
     if running:
         first = min(a.slot for a in running)
-        chosen = [a for a in running if a.slot == first and not (isinstance(a, ml.Leave) and a.effect is not OK)]
-    else:
-        chosen = [next(a for a in actions if isinstance(a, ml.Start))] if any(
-            isinstance(a, ml.Start) for a in actions) else []
-    return [canonical(ml.next_state(cfg, st, a)[0]) for a in chosen]
+        return [a for a in running if a.slot == first and not (isinstance(a, ml.Leave) and a.effect is not OK)]
+    return [next(a for a in actions if isinstance(a, ml.Start))] if any(
+        isinstance(a, ml.Start) for a in actions) else []
+
+
+def operator_successors(cfg: ml.LockBounds, canonical: Callable[[ml.LockState], ml.LockState],
+                        st: ml.LockState) -> list[ml.LockState]:
+    """The representatives of the states ``operator_actions`` lead to from ``st``."""
+    return [canonical(ml.next_state(cfg, st, a)[0]) for a in operator_actions(cfg, st)]
+
+
+class OperatorEdges:
+    """The liveness operator's edges out of the reached states, taken from the search as it goes.
+
+    The search computes every successor of every state it expands, and fingerprints each by its representative;
+    the liveness closure asks the same successors again. Told of each new state (``discovered``: the state the
+    search will expand, and its representative) and of each transition (``step``), this keeps, per representative,
+    the representatives that ``operator_actions`` of the expanded state lead to, at the cost of one ``enabled``
+    per state. ``successors`` answers from it, and computes the rest: states the search never expanded (the
+    closure's own), and those where the operator takes a call the bounds do not (``EXTRA_CALLS``), which the search
+    has no transition for. The expanded state is the search's member of its class, so the schedule is the
+    operator's in that member's numbering: one process at a time still, and a state of a class settles or not
+    the same way under any numbering of interchangeable processes.
+    """
+
+    def __init__(self, cfg: ml.LockBounds, canonical: Callable[[ml.LockState], ml.LockState]) -> None:
+        self.cfg, self.canonical = cfg, canonical
+        self.edges: dict[ml.LockState, tuple[int, list[ml.LockState]]] = {}  # representative -> (chosen, found)
+        self.recorded = 0  # successors found in the search's transitions
+        self.computed = 0  # successors computed for the closure
+        self._waiting: dict[int, ml.LockState] = {}  # id of a discovered state not yet expanded -> representative
+        self._expanding: Optional[ml.LockState] = None  # the state the search expands now
+        self._chosen: list[ml.Action] = []  # its operator's actions
+        self._found: list[ml.LockState] = []  # the representatives they lead to, so far
+
+    def discovered(self, st: ml.LockState, representative: ml.LockState) -> None:
+        self._waiting[id(st)] = representative  # st waits in the search's frontier, alive, until expanded
+
+    def step(self, st: ml.LockState, action: ml.Action, result: object, nxt: ml.LockState) -> None:
+        if st is not self._expanding:
+            self._expanding, self._chosen, self._found = st, operator_actions(self.cfg, st), []
+            self.edges[self._waiting.pop(id(st))] = (len(self._chosen), self._found)
+        if action in self._chosen:
+            self._found.append(self.canonical(nxt))  # the search's fingerprint of nxt asks the same next
+
+    def successors(self, st: ml.LockState) -> list[ml.LockState]:
+        edges = self.edges.get(st)
+        if edges is not None and len(edges[1]) == edges[0]:
+            self.recorded += edges[0]
+            return edges[1]
+        found = operator_successors(self.cfg, self.canonical, st)
+        self.computed += len(found)
+        return found
 
 
 def _remember_last(canonical: Callable[[ml.LockState], ml.LockState]) -> Callable[[ml.LockState], ml.LockState]:
@@ -136,7 +185,15 @@ def run(cfg: ml.LockBounds, liveness: bool = True, stop_on_first: bool = False, 
     started = time.perf_counter()
     canonical = _remember_last(ml.canonical_function(cfg)) if symmetry else (lambda st: st)
     states: list[ml.LockState] = []
-    model = build_model(cfg, symmetry, observe_state=lambda st: states.append(canonical(st)))
+    edges = OperatorEdges(cfg, canonical)
+
+    def discovered(st: ml.LockState) -> None:
+        representative = canonical(st)
+        states.append(representative)
+        if liveness:
+            edges.discovered(st, representative)
+
+    model = build_model(cfg, symmetry, observe_state=discovered, observe_step=edges.step if liveness else None)
     model.canonical = canonical if symmetry else None  # the search's fingerprint and the record share one call
     result = check(model, stop_on_first=stop_on_first,
                    progress=None if progress is None else (lambda r: progress(r.states, r.depth, "")))
@@ -145,7 +202,7 @@ def run(cfg: ml.LockBounds, liveness: bool = True, stop_on_first: bool = False, 
         if progress is not None:
             progress(result.states, result.depth, "bounded liveness (the processes' closure)")
         settled = partial(spec.settled, empty_is_free=ml.Fix.ATOMIC_PUBLISH in cfg.fixes)
-        live = stuck_states(states, partial(operator_successors, cfg, canonical), settled,
+        live = stuck_states(states, edges.successors, settled,
                             max_states=closure_budget(len(states), CLOSURE_FACTOR))
         if live.stuck:
             stuck_set = live.stuck
