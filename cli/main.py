@@ -47,9 +47,8 @@ from envreplica.cli.errors import (INTERNAL_ERROR_EXIT, INTERRUPTED_EXIT, USER_E
 from envreplica.checker.coverage import UNREACHABLE, Coverage, print_coverage_table
 from envreplica.checker.progress import Tick
 from envreplica.checker.run import run
+from envreplica.cli.check_options import DEFAULT_BOUNDS, CheckPlan, Protocol, plan_of
 from envreplica.cli.progress import Board, Stages, open_pipe_stages, relay
-from envreplica.model.lock import PRESETS as LOCK_PRESETS
-from envreplica.model.migration import PRESETS as MIGRATION_PRESETS
 from envreplica.model.presets import PRESETS, suite
 from envreplica.model.state import Variant
 from envreplica.spec import properties as P
@@ -79,58 +78,28 @@ def print_counterexample(violation, out=console) -> None:
         out.print(f"      -> {_short(result)}   gate={s.state.replica.authority.gate.value}", highlight=False)
 
 
-#: ``envreplica check --protocol``: each protocol, what its check is.
-CHECK_PROTOCOLS = {
-    "all": "the gate",
-    "replica": "the gated replica's model check and its lockstep against the SQLite implementation",
-    "migration": "the paired writer migration's model check",
-    "lock": "the projection lock's model check",
-}
-
-
-def _protocol_of_check(args) -> str:
-    """The protocol ``check`` runs: ``--protocol``, or the protocol whose presets ``--bounds`` names; a bounds name
-    of another protocol than ``--protocol`` is a usage error."""
-    named = "lock" if args.bounds in LOCK_PRESETS else "migration" if args.bounds in MIGRATION_PRESETS else \
-        None if args.bounds == "default" else "replica"
-    if args.protocol == "all":
-        return named if named in ("lock", "migration") else "all"
-    if named is not None and named != args.protocol:
-        choices = {"replica": sorted(PRESETS), "migration": list(MIGRATION_PRESETS), "lock": list(LOCK_PRESETS)}
-        raise UsageError(f"--bounds {args.bounds} is not among the {args.protocol} protocol's bounds "
-                         f"({', '.join(choices[args.protocol])}): name one of them, or --protocol {named}")
-    return str(args.protocol)
-
-
 def cmd_check(args) -> int:
-    """The full gate: the model check, then the lockstep against the built-in implementation."""
+    """The full gate: the model check, then the lockstep against the built-in implementation; or the stages of
+    the protocols ``--protocol`` selects (``cli.check_options``)."""
     import time
 
     started = time.perf_counter()
     if args.model_stage:  # the child of _BackgroundModelCheck: the model checks alone, and their own times
+        args.plan = CheckPlan.from_json(args.plan)
+        args.bounds = args.plan.bounds(Protocol.REPLICA) or DEFAULT_BOUNDS[Protocol.REPLICA]
         stages = open_pipe_stages(args.progress_fd) if args.progress_fd is not None else _stages(args)
         try:
             return _model_stage(args, started, stages)
         finally:
             stages.close()
-    protocol = _protocol_of_check(args)
-    if protocol == "migration":  # the paired writer migration's model, alone
+    plan = args.plan = plan_of(args)
+    args.bounds = plan.bounds(Protocol.REPLICA) or DEFAULT_BOUNDS[Protocol.REPLICA]  # the replica's, for its pages
+    if plan.alone and plan.of(Protocol.MIGRATION):  # the paired writer migration's model, alone
         with _stages(args) as stages:
-            return _migration_check(args, "migration" if args.bounds == "default" else args.bounds, stages=stages)
-    if protocol == "lock":  # the projection lock's model, alone
+            return _migration_check(args, str(plan.bounds(Protocol.MIGRATION)), stages=stages)
+    if plan.alone:  # the projection lock's model, alone
         with _stages(args) as stages:
-            return _lock_check(args, "lock" if args.bounds == "default" else args.bounds, stages=stages)
-    if protocol == "replica":  # the replica's stages alone
-        args.migration_bounds = args.migration_lockstep = args.lock_bounds = "none"
-    from envreplica.model.presets import UnknownBounds
-
-    try:
-        suite(args.bounds, Variant(args.variant))  # an unknown name stops here (exit 2), before any stage starts
-    except UnknownBounds:  # name the migration's bounds too: --bounds takes them (above)
-        raise UnknownBounds(
-            f"unknown bounds {args.bounds!r}: choose one of {', '.join(sorted(PRESETS))} (the replica's) "
-            f"or {', '.join(MIGRATION_PRESETS)} (the paired writer migration's) or {', '.join(LOCK_PRESETS)} "
-            f"(the projection lock's)") from None
+            return _lock_check(args, str(plan.bounds(Protocol.LOCK)), stages=stages)
     _outputs_writable(getattr(args, "report", None))
     with _stages(args) as stages:
         background = None if args.model_only or args.serial else _model_check_in_background(args, stages)
@@ -153,18 +122,20 @@ def _model_stage(args, started: float, stages: Board) -> int:
     output for the gate, their progress on ``stages``."""
     import time
 
-    rc = _model_check(args, stages)
+    plan: CheckPlan = args.plan
+    rc = _model_check(args, stages) if plan.bounds(Protocol.REPLICA) is not None else 0
     print(f"{_MODEL_SECONDS}{time.perf_counter() - started:.3f}")
-    if args.migration_bounds != "none":
+    migration_bounds, lock_bounds = plan.bounds(Protocol.MIGRATION), plan.bounds(Protocol.LOCK)
+    if migration_bounds is not None:
         migration_started = time.perf_counter()
-        migration_rc = _migration_check(args, args.migration_bounds, gate=True, stages=stages)
+        migration_rc = _migration_check(args, migration_bounds, gate=True, stages=stages)
         print(f"{_MIGRATION_RESULT}{migration_rc} {time.perf_counter() - migration_started:.3f}")
-    if args.lock_bounds != "none":
+    if lock_bounds is not None:
         lock_started = time.perf_counter()
-        lock_rc = _lock_check(args, args.lock_bounds, gate=True, stages=stages)
+        lock_rc = _lock_check(args, lock_bounds, gate=True, stages=stages)
         print(f"{_LOCK_RESULT}{lock_rc} {time.perf_counter() - lock_started:.3f}")
-    if args.migration_lockstep != "none":  # after the model checks, on this core (the lockstep has the other)
-        print(_MIGRATION_LOCKSTEP_RESULT + json.dumps(_migration_lockstep(args, stages)))
+    if plan.lockstep(Protocol.MIGRATION) is not None:  # after the model checks, on this core (the lockstep has
+        print(_MIGRATION_LOCKSTEP_RESULT + json.dumps(_migration_lockstep(args, stages)))  # the other)
     return rc
 
 
@@ -184,80 +155,65 @@ def _migration_in_gate_process(args) -> bool:
     lockstep and the concurrent stages (about 8 s); the migration's (about 8 s) goes to the lighter side, which
     is the gate's own when the lock's check runs, else the child (as before the lock came).
     ``bench/bench_gate.py`` measures the gate both ways."""
-    return args.lock_bounds != "none"
+    return args.plan.bounds(Protocol.LOCK) is not None
 
 
 def _gate(args, started: float, background: Optional["_BackgroundModelCheck"], board: Stages) -> int:
     """The gate's stages in this process, the model check's from ``background`` (or here when None); their
-    progress on ``board`` (closed before the summary: the verdict is the last line)."""
+    progress on ``board`` (closed before the summary: the verdict is the last line). The stages are those of
+    the protocols ``args.plan`` selects (``cli.check_options``)."""
     import time
 
+    plan: CheckPlan = args.plan
+    replica_bounds = plan.bounds(Protocol.REPLICA)
+    migration_bounds, lock_bounds = plan.bounds(Protocol.MIGRATION), plan.bounds(Protocol.LOCK)
+    migration_profile = None if args.model_only else plan.lockstep(Protocol.MIGRATION)
+    model_rc = 0  # the replica's model check's exit status (0 when it does not run)
     migration = None  # (exit status, seconds) of the migration's model check
     lock = None  # (exit status, seconds) of the lock's model check
     migration_lockstep: Optional[dict] = None  # the migration lockstep's row (_migration_lockstep)
     if background is None:
-        model_rc = _model_check(args, board)
+        model_rc = _model_check(args, board) if replica_bounds is not None else 0
         model_seconds = time.perf_counter() - started
-        if args.migration_bounds != "none":
+        if migration_bounds is not None:
             migration_started = time.perf_counter()
-            migration = (_migration_check(args, args.migration_bounds, gate=True, stages=board),
+            migration = (_migration_check(args, migration_bounds, gate=True, stages=board),
                          time.perf_counter() - migration_started)
-        if args.lock_bounds != "none":
+        if lock_bounds is not None:
             lock_started = time.perf_counter()
-            lock = (_lock_check(args, args.lock_bounds, gate=True, stages=board), time.perf_counter() - lock_started)
-        if args.migration_lockstep != "none" and not args.model_only:
+            lock = (_lock_check(args, lock_bounds, gate=True, stages=board), time.perf_counter() - lock_started)
+        if migration_profile is not None:
             migration_lockstep = _migration_lockstep(args, board)
     summary = _Rows()  # the summary table's rows after the model check's
     failed = False
     report = None  # the lockstep's report (for --report)
     where: dict[str, str] = {}  # a failed stage's trace (the verdict names it), by the stage's row name
-    if args.model_only:
-        summary.add_row("lockstep", "skipped (--model-only)", "[dim]skipped[/]", "")
-        summary.add_row("concurrent processes", "skipped (--model-only)", "[dim]skipped[/]", "")
-        summary.add_row("concurrent threads", "skipped (--model-only)", "[dim]skipped[/]", "")
-    else:
-        from envreplica.conformance.replica import lockstep_settings, print_coverage, run_lockstep
-
-        console.print(f"\n[bold]lockstep[/]: the model against the built-in SQLite implementation "
-                      f"(variant {args.variant}, profile {args.lockstep_profile})")
-        print("envreplica check: the lockstep's scratch replicas are sealed under the public TEST key "
-              "(test data only; removed afterwards)", file=sys.stderr)
-        # No factory: run_lockstep's default, SQLite in a scratch directory it removes afterwards.
-        with board.stage("lockstep") as progress:
-            report = run_lockstep(
-                None,
-                variant=Variant(args.variant),
-                settings=lockstep_settings(args.lockstep_profile, max_examples=args.lockstep_examples),
-                out_dir=Path(args.out),
-                progress=progress,
-            )
-        _print_lockstep(report)
-        _page_beside(report.itf_path, args)
-        if report.itf_path is not None:
-            where["lockstep"] = f"its divergence's trace: {report.itf_path}"
-        missing = _coverage(report.coverage, args, "lockstep coverage", "reachable but not reached")
-        summary.add_row("lockstep", f"SQLite vs model: {report.examples:,} examples, {report.steps:,} steps, "
-                                    f"{report.steps_per_second:,.0f} steps/s", _verdict(report.ok),
-                        f"{report.seconds:.1f}")
-        reachable = [r for r in report.coverage.rows() if r[1] not in {c.value for c in UNREACHABLE}]
-        summary.add_row("lockstep coverage", f"{len(reachable) - len(missing)}/{len(reachable)} reachable items reached",
-                        "[green]complete[/]" if not missing else f"[yellow]missing: {', '.join(i for _, i in missing)}[/]",
-                        "")
-        failed = failed or not report.ok
-        if args.lock_bounds != "none":
-            failed = _lock_lockstep(summary, board, where, args.lock_side) or failed
-        if args.no_concurrent:
+    replica_profile = plan.lockstep(Protocol.REPLICA)
+    if args.model_only or (plan.of(Protocol.REPLICA) is not None and replica_profile is None):
+        if plan.of(Protocol.REPLICA) is not None:
+            why = "--model-only" if args.model_only else "--lockstep-profile replica=none"
+            for stage in ("lockstep", "concurrent processes", "concurrent threads"):
+                summary.add_row(stage, f"skipped ({why})", "[dim]skipped[/]", "")
+    if not args.model_only:
+        if replica_profile is not None:
+            report = _replica_lockstep(args, summary, board, where)
+            failed = failed or not report.ok
+        if plan.lockstep(Protocol.LOCK) is not None:
+            failed = _lock_lockstep(summary, board, where, args.lock_side, plan.examples(Protocol.LOCK)) or failed
+        if replica_profile is None:
+            pass
+        elif args.no_concurrent:
             summary.add_row("concurrent processes", "skipped (--no-concurrent)", "[dim]skipped[/]", "")
             summary.add_row("concurrent threads", "skipped (--no-concurrent)", "[dim]skipped[/]", "")
         else:
             failed = _concurrent_stage(args, summary, board, where) or failed
-        if background is not None and _migration_in_gate_process(args):
-            if args.migration_bounds != "none":
-                migration_started = time.perf_counter()
-                migration = (_migration_check(args, args.migration_bounds, gate=True, stages=board),
-                             time.perf_counter() - migration_started)
-            if args.migration_lockstep != "none":
-                migration_lockstep = _migration_lockstep(args, board)
+    if background is not None and _migration_in_gate_process(args):
+        if migration_bounds is not None:
+            migration_started = time.perf_counter()
+            migration = (_migration_check(args, migration_bounds, gate=True, stages=board),
+                         time.perf_counter() - migration_started)
+        if migration_profile is not None:
+            migration_lockstep = _migration_lockstep(args, board)
     if background is not None:
         console.print("\n[bold]model check[/] (ran beside the lockstep, on the other core):")
         model_rc, output, model_seconds, child_migration, lock, child_migration_lockstep = background.join()
@@ -270,26 +226,27 @@ def _gate(args, started: float, background: Optional["_BackgroundModelCheck"], b
         sys.stdout.flush()
     board.close()  # every stage has ended: no row or heartbeat line after the results
     failed = failed or model_rc != 0
-    if args.migration_bounds != "none":
+    if migration_bounds is not None:
         if migration is None:  # the child died before it reported the migration's check
             migration = (1, 0.0)
         failed = failed or migration[0] != 0
-    if args.lock_bounds != "none":
+    if lock_bounds is not None:
         if lock is None:  # the child died before it reported the lock's check
             lock = (1, 0.0)
         failed = failed or lock[0] != 0
     table = Table(title=f"envreplica check: the gate (variant {args.variant})")
     for col in ("stage", "what", "result", "seconds"):
         table.add_column(col, justify="right" if col == "seconds" else "left")
-    stages: list[tuple[str, ...]] = [("model check", f"bounds {args.bounds}", _verdict(model_rc == 0),
-                                      f"{model_seconds:.1f}")]
+    stages: list[tuple[str, ...]] = []
+    if replica_bounds is not None:
+        stages.append(("model check", f"bounds {replica_bounds}", _verdict(model_rc == 0), f"{model_seconds:.1f}"))
     if migration is not None:
-        stages.append(("migration model check", f"bounds {args.migration_bounds} (paired writer migration)",
+        stages.append(("migration model check", f"bounds {migration_bounds} (paired writer migration)",
                        _verdict(migration[0] == 0), f"{migration[1]:.1f}"))
     if lock is not None:
-        stages.append(("lock model check", f"bounds {args.lock_bounds} (projection lock)", _verdict(lock[0] == 0),
+        stages.append(("lock model check", f"bounds {lock_bounds} (projection lock)", _verdict(lock[0] == 0),
                        f"{lock[1]:.1f}"))
-    if args.migration_lockstep != "none" and not args.model_only:
+    if migration_profile is not None:
         if migration_lockstep is None:  # the child died before it reported the migration lockstep
             migration_lockstep = {"status": 1, "what": "did not report", "seconds": 0.0}
         failed = failed or migration_lockstep["status"] != 0
@@ -314,6 +271,40 @@ def _gate(args, started: float, background: Optional["_BackgroundModelCheck"], b
         console.print("[bold green]PASS[/]: every property holds at these bounds, and the implementation "
                       "agrees with the model")
     return 1 if failed else 0
+
+
+def _replica_lockstep(args, summary: "_Rows", board: Stages, where: dict[str, str]):
+    """The replica's lockstep (``conformance.replica``) against the built-in SQLite implementation at the plan's
+    profile: its output, its rows in ``summary`` (the lockstep and its coverage); its report."""
+    from envreplica.conformance.replica import lockstep_settings, run_lockstep
+
+    profile = args.plan.lockstep(Protocol.REPLICA)
+    console.print(f"\n[bold]lockstep[/]: the model against the built-in SQLite implementation "
+                  f"(variant {args.variant}, profile {profile})")
+    print("envreplica check: the lockstep's scratch replicas are sealed under the public TEST key "
+          "(test data only; removed afterwards)", file=sys.stderr)
+    # No factory: run_lockstep's default, SQLite in a scratch directory it removes afterwards.
+    with board.stage("lockstep") as progress:
+        report = run_lockstep(
+            None,
+            variant=Variant(args.variant),
+            settings=lockstep_settings(profile, max_examples=args.plan.examples(Protocol.REPLICA)),
+            out_dir=Path(args.out),
+            progress=progress,
+        )
+    _print_lockstep(report)
+    _page_beside(report.itf_path, args)
+    if report.itf_path is not None:
+        where["lockstep"] = f"its divergence's trace: {report.itf_path}"
+    missing = _coverage(report.coverage, args, "lockstep coverage", "reachable but not reached")
+    summary.add_row("lockstep", f"SQLite vs model: {report.examples:,} examples, {report.steps:,} steps, "
+                                f"{report.steps_per_second:,.0f} steps/s", _verdict(report.ok),
+                    f"{report.seconds:.1f}")
+    reachable = [r for r in report.coverage.rows() if r[1] not in {c.value for c in UNREACHABLE}]
+    summary.add_row("lockstep coverage", f"{len(reachable) - len(missing)}/{len(reachable)} reachable items reached",
+                    "[green]complete[/]" if not missing else f"[yellow]missing: {', '.join(i for _, i in missing)}[/]",
+                    "")
+    return report
 
 
 def _gate_failure(rows: list[tuple[str, ...]], where: dict[str, str], args) -> str:
@@ -388,15 +379,13 @@ class _BackgroundModelCheck:
 
         self.started = time.perf_counter()
         self.output = tempfile.TemporaryFile(mode="w+", encoding="utf-8")
-        argv = ["check", "--model-stage", "--quiet", "--bounds", args.bounds, "--variant", args.variant,
-                "--out", args.out, "--lock-bounds", args.lock_bounds]
+        plan: CheckPlan = args.plan
         if _migration_in_gate_process(args):  # the gate runs the migration's stages itself (_gate)
-            argv += ["--migration-bounds", "none", "--migration-lockstep", "none"]
-        else:
-            argv += ["--migration-bounds", args.migration_bounds,
-                     "--migration-lockstep", "none" if args.model_only else args.migration_lockstep]
-            argv += ["--migration-lockstep-examples", str(args.migration_lockstep_examples)] \
-                if args.migration_lockstep_examples is not None else []
+            plan = plan.without(Protocol.MIGRATION)
+        elif args.model_only:
+            plan = plan.without(Protocol.MIGRATION, check=False)
+        argv = ["check", "--model-stage", "--quiet", "--plan", plan.to_json(), "--variant", args.variant,
+                "--out", args.out]
         argv += ["--workers", str(args.workers)] if args.workers else []
         argv += ["--ray", args.ray] if args.ray else []
         argv += ["--symmetry"] if getattr(args, "symmetry", False) else []
@@ -507,7 +496,7 @@ def _model_check_in_background(args, stages: Optional[Stages] = None) -> Optiona
 def _concurrent_stage(args, summary, stages: Stages, where: dict[str, str]) -> bool:
     """The concurrent lockstep (``conformance.concurrent``): processes on one file, then threads on one
     replica object; True when either failed (``where`` then names its written history)."""
-    profile = "nightly" if args.lockstep_profile == "nightly" else "ci"  # its dev budget is ci's
+    profile = "nightly" if args.plan.lockstep(Protocol.REPLICA) == "nightly" else "ci"  # its dev budget is ci's
     processes = _concurrent_run(args, summary, profile, "processes", "histories on one file", stages=stages,
                                 where=where)
     threads = _concurrent_run(args, summary, profile, "threads",
@@ -526,7 +515,7 @@ def _concurrent_run(args, summary, profile: str, mode: str, what_runs: str, hist
     from envreplica.conformance.concurrent import run_concurrent
 
     console.print(f"\n[bold]concurrent {mode}[/]: {what_runs}, linearizable against the model "
-                  f"(variant {args.variant}, profile {args.lockstep_profile})")
+                  f"(variant {args.variant}, profile {args.plan.lockstep(Protocol.REPLICA)})")
     with (stages or _stages(args)).stage(f"concurrent {mode}") as progress:
         report = run_concurrent(Variant(args.variant), profile=profile, out_dir=Path(args.out), mode=mode,
                                 histories=histories, progress=progress)
@@ -1051,21 +1040,22 @@ LOCK_SIDE = "threads"
 
 
 def _lock_lockstep(summary, stages: Optional[Stages] = None, where: Optional[dict[str, str]] = None,
-                   side: str = LOCK_SIDE) -> bool:
+                   side: str = LOCK_SIDE, examples: Optional[int] = None) -> bool:
     """The lock lockstep (``conformance.lock``): ``impl.lock`` held to the lock model's ``fixed`` variant, move by
-    move, its lock users ``side`` (``conformance.lock.sides.Side``: threads of the harness, or processes forked
-    from it), its coverage of the "sometimes" items asserted; its row in ``summary``; True when it failed. Its
-    progress on ``stages``."""
+    move, ``examples`` examples (default ``LOCK_LOCKSTEP_EXAMPLES``), its lock users ``side``
+    (``conformance.lock.sides.Side``: threads of the harness, or processes forked from it), its coverage of the
+    "sometimes" items asserted; its row in ``summary``; True when it failed. Its progress on ``stages``."""
     from envreplica.conformance.lock import run_lock_lockstep
     from envreplica.conformance.lock.coverage import SOMETIMES
     from envreplica.conformance.lock.sides import Side
 
     users = {Side.THREADS: "a thread of the harness", Side.PROCESSES: "a process forked from the harness, killed "
                                                                       "with SIGKILL"}[Side(side)]
-    console.print(f"\n[bold]lock lockstep[/]: impl.lock against the lock model (fixed), {LOCK_LOCKSTEP_EXAMPLES} "
+    examples = LOCK_LOCKSTEP_EXAMPLES if examples is None else examples
+    console.print(f"\n[bold]lock lockstep[/]: impl.lock against the lock model (fixed), {examples} "
                   f"examples, each lock user {users}, paused at every filesystem call")
     with (stages or Stages(console, "envreplica check", quiet=True)).stage("lock lockstep") as progress:
-        report = run_lock_lockstep(LOCK_LOCKSTEP_EXAMPLES, side=Side(side).factory, progress=progress)
+        report = run_lock_lockstep(examples, side=Side(side).factory, progress=progress)
     unreached = report.coverage.unreached()
     sometimes = report.coverage.sometimes()
     what = (f"impl.lock vs model ({side}): {report.examples:,} examples, {report.moves:,} moves; sometimes items "
@@ -1087,14 +1077,16 @@ def _lock_lockstep(summary, stages: Optional[Stages] = None, where: Optional[dic
 
 
 def _migration_lockstep(args, stages: Optional[Board] = None) -> dict:
-    """The migration lockstep (``conformance.migration``) at ``--migration-lockstep``'s profile: it prints its
-    coverage and any divergence; its row for the gate's table (status, what, seconds)."""
+    """The migration lockstep (``conformance.migration``) at the plan's profile (``--lockstep-profile
+    migration=PROFILE``): it prints its coverage and any divergence; its row for the gate's table (status, what,
+    seconds)."""
     from envreplica.conformance.migration.run import run_migration_lockstep
 
+    profile = str(args.plan.lockstep(Protocol.MIGRATION))
     console.print(f"\n[bold]migration lockstep[/]: impl.paired against the migration model (profile "
-                  f"{args.migration_lockstep}; stores sealed under the public TEST key, removed afterwards)")
+                  f"{profile}; stores sealed under the public TEST key, removed afterwards)")
     with (stages or _stages(args)).stage("migration lockstep") as progress:
-        report = run_migration_lockstep(args.migration_lockstep, max_examples=args.migration_lockstep_examples,
+        report = run_migration_lockstep(profile, max_examples=args.plan.examples(Protocol.MIGRATION),
                                         out_dir=Path(args.out), progress=progress)
     reached, total = report.coverage.reached()
     missing = report.coverage.unreached()
@@ -1675,38 +1667,24 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The ``envreplica`` command line: every command's options (each command's function under ``func``)."""
     parser = argparse.ArgumentParser(
         prog="envreplica",
         description="Prove a gated secrets replica safe, and hold an implementation to that proof: model checks, "
                     "a lockstep conformance gate, and the reference implementation on SQLite.")
     parser.add_argument("--version", action="version", version=f"envreplica {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
+    from envreplica.cli import check_options
+
     c = sub.add_parser("check", help="model-check the protocols within named bounds, then hold the built-in "
                                      "implementations to them (the gate)")
-    c.add_argument("--protocol", default="all", choices=[*CHECK_PROTOCOLS],
-                   help="all (the gate: every protocol's model check and lockstep), or one protocol's model check "
-                        "alone: " + "; ".join(f"{p}: {what}" for p, what in CHECK_PROTOCOLS.items() if p != "all"))
-    c.add_argument("--bounds", default="default",
-                   help=f"the bounds suite, by protocol: replica {', '.join(PRESETS)}; migration "
-                        f"{', '.join(MIGRATION_PRESETS)}; lock {', '.join(LOCK_PRESETS)} (a migration's or a lock's "
-                        f"name alone implies its --protocol)")
+    check_options.register(c)
     c.add_argument("--variant", default=Variant.FIXED.value, choices=[v.value for v in Variant],
                    help="the replica's variants; the migration's and the lock's models take seed or fixed")
-    c.add_argument("--lock-bounds", default="lock", choices=[*LOCK_PRESETS, "none"],
-                   help="the projection lock's bounds the gate checks too, beside the replica's, and its lockstep "
-                        "(default: lock; none: skip both)")
     c.add_argument("--lock-side", default=LOCK_SIDE, choices=["threads", "processes"],
                    help="the lock lockstep's lock users: threads of the harness (default, the cheaper) or processes "
                         "forked from it, each kill a real SIGKILL (docs/lock.md)")
-    c.add_argument("--migration-bounds", default="migration", choices=[*MIGRATION_PRESETS, "none"],
-                   help="the paired writer migration's bounds the gate checks too, beside the replica's "
-                        "(default: migration; none: skip it)")
-    c.add_argument("--migration-lockstep", default="check", choices=["dev", "check", "ci", "nightly", "none"],
-                   help="the migration lockstep's profile (impl.paired held to the migration model, move by move; "
-                        "default: check; none: skip it)")
-    c.add_argument("--migration-lockstep-examples", type=int, default=None, metavar="N",
-                   help="override the migration lockstep profile's example count")
     c.add_argument("--out", default="out/traces",
                    help="where counterexample and divergence traces go (ITF, each with its page beside it)")
     c.add_argument("--no-trace-pages", action="store_true",
@@ -1717,9 +1695,6 @@ def main(argv=None) -> int:
                    help="print the coverage tables in full (default: one line each saying how much was reached; "
                         "--report's page has them whatever this says)")
     c.add_argument("--model-only", action="store_true", help="the model check only (skip the lockstep)")
-    c.add_argument("--lockstep-profile", default="ci", choices=["dev", "ci", "nightly"],
-                   help="Hypothesis profile of the lockstep (default: ci)")
-    c.add_argument("--lockstep-examples", type=int, default=None, help="override the lockstep's example count")
     c.add_argument("--model-stage", action="store_true", help=argparse.SUPPRESS)  # the background child
     c.add_argument("--progress-fd", type=int, default=None, help=argparse.SUPPRESS)  # its progress pipe
     c.add_argument("--serial", action="store_true",
@@ -1843,7 +1818,11 @@ def main(argv=None) -> int:
 
     migrate.register(sub)
     recover.register(sub)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
     return guarded(f"envreplica {args.command}", args.func, args)
 
 
