@@ -213,24 +213,28 @@ def _prefixed(option: str, values: Sequence[str]) -> list[tuple[Protocol, str, s
 
 
 def _refuse_unrun(option: str, given: list[tuple[Protocol, str, str]], runs: tuple[Protocol, ...],
-                  selection: tuple[Protocol, ...]) -> None:
-    """Refuse a lockstep option for a protocol whose lockstep this check does not run (``runs``)."""
+                  selection: tuple[Protocol, ...], explicit: bool) -> None:
+    """Refuse a lockstep option for a protocol whose lockstep this check does not run (``runs``); ``explicit``:
+    ``--protocol`` made the selection (else ``--bounds`` did)."""
     for protocol, _, text in given:
         if protocol in runs:
             continue
         if protocol not in selection:
             whose = "a bare value is the replica's, and " if "=" not in text else ""
-            raise UsageError(f"{option} {text}: {whose}--protocol {_listed(selection)} does not select the "
-                             f"{protocol.value} protocol; add it to --protocol, or drop the option")
+            among = f"--protocol {_listed(selection)}" if explicit else \
+                f"those --bounds selects without --protocol ({_listed(selection)})"
+            raise UsageError(f"{option} {text}: {whose}the {protocol.value} protocol is not among {among}; add it "
+                             f"to --protocol, or drop the option")
         raise UsageError(f"{option} {text}: --protocol {protocol.value} alone runs its model check only; for its "
                          f"lockstep too, give --protocol {protocol.value} with another protocol (e.g. "
                          f"--protocol all), or run envreplica conformance --protocol {protocol.value}")
 
 
-def _profiles(values: Sequence[str], runs: tuple[Protocol, ...], selection: tuple[Protocol, ...]) -> dict:
+def _profiles(values: Sequence[str], runs: tuple[Protocol, ...], selection: tuple[Protocol, ...],
+              explicit: bool) -> dict:
     """``--lockstep-profile``'s values by protocol, each among its protocol's profiles or ``none``."""
     given = _prefixed("--lockstep-profile", values)
-    _refuse_unrun("--lockstep-profile", given, runs, selection)
+    _refuse_unrun("--lockstep-profile", given, runs, selection, explicit)
     for protocol, profile, text in given:
         if profile not in (*PROFILES[protocol], NONE):
             raise UsageError(f"--lockstep-profile {text}: the {protocol.value} lockstep takes the profiles "
@@ -238,10 +242,11 @@ def _profiles(values: Sequence[str], runs: tuple[Protocol, ...], selection: tupl
     return {protocol: profile for protocol, profile, _ in given}
 
 
-def _examples(values: Sequence[str], runs: tuple[Protocol, ...], selection: tuple[Protocol, ...]) -> dict:
+def _examples(values: Sequence[str], runs: tuple[Protocol, ...], selection: tuple[Protocol, ...],
+              explicit: bool) -> dict:
     """``--lockstep-examples``'s counts by protocol, each a whole number."""
     given = _prefixed("--lockstep-examples", values)
-    _refuse_unrun("--lockstep-examples", given, runs, selection)
+    _refuse_unrun("--lockstep-examples", given, runs, selection, explicit)
     counts = {}
     for protocol, count, text in given:
         try:
@@ -260,8 +265,8 @@ def plan_of(args) -> CheckPlan:
     selection = _selection(explicit, bounds)
     alone = len(selection) == 1 and selection[0] is not Protocol.REPLICA
     with_lockstep = () if alone else selection
-    profiles = _profiles(args.lockstep_profile or [], with_lockstep, selection)
-    examples = _examples(args.lockstep_examples or [], with_lockstep, selection)
+    profiles = _profiles(args.lockstep_profile or [], with_lockstep, selection, explicit is not None)
+    examples = _examples(args.lockstep_examples or [], with_lockstep, selection, explicit is not None)
     runs = []
     for protocol in selection:
         profile = None if alone else profiles.get(protocol, DEFAULT_PROFILE[protocol])
