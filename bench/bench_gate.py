@@ -2,7 +2,7 @@
 in one run.
 
 Issue 42 holds the gate to its time before the lock came: with the lock's model check and its lockstep, the default
-``envreplica check`` must stay within 10% of ``envreplica check --lock-bounds none`` (the gate as it was). This
+``envreplica check`` must stay within 10% of ``envreplica check --protocol replica,migration`` (the gate as it was). This
 script runs the two alternately (``--rounds`` times each, so a machine that gets busier part way hits both alike),
 each as a user runs it (a fresh process, compiled where the build is, ``--quiet``), and prints for each run its wall
 seconds and each stage's seconds from the gate's summary table, then the medians and their ratio. The two halves
@@ -26,7 +26,7 @@ import time
 #: A summary row of the gate's table: its stage and its seconds (the last cell).
 ROW = re.compile(r"^│ (?P<stage>[a-z][a-z ]+?)\s+│.*│\s+(?P<seconds>[\d.]+) │$")
 #: The two gates compared: as it was before the lock, and as it is.
-GATES = {"without the lock": ["--lock-bounds", "none"], "with the lock": []}
+GATES = {"without the lock": ["--protocol", "replica,migration"], "with the lock": []}
 
 
 def run_gate(options: list[str], extra: list[str]) -> tuple[float, int, dict[str, float]]:

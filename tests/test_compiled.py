@@ -110,7 +110,7 @@ def test_the_interpreted_finder_hands_out_sources_only_for_the_compiled_modules(
 
 def _check_command(tmp: Path, pure: bool) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "envreplica.cli.main", "check", "--model-only", "--bounds", "cloud",
-                           "--variant", "seed", "--lock-bounds", "lock-tiny", "--quiet", "--out", str(tmp)],
+                           "--variant", "seed", "--bounds", "lock-tiny", "--quiet", "--out", str(tmp)],
                           env=_env(pure), capture_output=True, text=True, timeout=900)
 
 
@@ -141,7 +141,7 @@ def test_the_whole_gate_passes_compiled(tmp_path):
     compiled), at small budgets: it passes, and says it ran compiled."""
     _require_build()
     done = subprocess.run([sys.executable, "-m", "envreplica.cli.main", "check", "--bounds", "tiny", "--serial",
-                           "--lock-bounds", "lock-tiny", "--lockstep-examples", "40", "--migration-lockstep-examples", "5",
+                           "--bounds", "lock-tiny", "--lockstep-examples", "40", "--lockstep-examples", "migration=5",
                            "--quiet", "--out", str(tmp_path)], env=_env(pure=False), capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "the model ran compiled (mypyc)" in done.stdout and "\nPASS: every property holds" in done.stdout
@@ -165,7 +165,7 @@ def _table_rows(out: str) -> list[tuple[str, ...]]:
 
 
 #: The replica's search alone: the migration's and the lock's checks of the gate left out (each has its own case).
-_REPLICA_ALONE = ["--migration-bounds", "none", "--lock-bounds", "none"]
+_REPLICA_ALONE = ["--protocol", "replica"]
 
 #: The command line as a user runs it, across the search's options, at each protocol's quick bounds: the replica's
 #: ``cloud-legacy`` (the run issue 41 found crashing compiled with --workers 2) and ``tiny`` (cloud and adversary
@@ -219,7 +219,7 @@ def test_the_command_line_compiled_agrees_with_the_interpreted_one(options, tmp_
 def test_the_issue_41_run_counts_its_pinned_states_compiled(tmp_path):
     """The reported run itself: 6,935 distinct states at cloud-legacy (the pin of the interpreted run), compiled."""
     _require_build()
-    done = _run_check(["--bounds", "cloud-legacy", "--workers", "2", "--migration-bounds", "none"], tmp_path, False)
+    done = _run_check(["--bounds", "cloud-legacy", "--workers", "2", "--protocol", "replica,lock"], tmp_path, False)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert any(row[:3] == ("cloud-legacy", "cloud", "6,935") for row in _table_rows(done.stdout)), done.stdout[-2000:]
 
@@ -234,7 +234,7 @@ def test_a_ray_search_compiled_agrees_with_the_interpreted_one(tmp_path):
         if os.environ.get("CI"):
             pytest.fail("ray is not installed: under CI, .ci/run installs the ray extra", pytrace=False)
         pytest.skip("ray is not installed (pip install 'envreplica[ray]')")
-    tiny = ["--bounds", "tiny", "--workers", "2", "--migration-bounds", "none"]
+    tiny = ["--bounds", "tiny", "--workers", "2", "--protocol", "replica,lock"]
     _agree([*tiny, "--ray", "local"], tmp_path, interpreted_options=tiny)
 
 

@@ -245,10 +245,10 @@ def test_check_runs_model_check_then_lockstep(tmp_path, capsys, monkeypatch):
     from envreplica.cli import progress
 
     monkeypatch.setattr(progress, "HEARTBEAT_SECONDS", 0.0)  # a heartbeat line per tick (tests/test_progress.py)
-    code, out = run_cli(["check", "--bounds", "tiny", "--lockstep-examples", "5", "--lock-bounds", "lock-tiny",
-                         "--migration-lockstep-examples", "3", "--out", str(tmp_path)], capsys)
+    code, out = run_cli(["check", "--bounds", "tiny", "--lockstep-examples", "5", "--bounds", "lock-tiny",
+                         "--lockstep-examples", "migration=3", "--out", str(tmp_path)], capsys)
     assert code == 0, out
-    assert "envreplica check: the gate" in out
+    assert "envreplica check: the gate" in out and "is deprecated" not in out  # the options of issue 41
     assert "model check" in out and "SQLite vs model" in out and "lockstep coverage" in out
     assert "bounds migration (paired writer migration)" in out  # the migration's check, from the background child
     assert "migration lockstep" in out and "paired migration vs model" in out  # and its lockstep, after it
@@ -265,13 +265,13 @@ def test_check_runs_model_check_then_lockstep(tmp_path, capsys, monkeypatch):
     assert "(--coverage lists them)" in out and "┃ group" not in out
     last = [line for line in out.split("\n[stderr]\n")[0].splitlines() if line.strip()][-1]
     assert last.startswith("PASS: every property holds at these bounds, and the implementation agrees"), last
-    code, out = run_cli(["check", "--bounds", "tiny", "--quiet", "--model-only", "--lock-bounds", "none",
+    code, out = run_cli(["check", "--bounds", "tiny", "--quiet", "--model-only", "--protocol", "replica,migration",
                          "--out", str(tmp_path)], capsys)
     assert code == 0 and "skipped (--model-only)" in out and "bounds migration (paired writer migration)" in out
     assert "paired migration vs model" not in out  # a lockstep: --model-only skips it
-    assert "projection lock" not in out  # --lock-bounds none
-    code, out = run_cli(["check", "--bounds", "tiny", "--quiet", "--model-only", "--migration-bounds", "none",
-                         "--lock-bounds", "none", "--out", str(tmp_path)], capsys)
+    assert "projection lock" not in out  # not selected
+    code, out = run_cli(["check", "--bounds", "tiny", "--quiet", "--model-only", "--protocol", "replica",
+                         "--out", str(tmp_path)], capsys)
     assert code == 0 and "paired writer migration" not in out
 
 

@@ -148,9 +148,8 @@ def test_the_built_wheel_installed_elsewhere_runs_every_command(tmp_path: Path) 
     assert envr("--version").stdout.strip() == "envreplica 0.1.0"
 
     # (e) the gate, every protocol's stage, at its smallest budgets
-    gate = envr("check", "--bounds", "tiny", "--lock-bounds", "lock-tiny", "--lockstep-examples", "5",
-                "--migration-lockstep", "dev",
-                "--migration-lockstep-examples", "2", "--out", "out/check")
+    gate = envr("check", "--bounds", "tiny", "--bounds", "lock-tiny", "--lockstep-examples", "5",
+                "--lockstep-profile", "migration=dev", "--lockstep-examples", "migration=2", "--out", "out/check")
     said = gate.stdout
     for stage in ("model check", "migration model check", "lock model check", "lockstep", "lock lockstep",
                   "concurrent processes", "concurrent threads", "migration lockstep"):
@@ -158,8 +157,8 @@ def test_the_built_wheel_installed_elsewhere_runs_every_command(tmp_path: Path) 
     assert "FAIL" not in said and said.rstrip().splitlines()[-1].startswith("PASS"), said[-3000:]
 
     # (f) a finding (F1 under the seed's variant) is exit 1, its trace written; report renders it
-    found = envr("check", "--bounds", "cloud", "--variant", "seed", "--model-only", "--migration-bounds", "none",
-                 "--lock-bounds", "none", "--out", "out/seed", status=1)
+    found = envr("check", "--bounds", "cloud", "--variant", "seed", "--model-only", "--protocol", "replica",
+                 "--out", "out/seed", status=1)
     assert "served_values_are_live_bound_kept" in found.stdout, found.stdout[-3000:]
     trace = elsewhere / "out" / "seed" / "seed-cloud-served_values_are_live_bound_kept.itf.json"
     assert trace.is_file(), sorted((elsewhere / "out" / "seed").iterdir())
