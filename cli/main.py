@@ -1465,6 +1465,10 @@ def cmd_replay(args) -> int:
     except ValueError as error:  # not UTF-8, not JSON, or no ITF trace: the line names which
         raise UsageError(f"{error}; give {_REPLAY_INPUT}") from None
     meta = doc.get("#meta", {})
+    protocol = meta.get(itf.PROTOCOL, itf.REPLICA) if isinstance(meta, dict) else itf.REPLICA
+    if protocol != itf.REPLICA:  # its states are another model's: itf.replay reruns the replica's
+        raise UsageError(f"{path} is a trace of the {protocol} protocol (its #meta.protocol), and replay reruns the "
+                         f"replica's; envreplica report {path} steps through it")
     try:
         replayed = itf.replay(doc)
     except (KeyError, TypeError, IndexError, AttributeError, ValueError) as error:  # ENVREPLICA_TRACEBACK=1 shows it
@@ -1754,8 +1758,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also write the run as one self-contained HTML page (its divergence replayed on the "
                         "adapter, so the page shows both sides' tables)")
     k.set_defaults(func=cmd_conformance)
-    m = sub.add_parser("simulate", help="random walks over the model, beyond the checker's depth")
-    m.add_argument("--bounds", default="default", help=f"one of: {', '.join(PRESETS)}")
+    m = sub.add_parser("simulate", help="random walks over the gated replica's model, beyond the checker's depth "
+                                        "(the replica's alone: the other protocols are model-checked whole)")
+    m.add_argument("--bounds", default="default", help=f"the replica's bounds, one of: {', '.join(PRESETS)}")
     m.add_argument("--variant", default=Variant.FIXED.value, choices=[v.value for v in Variant])
     m.add_argument("--walks", type=int, default=200)
     m.add_argument("--depth", type=int, default=60)
@@ -1770,8 +1775,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--output", help="file to write (default: standard output)")
     d.add_argument("--verbose", "-v", action="store_true", help="say which Graphviz renderer drew it (on stderr)")
     d.set_defaults(func=cmd_diagram)
-    r = sub.add_parser("replay", help="replay an ITF trace against the model, or a .jsonl of adapter requests "
-                                      "against the model and an implementation")
+    r = sub.add_parser("replay", help="replay a replica's ITF trace against its model, or a .jsonl of the replica's "
+                                      "adapter requests against the model and an implementation (another "
+                                      "protocol's trace, named by its #meta.protocol: envreplica report FILE)")
     r.add_argument("file")
     r.add_argument("--variant", default=None, choices=[v.value for v in Variant],
                    help="variant for a .jsonl replay (default: fixed)")

@@ -255,3 +255,21 @@ def test_the_selection_drives_the_gates_stages(argv, ran, monkeypatch, capsys):
     out = capsys.readouterr().out  # the gate's table: a row per stage run, and the replica's skipped ones
     assert ("bounds default" in out) == ("_model_check" in ran)
     assert ("skipped" in out) == any(a in argv for a in ("replica=none", "--model-only", "--no-concurrent"))
+
+
+# ---------------------------------------------------------------------------
+# The other commands where a protocol applies (issue 41's audit): replay reruns the replica's traces only
+# ---------------------------------------------------------------------------
+
+
+def test_replay_names_another_protocols_trace_and_the_command_that_shows_it(tmp_path, capsys):
+    """A lock's or a migration's ITF trace was refused as states that "do not fit" (its first action's op): the
+    line names its protocol and ``envreplica report``, which reads any protocol's."""
+    import json
+
+    trace = tmp_path / "lock-seed-race-mutual_exclusion.itf.json"
+    trace.write_text(json.dumps({"#meta": {"format": "ITF", "protocol": "lock"}, "vars": [], "states": [{}]}))
+    assert cli.main(["replay", str(trace)]) == 2
+    captured = capsys.readouterr()
+    (line,) = captured.err.splitlines()
+    assert captured.out == "" and "is a trace of the lock protocol" in line and f"envreplica report {trace}" in line
