@@ -164,7 +164,8 @@ def selected(text: Optional[str]) -> Optional[tuple[Protocol, ...]]:
     wrong = [n for n in names if n not in {p.value for p in Protocol}]
     if wrong:
         raise UsageError(f"--protocol {text}: {', '.join(repr(n) for n in wrong)} is not a protocol; give all, or "
-                         f"one or more of {', '.join(p.value for p in Protocol)} separated by commas (--protocol replica,lock)")
+                         f"one or more of {', '.join(p.value for p in Protocol)} separated by commas "
+                         f"(--protocol replica,lock)")
     return tuple(p for p in Protocol if p.value in names)
 
 
@@ -289,7 +290,8 @@ def _new_bounds(others: str) -> Callable[[str], str]:
 
 #: Each deprecated flag: its new form for a value given, and the protocol and part of its run it sets.
 DEPRECATED: dict[str, tuple[Callable[[str], str], Protocol, str]] = {
-    "--migration-bounds": (_new_bounds("replica,lock (it leaves out the migration lockstep too)"), Protocol.MIGRATION, "bounds"),
+    "--migration-bounds": (_new_bounds("replica,lock (it leaves out the migration lockstep too)"),
+                           Protocol.MIGRATION, "bounds"),
     "--lock-bounds": (_new_bounds("replica,migration"), Protocol.LOCK, "bounds"),
     "--migration-lockstep": (lambda v: f"--lockstep-profile migration={v}", Protocol.MIGRATION, "lockstep"),
     "--migration-lockstep-examples": (lambda v: f"--lockstep-examples migration={v}", Protocol.MIGRATION,

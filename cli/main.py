@@ -188,25 +188,21 @@ def _gate(args, started: float, background: Optional["_BackgroundModelCheck"], b
     failed = False
     report = None  # the lockstep's report (for --report)
     where: dict[str, str] = {}  # a failed stage's trace (the verdict names it), by the stage's row name
-    replica_profile = plan.lockstep(Protocol.REPLICA)
-    if args.model_only or (plan.of(Protocol.REPLICA) is not None and replica_profile is None):
-        if plan.of(Protocol.REPLICA) is not None:
-            why = "--model-only" if args.model_only else "--lockstep-profile replica=none"
-            for stage in ("lockstep", "concurrent processes", "concurrent threads"):
-                summary.add_row(stage, f"skipped ({why})", "[dim]skipped[/]", "")
-    if not args.model_only:
-        if replica_profile is not None:
-            report = _replica_lockstep(args, summary, board, where)
-            failed = failed or not report.ok
-        if plan.lockstep(Protocol.LOCK) is not None:
-            failed = _lock_lockstep(summary, board, where, args.lock_side, plan.examples(Protocol.LOCK)) or failed
-        if replica_profile is None:
-            pass
-        elif args.no_concurrent:
-            summary.add_row("concurrent processes", "skipped (--no-concurrent)", "[dim]skipped[/]", "")
-            summary.add_row("concurrent threads", "skipped (--no-concurrent)", "[dim]skipped[/]", "")
-        else:
-            failed = _concurrent_stage(args, summary, board, where) or failed
+    replica_profile = None if args.model_only else plan.lockstep(Protocol.REPLICA)
+    if plan.of(Protocol.REPLICA) is not None and replica_profile is None:  # the replica's locksteps skipped: why
+        why = "--model-only" if args.model_only else "--lockstep-profile replica=none"
+        for stage in ("lockstep", "concurrent processes", "concurrent threads"):
+            summary.add_row(stage, f"skipped ({why})", "[dim]skipped[/]", "")
+    if replica_profile is not None:
+        report = _replica_lockstep(args, summary, board, where)
+        failed = failed or not report.ok
+    if not args.model_only and plan.lockstep(Protocol.LOCK) is not None:
+        failed = _lock_lockstep(summary, board, where, args.lock_side, plan.examples(Protocol.LOCK)) or failed
+    if replica_profile is not None and args.no_concurrent:
+        summary.add_row("concurrent processes", "skipped (--no-concurrent)", "[dim]skipped[/]", "")
+        summary.add_row("concurrent threads", "skipped (--no-concurrent)", "[dim]skipped[/]", "")
+    elif replica_profile is not None:
+        failed = _concurrent_stage(args, summary, board, where) or failed
     if background is not None and _migration_in_gate_process(args):
         if migration_bounds is not None:
             migration_started = time.perf_counter()

@@ -68,7 +68,8 @@ def test_the_default_is_the_whole_gate():
     (["--protocol", "replica"], CheckPlan((ProtocolRun(R, "default", "ci"),))),
     (["--protocol", "lock,replica", "--bounds", "cloud"],
      CheckPlan((ProtocolRun(R, "cloud", "ci"), ProtocolRun(L, "lock", "check")))),
-    (["--protocol", "migration,lock"], CheckPlan((ProtocolRun(M, "migration", "check"), ProtocolRun(L, "lock", "check")))),
+    (["--protocol", "migration,lock"],
+     CheckPlan((ProtocolRun(M, "migration", "check"), ProtocolRun(L, "lock", "check")))),
     (["--bounds", "migration-deep", "--bounds", "lock-deep"],  # non-replica names only: those protocols
      CheckPlan((ProtocolRun(M, "migration-deep", "check"), ProtocolRun(L, "lock-deep", "check")))),
 ])
@@ -148,7 +149,8 @@ def test_the_deprecated_flags_are_not_in_the_help(capsys):
 
 
 @pytest.mark.parametrize("argv, fragments", [
-    (["--protocol", "replica,locks"], ["--protocol replica,locks: 'locks' is not a protocol", "replica, migration, lock"]),
+    (["--protocol", "replica,locks"],
+     ["--protocol replica,locks: 'locks' is not a protocol", "one or more of replica, migration, lock"]),
     (["--protocol", ""], ["'' is not a protocol"]),
     (["--protocol", "replica,migration", "--bounds", "lock-tiny"],
      ["--bounds lock-tiny is the lock protocol's, which --protocol replica,migration does not select",
