@@ -7,7 +7,7 @@ Without ``--protocol``, a migration's or a lock's name alone selects that protoc
 (or none) the whole gate. ``--lockstep-profile [P=]PROFILE`` and ``--lockstep-examples [P=]N`` (repeatable) set
 a protocol's lockstep; a bare value is the replica's, as before there was a prefix; ``P=none`` skips P's
 lockstep. Each protocol takes its own profiles (``PROFILES``): the lock lockstep in the gate has one budget,
-``check`` (``LOCK_LOCKSTEP_EXAMPLES`` examples; ``--lockstep-examples lock=N`` changes it).
+``check`` (``cli.main.LOCK_LOCKSTEP_EXAMPLES`` examples; ``--lockstep-examples lock=N`` changes it).
 
 Two or more protocols run as the gate: each one's model check and lockstep. One protocol runs as it did before
 issue 41: the replica as the gate with the replica's stages alone (its model check, its lockstep, the

@@ -100,6 +100,10 @@ def cmd_check(args) -> int:
     if plan.alone:  # the projection lock's model, alone
         with _stages(args) as stages:
             return _lock_check(args, str(plan.bounds(Protocol.LOCK)), stages=stages)
+    if getattr(args, "report", None) and plan.of(Protocol.REPLICA) is None:  # its page is the replica's run's
+        raise UsageError(f"--report writes the page of the replica's model check and lockstep, and --protocol "
+                         f"{','.join(r.protocol.value for r in plan.runs)} does not select the replica: add replica "
+                         f"to --protocol, or drop --report")
     _outputs_writable(getattr(args, "report", None))
     with _stages(args) as stages:
         background = None if args.model_only or args.serial else _model_check_in_background(args, stages)

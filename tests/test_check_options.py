@@ -173,6 +173,8 @@ def test_the_deprecated_flags_are_not_in_the_help(capsys):
     (["--bounds", "migration-deep", "--lockstep-profile", "migration=ci"],
      ["--protocol migration alone runs its model check only", "envreplica conformance --protocol migration"]),
     (["--bounds", "no-such"], ["unknown bounds 'no-such'", "(the projection lock's)"]),
+    (["--protocol", "migration,lock", "--report", "run.html"],
+     ["--report writes the page of the replica's model check and lockstep", "add replica to --protocol"]),
     (["--protocol", "lock", "--bounds", "no-such"], ["unknown bounds 'no-such'"]),
     (["--bounds", "tiny", "--bounds", "migration", "--migration-bounds", "migration-deep"],
      ["--migration-bounds and --bounds both set the migration's bounds"]),
