@@ -221,6 +221,7 @@ def step_table(model: Model[S]) -> Callable[[Any, Any], StepProperties]:
     Built once per (action kind, result type) from each property's filter (``_applies``).
     """
     step_sometimes = [p for p in model.sometimes if p.kind == "sometimes-step"]
+    step_properties = list(model.step_properties)  # not the model: the closure holds no hook, no state of it
     table: dict[tuple[Any, type], StepProperties] = {}
 
     def for_step(action: Any, res: Any) -> StepProperties:
@@ -228,7 +229,7 @@ def step_table(model: Model[S]) -> Callable[[Any, Any], StepProperties]:
         entry = table.get(key)
         if entry is None:
             entry = table[key] = (
-                [p for p in model.step_properties if _applies(p, key[0], key[1])],
+                [p for p in step_properties if _applies(p, key[0], key[1])],
                 [p for p in step_sometimes if _applies(p, key[0], key[1])],
             )
         return entry
@@ -287,6 +288,30 @@ def reachable(model: Model[S], limit: Optional[int] = None) -> list[S]:
     return states if limit is None else states[:limit]
 
 
+def _trace(model: Model[S], fingerprint: Callable[[S], int], parent: dict[int, Optional[tuple[int, Any]]],
+           end_fp: int, last: Optional[Step] = None) -> list[Step]:
+    """The steps from the initial state to ``end_fp`` (the search's ``parent`` links, replayed), then ``last``."""
+    chain = replay_to(model, fingerprint, path_to(parent.__getitem__, end_fp), end_fp)
+    if last is not None:
+        chain.append(last)
+    return chain
+
+
+def _on_new_state(model: Model[S], fingerprint: Callable[[S], int], parent: dict[int, Optional[tuple[int, Any]]],
+                  result: Result, invariants: list[CheckedProperty], state_sometimes: list[CheckedProperty], st: S,
+                  fp: int, seen: Any, depth: int) -> None:
+    """A state the search reached first: told to ``model.observe_state``, its invariants and "sometimes"
+    properties checked (the first violation's trace, the first witness's depth)."""
+    if model.observe_state is not None:
+        model.observe_state(st)
+    for prop in invariants:
+        if prop.name not in result.violations and not prop.check(seen):
+            result.violations[prop.name] = Violation(prop, _trace(model, fingerprint, parent, fp))
+    for prop in state_sometimes:
+        if prop.name not in result.witnessed and prop.check(seen):
+            result.witnessed[prop.name] = depth
+
+
 def check(
     model: Model[S],
     max_depth: Optional[int] = None,
@@ -317,23 +342,10 @@ def _check(model: Model[S], max_depth: Optional[int], max_states: Optional[int],
     #: per sometimes-after property: fingerprint -> the earlier step (pre, action, result, post), as views
     marks: dict[str, dict[int, StepView]] = {p.name: {} for p in after_sometimes}
 
-    def trace(end_fp: int, last: Optional[Step] = None) -> list[Step]:
-        chain = replay_to(model, fingerprint, path_to(parent.__getitem__, end_fp), end_fp)
-        if last is not None:
-            chain.append(last)
-        return chain
-
-    def on_new_state(st: S, fp: int, seen: Any, depth: int) -> None:
-        if model.observe_state is not None:
-            model.observe_state(st)
-        for prop in invariants:
-            if prop.name not in result.violations and not prop.check(seen):
-                result.violations[prop.name] = Violation(prop, trace(fp))
-        for prop in state_sometimes:
-            if prop.name not in result.witnessed and prop.check(seen):
-                result.witnessed[prop.name] = depth
-
-    on_new_state(init, init_fp, view(init), 0)
+    # no closure in here: compiled by mypyc, a nested function and the environment that holds it make a cycle
+    # through the whole search (the model, and through its hooks every state a caller keeps), which only a full
+    # collection frees, seconds later (3 s after the lock's suite, in whatever runs next)
+    _on_new_state(model, fingerprint, parent, result, invariants, state_sometimes, init, init_fp, view(init), 0)
     last_report = started
     # The loop's lookups, bound once (it runs once per transition).
     observe_step, enabled, take = model.observe_step, model.enabled, model.next
@@ -360,7 +372,8 @@ def _check(model: Model[S], max_depth: Optional[int], max_states: Optional[int],
             props, sometimes = for_step(action, res)
             for prop in props:
                 if prop.name not in violations and not prop.check(pre, action, res, post):
-                    violations[prop.name] = Violation(prop, trace(fp, Step(action, res, nxt)))
+                    violations[prop.name] = Violation(prop, _trace(model, fingerprint, parent, fp,
+                                                                         Step(action, res, nxt)))
             for prop in sometimes:
                 if prop.name not in witnessed and prop.check(pre, action, res, post):
                     witnessed[prop.name] = depth + 1
@@ -377,7 +390,8 @@ def _check(model: Model[S], max_depth: Optional[int], max_states: Optional[int],
                     marked.setdefault(nxt_fp, earlier)
             if nxt_fp not in parent:
                 parent[nxt_fp] = (fp, action)
-                on_new_state(nxt, nxt_fp, post, depth + 1)
+                _on_new_state(model, fingerprint, parent, result, invariants, state_sometimes, nxt, nxt_fp, post,
+                              depth + 1)
                 frontier.append((nxt, nxt_fp, depth + 1))
                 if max_states is not None and len(parent) >= max_states:
                     result.complete = False

@@ -122,7 +122,7 @@ def _stages(args, command: str = "check") -> Stages:
 
 def _model_stage(args, started: float, stages: Board) -> int:
     """``check --model-stage``, the child of ``_BackgroundModelCheck``: the model checks it is given (and the
-    migration lockstep, when it is given that: ``_migration_in_gate_process``), with their results on standard
+    migration lockstep, when it is given that: ``_migration_lockstep_in_gate_process``), with their results on standard
     output for the gate, their progress on ``stages``."""
     import time
 
@@ -150,15 +150,16 @@ def _broken_properties(result, spec) -> list[str]:
     return sorted({p for r in result.runs for p in r.result.violations} | ({spec.RECOVERABLE[0]} if stuck else set()))
 
 
-def _migration_in_gate_process(args) -> bool:
-    """Whether the gate runs the migration's model check and lockstep in its own process (after the replica's
-    lockstep and the concurrent stages) rather than in the model-check child (after the replica's model check).
+def _migration_lockstep_in_gate_process(args) -> bool:
+    """Whether the gate runs the migration lockstep in its own process (after the replica's lockstep, the lock
+    lockstep and the concurrent stages) rather than in the model-check child (after the model checks). The
+    migration's model check runs in the child either way.
 
-    Where they go balances the two cores: the child's share is the replica's model check (about 28 s at the
-    default bounds, compiled) and the lock's (about 12 s), the gate's the replica's lockstep (about 25 s), the lock
-    lockstep and the concurrent stages (about 8 s); the migration's (about 8 s) goes to the lighter side, which
-    is the gate's own when the lock's check runs, else the child (as before the lock came).
-    ``bench/bench_gate.py`` measures the gate both ways."""
+    Where it goes balances the two cores (compiled, at the default bounds, ``bench/bench_gate.py``): the child's
+    share is the replica's model check (about 26 s), the migration's (about 2 s) and the lock's (about 8 s), the
+    gate's the replica's lockstep (about 24 s), the lock lockstep and the concurrent stages (about 8 s); the
+    migration lockstep (about 5 s) goes to the lighter side, which is the gate's own when the lock's stages run,
+    else the child (as before the lock came)."""
     return args.plan.bounds(Protocol.LOCK) is not None
 
 
@@ -207,18 +208,13 @@ def _gate(args, started: float, background: Optional["_BackgroundModelCheck"], b
         summary.add_row("concurrent threads", "skipped (--no-concurrent)", "[dim]skipped[/]", "")
     elif replica_profile is not None:
         failed = _concurrent_stage(args, summary, board, where) or failed
-    if background is not None and _migration_in_gate_process(args):
-        if migration_bounds is not None:
-            migration_started = time.perf_counter()
-            migration = (_migration_check(args, migration_bounds, gate=True, stages=board),
-                         time.perf_counter() - migration_started)
-        if migration_profile is not None:
-            migration_lockstep = _migration_lockstep(args, board)
+    if background is not None and _migration_lockstep_in_gate_process(args) and migration_profile is not None:
+        migration_lockstep = _migration_lockstep(args, board)
     if background is not None:
         console.print("\n[bold]model check[/] (ran beside the lockstep, on the other core):")
-        model_rc, output, model_seconds, child_migration, lock, child_migration_lockstep = background.join()
-        if not _migration_in_gate_process(args):
-            migration, migration_lockstep = child_migration, child_migration_lockstep
+        model_rc, output, model_seconds, migration, lock, child_migration_lockstep = background.join()
+        if not _migration_lockstep_in_gate_process(args):
+            migration_lockstep = child_migration_lockstep
         board.close()
         if model_rc not in (0, 1):  # no verdict: it could not run as asked, or it crashed (not a finding)
             return _without_verdict(model_rc, output)
@@ -380,9 +376,7 @@ class _BackgroundModelCheck:
         self.started = time.perf_counter()
         self.output = tempfile.TemporaryFile(mode="w+", encoding="utf-8")
         plan: CheckPlan = args.plan
-        if _migration_in_gate_process(args):  # the gate runs the migration's stages itself (_gate)
-            plan = plan.without(Protocol.MIGRATION)
-        elif args.model_only:
+        if _migration_lockstep_in_gate_process(args) or args.model_only:  # the gate runs it itself, or none runs
             plan = plan.without(Protocol.MIGRATION, check=False)
         argv = ["check", "--model-stage", "--quiet", "--plan", plan.to_json(), "--variant", args.variant,
                 "--out", args.out]
@@ -1828,8 +1822,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    from envreplica.checker.collector import full_collections_deferred
+
     args = build_parser().parse_args(argv)
-    return guarded(f"envreplica {args.command}", args.func, args)
+    # every command keeps what it builds to its end (states, examples, traces): the collector's full collections
+    # would walk it again and again to free nothing (the replica's lockstep 10% faster without; checker.collector)
+    with full_collections_deferred():
+        return guarded(f"envreplica {args.command}", args.func, args)
 
 
 if __name__ == "__main__":  # pragma: no cover

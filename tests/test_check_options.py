@@ -192,7 +192,8 @@ def test_a_command_line_the_check_cannot_run_is_one_line_and_exit_2(argv, fragme
 
 def test_the_plan_reaches_the_model_check_process_whole(monkeypatch):
     """The gate hands its model-check process the plan (``--plan``), less what the gate runs itself (the
-    migration's stages beside the lock's: ``_migration_in_gate_process``), or the lockstep under --model-only."""
+    migration lockstep beside the lock's stages: ``_migration_lockstep_in_gate_process``), or the lockstep under
+    --model-only."""
     started = []
 
     class Recorded:
@@ -210,7 +211,7 @@ def test_the_plan_reaches_the_model_check_process_whole(monkeypatch):
         assert parsed.model_stage and parsed.quiet
         return CheckPlan.from_json(parsed.plan)
 
-    assert child_plan() == CheckPlan((ProtocolRun(R, "default", "ci"), ProtocolRun(M, None, None),
+    assert child_plan() == CheckPlan((ProtocolRun(R, "default", "ci"), ProtocolRun(M, "migration", None),
                                       ProtocolRun(L, "lock", "check")))
     assert child_plan("--protocol", "replica,migration", "--lockstep-examples", "migration=4") == CheckPlan(
         (ProtocolRun(R, "default", "ci"), ProtocolRun(M, "migration", "check", 4)))
