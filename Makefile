@@ -34,8 +34,11 @@ compiled: $(STAMP)
 # - make test: the fast tier a contributor runs before each commit (mypy, then every test not marked slow or
 #   nightly: every test file is in it, the long batteries at the dev budget, tests/budget.py).
 # - make test-slow: the tests marked slow (the long lockstep, kit and model-check runs, the packaging install).
-# - make test-all: both, at CI's budget on any machine (ENVREPLICA_TEST_BUDGET=ci): what .ci/run runs. No catch
-#   lives only in make nightly or nowhere: every mutant battery is in make test-all.
+# - make test-all: both tiers in one pytest session (make test TIER=all: mypy, then every test not marked
+#   nightly), at CI's budget on any machine (ENVREPLICA_TEST_BUDGET=ci): what .ci/run runs. One session, not
+#   two one after the other: the heaviest files of both tiers go first and the light ones fill in at the end, so
+#   neither worker waits out the other's last long file twice. No catch lives only in make nightly or nowhere:
+#   every mutant battery is in make test-all.
 # pytest: pytest-xdist runs one worker per CPU, each test file on one worker (its module fixtures computed
 # once); a test class is a unit of its own (--dist loadscope), which is how a long battery is split over the
 # workers (tests/test_conformance_mutants.py's two halves). The heaviest files go first (tests/durations.json,
@@ -47,14 +50,20 @@ compiled: $(STAMP)
 PYTEST_ARGS ?=
 PYTEST := ENVREPLICA_PURE_PYTHON=1 $(BIN)/pytest -p no:cacheprovider -p no:randomly -n auto --dist loadscope \
   --no-loadscope-reorder
+#: make test's tier (TIER=all is make test-all's), and the tests each tier runs (pytest -m).
+TIER ?= fast
+TIER_MARKS_fast := not nightly and not slow
+TIER_MARKS_all := not nightly
 test: typecheck kit compiled
-	$(PYTEST) -m "not nightly and not slow" $(PYTEST_ARGS) tests
+	$(if $(TIER_MARKS_$(TIER)),,$(error TIER=$(TIER) names no tier of make test: fast (the default) or all))
+	$(PYTEST) -m "$(TIER_MARKS_$(TIER))" $(PYTEST_ARGS) tests
 
 test-slow: kit compiled
 	$(PYTEST) -m "slow and not nightly" $(PYTEST_ARGS) tests
 
 test-all: export ENVREPLICA_TEST_BUDGET ?= ci
-test-all: test test-slow
+test-all:
+	$(MAKE) test TIER=all
 
 # mypy over the whole package (settings in pyproject.toml). mypy cannot follow setuptools' package-dir mapping,
 # so it runs from docs/.api, whose envreplica/ links name each folder by its import name (mkdocstrings reads the

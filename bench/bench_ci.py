@@ -7,8 +7,8 @@ that follow CI's set-up, each as ``.ci/run`` runs it, and prints the figures; it
 decides no verdict):
 
 * ``make test`` as a contributor runs it (``ENVREPLICA_TEST_BUDGET=dev``, ``CI`` unset);
-* CI's steps (``CI=true``: the ``ci`` budget, the kits and the browser test required): ``make test``,
-  ``make test-slow`` (the two together are ``make test-all``), then ``make docs``.
+* CI's steps (``CI=true``: the ``ci`` budget, the kits and the browser test required): ``make test-all`` (both
+  tiers in one pytest session: ``make test TIER=all``), then ``make docs``.
 
 For each step: the wall-clock seconds, pytest's own seconds and its summary line; then the test files that took
 the most time summed over their tests (pytest's JUnit report, ``--junitxml``: where a worker's minutes go).
@@ -59,6 +59,7 @@ class Step:
     summary: str = ""
     status: int = 0
     files: dict[str, float] = field(default_factory=dict)
+    tests: dict[str, float] = field(default_factory=dict)
 
 
 def _env(ci: bool) -> dict[str, str]:
@@ -72,7 +73,7 @@ def _env(ci: bool) -> dict[str, str]:
 
 def _pytest_step(name: str, target: str, ci: bool, extra: str) -> Step:
     junit = OUT / f"{name.replace(' ', '-').replace('/', '-')}.xml"
-    args = f"-p randomly --durations=40 --junitxml={junit} {extra}".strip() if ci else f"--junitxml={junit} {extra}"
+    args = f"-p randomly --durations=60 --junitxml={junit} {extra}".strip() if ci else f"--junitxml={junit} {extra}"
     return Step(name, ["make", target, f"PYTEST_ARGS={args.strip()}"], _env(ci), junit)
 
 
@@ -81,21 +82,37 @@ def steps(chosen: set[str], extra: str) -> list[Step]:
     if "contributor" in chosen:
         found.append(_pytest_step("contributor make test", "test", False, extra))
     if "ci" in chosen:
-        found.append(_pytest_step("CI make test", "test", True, extra))
-        found.append(_pytest_step("CI make test-slow", "test-slow", True, extra))
+        found.append(_pytest_step("CI make test-all", "test-all", True, extra))
         found.append(Step("CI make docs", ["make", "docs"], _env(True)))
     return found
 
 
-def per_file(junit: Path) -> dict[str, float]:
-    """Seconds summed per test file (set-up, call and tear-down of each of its tests) from a JUnit report."""
-    totals: dict[str, float] = defaultdict(float)
+def per_test(junit: Path) -> dict[str, float]:
+    """Seconds per test (set-up, call and tear-down), by pytest's node id, from a JUnit report."""
+    seconds: dict[str, float] = defaultdict(float)
     for case in ET.parse(junit).getroot().iter("testcase"):
         module = case.get("classname", "").split(".")
-        name = next((f"{'/'.join(module[:i + 1])}.py" for i in range(len(module))
-                     if module[i].startswith("test_")), case.get("classname", "?"))
-        totals[name] += float(case.get("time", 0) or 0)
+        at = next((i for i in range(len(module)) if module[i].startswith("test_")), None)
+        path = f"{'/'.join(module[:at + 1])}.py" if at is not None else case.get("classname", "?")
+        inner = module[at + 1:] if at is not None else []  # a test class, if any
+        seconds["::".join([path, *inner, case.get("name", "?")])] += float(case.get("time", 0) or 0)
+    return dict(seconds)
+
+
+def per_file(tests: dict[str, float]) -> dict[str, float]:
+    """Seconds summed per test file."""
+    totals: dict[str, float] = defaultdict(float)
+    for nodeid, seconds in tests.items():
+        totals[nodeid.split("::", 1)[0]] += seconds
     return dict(totals)
+
+
+def slow_tests() -> set[str]:
+    """The node ids of the tests marked slow (pytest's own collection)."""
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly",
+                           "-p", "no:xdist", "--collect-only", "-q", "-m", "slow and not nightly", "tests"],
+                          cwd=ROOT, capture_output=True, text=True, env={**os.environ, "ENVREPLICA_PURE_PYTHON": "1"})
+    return {line.strip() for line in done.stdout.splitlines() if "::" in line}
 
 
 def run(step: Step) -> Step:
@@ -109,7 +126,8 @@ def run(step: Step) -> Step:
         step.summary, seconds = matches[-1]
         step.pytest_seconds = float(seconds)
     if step.junit is not None and step.junit.exists():
-        step.files = per_file(step.junit)
+        step.tests = per_test(step.junit)
+        step.files = per_file(step.tests)
     if done.returncode != 0:
         print(f"    exited {done.returncode}; its output ends:\n{done.stdout[-2000:]}{done.stderr[-1000:]}")
     return step
@@ -158,24 +176,25 @@ DURATIONS_FLOOR = 10.0
 
 
 def write_durations(done: list[Step]) -> None:
-    """``tests/durations.json`` from CI's two pytest steps: each tier's files of at least ``DURATIONS_FLOOR`` s."""
-    tiers = {"fast": "CI make test", "slow": "CI make test-slow"}
-    found = {tier: next((s for s in done if s.name == name and s.files and s.status == 0), None)
-             for tier, name in tiers.items()}
-    missing = [tiers[tier] for tier, step in found.items() if step is None]
-    if missing:
-        print(f"--write-durations: no passing {' or '.join(missing)} in this run (--steps ci runs both); "
+    """``tests/durations.json`` from CI's pytest step: each tier's files of at least ``DURATIONS_FLOOR`` s (a
+    test's tier: marked slow or not, by pytest's own collection)."""
+    step = next((s for s in done if s.name == "CI make test-all" and s.tests and s.status == 0), None)
+    if step is None:
+        print(f"--write-durations: no passing CI make test-all in this run (--steps ci runs it); "
               f"{DURATIONS.relative_to(ROOT)} left as it is")
         return
+    slow = slow_tests()
+    tiers: dict[str, dict[str, float]] = {"fast": defaultdict(float), "slow": defaultdict(float)}
+    for nodeid, seconds in step.tests.items():
+        tiers["slow" if nodeid in slow else "fast"][nodeid.split("::", 1)[0]] += seconds
     data: dict[str, object] = {
-        "about": "Seconds each test file's tests took, summed, in each tier (fast: make test; slow: make "
-                 "test-slow), on 2 cores at CI's budget: tests/conftest.py sends the heaviest files to "
-                 "pytest-xdist's workers first. Files under 10 s are left out (they keep pytest-randomly's "
-                 "order). Rewrite with bench/bench_ci.py --write-durations."}
-    for tier, step in found.items():
-        assert step is not None
-        data[tier] = {name: round(seconds) for name, seconds in sorted(step.files.items())
-                      if seconds >= DURATIONS_FLOOR}
+        "about": "Seconds each test file's tests took, summed, in each tier (fast: make test; slow: the tests "
+                 "marked slow, which make test-all runs too), on 2 cores at CI's budget: tests/conftest.py sends "
+                 "the heaviest files to pytest-xdist's workers first (a file weighs the tiers of it a session "
+                 "runs). Files under 10 s are left out (they keep pytest-randomly's order). Rewrite with "
+                 "bench/bench_ci.py --write-durations."}
+    for tier, files in tiers.items():
+        data[tier] = {name: round(seconds) for name, seconds in sorted(files.items()) if seconds >= DURATIONS_FLOOR}
     DURATIONS.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     print(f"wrote {DURATIONS.relative_to(ROOT)}: {len(data['fast'])} + {len(data['slow'])} files")  # type: ignore
 
@@ -184,7 +203,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", default="contributor,ci",
                         help="which to time, comma-separated: contributor (make test at the dev budget), "
-                             "ci (CI's make test, make test-slow, make docs)")
+                             "ci (CI's make test-all, make docs)")
     parser.add_argument("--top", type=int, default=15, help="how many of the slowest test files to list")
     parser.add_argument("--setup-seconds", type=float, default=250.0,
                         help="CI's set-up time to add to its total (apt, venv, npm ci, the mypyc build)")
@@ -192,7 +211,7 @@ def main() -> int:
     parser.add_argument("--fresh-ci", action="store_true", help="also time bash .ci/run in a fresh clone")
     parser.add_argument("--write-durations", action="store_true",
                         help="write tests/durations.json (the order the heaviest test files start in) from CI's "
-                             "two pytest steps of this run")
+                             "pytest step of this run")
     args = parser.parse_args()
     chosen = {s.strip() for s in args.steps.split(",") if s.strip()}
     unknown = chosen - {"contributor", "ci"}

@@ -69,7 +69,7 @@ def scratch():
 
 # Heaviest first (tests/durations.json): pytest-xdist's `loadscope` hands each worker a test file (or class) at a
 # time, in collection order, so a long file drawn last leaves the other worker idle until it ends (minutes at the
-# end of a CI step). After pytest-randomly's shuffle, the files that durations.json weighs move to the front,
+# end of a session). After pytest-randomly's shuffle, the files that durations.json weighs move to the front,
 # heaviest first (longest processing time first, the classic schedule for two machines); every other file keeps
 # its random place after them, and the tests of each file their random order.
 DURATIONS = Path(__file__).with_name("durations.json")
@@ -87,8 +87,11 @@ def _tier_weights() -> dict[str, dict[str, float]]:
 def pytest_collection_modifyitems(config, items):
     weights = _tier_weights()
 
-    def weight(item) -> float:
-        tier = "slow" if item.get_closest_marker("slow") else "fast"
-        return weights[tier].get(item.nodeid.split("::", 1)[0], 0.0)
-
-    items.sort(key=lambda item: -weight(item))  # stable: equal weights keep their (random) order
+    # a file is one unit of xdist's loadscope: its weight is the sum of the tiers of it this session runs (make
+    # test-all runs both in one session)
+    tiers: dict[str, set[str]] = {}
+    for item in items:
+        tiers.setdefault(item.nodeid.split("::", 1)[0], set()).add("slow" if item.get_closest_marker("slow")
+                                                                   else "fast")
+    file_weight = {path: sum(weights[tier].get(path, 0.0) for tier in present) for path, present in tiers.items()}
+    items.sort(key=lambda item: -file_weight[item.nodeid.split("::", 1)[0]])  # stable: ties keep their order

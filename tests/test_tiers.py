@@ -2,8 +2,8 @@
 
 * ``make test`` (the fast tier, every test not marked slow or nightly) holds at least one test of every test
   file: a contributor's run before a commit touches every part;
-* ``.ci/run`` runs ``make test`` (the README's command, literally) and then ``make test-slow``, the two steps of
-  ``make test-all``: nothing marked slow leaves CI;
+* ``.ci/run`` runs ``make test-all``, which is ``make test`` (the README's command) over both tiers in one
+  session (``TIER=all``: every test not marked nightly): nothing marked slow leaves CI;
 * ``.ci/run`` finds the seeds by a path relative to the repository only (no machine path);
 * the budget's name is checked before any test runs (``tests/budget.py``).
 """
@@ -68,18 +68,33 @@ def _makefile_recipe(target: str) -> str:
 
 
 def test_the_tiers_split_the_suite_by_the_slow_mark():
-    assert f'-m "{FAST}"' in _makefile_recipe("test")
-    assert '-m "slow and not nightly"' in _makefile_recipe("test-slow")
     text = (ROOT / "Makefile").read_text(encoding="utf-8")
-    assert re.search(r"^test-all: test test-slow$", text, re.MULTILINE)
+    assert '-m "$(TIER_MARKS_$(TIER))"' in _makefile_recipe("test")
+    assert re.search(r"^TIER \?= fast$", text, re.MULTILINE)
+    assert re.search(rf"^TIER_MARKS_fast := {FAST}$", text, re.MULTILINE)
+    assert re.search(r"^TIER_MARKS_all := not nightly$", text, re.MULTILINE)
+    assert '-m "slow and not nightly"' in _makefile_recipe("test-slow")
+    assert re.search(r"^test-all:\n\t\$\(MAKE\) test TIER=all$", text, re.MULTILINE)
     assert re.search(rf"^test-all: export {budget.BUDGET_ENV} \?= ci$", text, re.MULTILINE)
 
 
-def test_ci_runs_make_test_then_the_rest():
+def test_the_all_tier_is_the_fast_tier_and_the_slow_one():
+    assert _collected_in_order("not nightly") and set(_collected("not nightly")) == (
+        _collected(FAST) | _collected("slow and not nightly"))
+
+
+def test_an_unknown_tier_is_refused_by_make_with_one_line():
+    done = subprocess.run(["make", "-n", "test", "TIER=weekly"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode != 0
+    assert "TIER=weekly names no tier of make test: fast (the default) or all" in done.stderr, done.stderr
+
+
+def test_ci_runs_make_test_over_both_tiers():
     lines = [line.strip() for line in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
              if line.strip().startswith("make ")]
     tests = [line.split()[1] for line in lines if line.split()[1] in ("test", "test-slow", "test-all")]
-    assert tests == ["test", "test-slow"], lines
+    assert tests == ["test-all"], lines
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert "make test " in readme and "make test-all" in readme
 
