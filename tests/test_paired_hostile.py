@@ -746,7 +746,7 @@ def test_a_signal_at_any_time_of_the_envreplica_command_ends_in_one_line_or_done
         sig = (signal.SIGINT, signal.SIGTERM)[k % 2]
         pair = Pair(tmp_path / f"r{k}")
         proc = subprocess.Popen([str(ENTRY_SCRIPT), *pair.migrate], env=_env(), stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+                                stderr=subprocess.PIPE, text=True, preexec_fn=_interactive_signals)
         time.sleep(whole * (k + 1) / 16)
         proc.send_signal(sig)
         out, err = proc.communicate(timeout=GUARD)
@@ -770,9 +770,19 @@ def test_a_signal_at_any_time_of_the_envreplica_command_ends_in_one_line_or_done
     print(f"signals spread over the command: {kinds}")
 
 
+def _interactive_signals() -> None:
+    """In the child before it runs: SIGINT and SIGTERM as an interactive shell hands them to a command (default,
+    not blocked), whatever this test process had. An ignored SIGINT is inherited across exec, and Python then
+    installs no handler: a worker of the suite left so (once, in a CI run, after some other test in the same
+    process) made the interrupted start below wait out its guard instead of ending in one line."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+
+
 def _entry(code: str) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-c", code], env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, preexec_fn=_interactive_signals)
 
 
 def test_ctrl_c_while_the_entry_point_starts_the_command_line_is_one_line_and_130():
