@@ -274,7 +274,13 @@ def plan_of(args) -> CheckPlan:
         runs.append(ProtocolRun(protocol, bounds.get(protocol, DEFAULT_BOUNDS[protocol]),
                                 None if profile == NONE else profile, examples.get(protocol)))
     plan = CheckPlan(tuple(runs), alone=alone)
-    return _deprecated(args, plan, bounds, profiles, examples) if selection == tuple(Protocol) else plan
+    plan = _deprecated(args, plan, bounds, profiles, examples) if selection == tuple(Protocol) else plan
+    side = getattr(args, "lock_side", None)
+    if side is not None and (plan.lockstep(Protocol.LOCK) is None or getattr(args, "model_only", False)):
+        why = "--model-only skips every lockstep" if getattr(args, "model_only", False) else \
+            "this check runs no lock lockstep (the lock selected with another protocol runs one: --protocol all)"
+        raise UsageError(f"--lock-side {side}: {why}; drop --lock-side, or run the lock lockstep")
+    return plan
 
 
 # ---------------------------------------------------------------------------

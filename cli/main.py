@@ -202,7 +202,8 @@ def _gate(args, started: float, background: Optional["_BackgroundModelCheck"], b
         report = _replica_lockstep(args, summary, board, where)
         failed = failed or not report.ok
     if not args.model_only and plan.lockstep(Protocol.LOCK) is not None:
-        failed = _lock_lockstep(summary, board, where, args.lock_side, plan.examples(Protocol.LOCK)) or failed
+        failed = _lock_lockstep(summary, board, where, args.lock_side or LOCK_SIDE,
+                                plan.examples(Protocol.LOCK)) or failed
     if replica_profile is not None and args.no_concurrent:
         summary.add_row("concurrent processes", "skipped (--no-concurrent)", "[dim]skipped[/]", "")
         summary.add_row("concurrent threads", "skipped (--no-concurrent)", "[dim]skipped[/]", "")
@@ -1680,9 +1681,9 @@ def build_parser() -> argparse.ArgumentParser:
     check_options.register(c)
     c.add_argument("--variant", default=Variant.FIXED.value, choices=[v.value for v in Variant],
                    help="the replica's variants; the migration's and the lock's models take seed or fixed")
-    c.add_argument("--lock-side", default=LOCK_SIDE, choices=["threads", "processes"],
+    c.add_argument("--lock-side", default=None, choices=["threads", "processes"],
                    help="the lock lockstep's lock users: threads of the harness (default, the cheaper) or processes "
-                        "forked from it, each kill a real SIGKILL (docs/lock.md)")
+                        "forked from it, each kill a real SIGKILL (docs/lock.md); only where the lock lockstep runs")
     c.add_argument("--out", default="out/traces",
                    help="where counterexample and divergence traces go (ITF, each with its page beside it)")
     c.add_argument("--no-trace-pages", action="store_true",

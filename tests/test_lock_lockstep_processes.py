@@ -198,3 +198,15 @@ def test_the_gate_refuses_a_side_it_does_not_have(capsys):
     with pytest.raises(SystemExit) as exited:
         cli.main(["check", "--lock-side", "fibers"])
     assert exited.value.code == 2 and "--lock-side" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["--protocol", "lock"], ["--protocol", "replica,migration"], ["--model-only"],
+                                  ["--lockstep-profile", "lock=none"]])
+def test_a_side_where_no_lock_lockstep_runs_is_refused_in_one_line(argv, capsys):
+    """``--lock-side`` chooses the lock lockstep's users: given where none runs, it is a usage error (it was
+    silently ignored), not a side that seems chosen."""
+    from envreplica.cli import main as cli
+
+    status = cli.main(["check", "--lock-side", "processes", *argv])
+    err = capsys.readouterr().err.strip()
+    assert status == 2 and len(err.splitlines()) == 1 and err.count("--lock-side processes") == 1, err
