@@ -27,6 +27,7 @@ import pytest
 
 from envreplica.conformance.lock.adapter_side import AdapterShared
 from envreplica.conformance.lock.example import Divergence, Move
+from envreplica.conformance.lock import forked
 from envreplica.conformance.lock.forked import Child
 from envreplica.conformance.lock.run import replay_moves, run_lock_lockstep
 from envreplica.conformance.lock.sides import Side
@@ -54,6 +55,30 @@ S, Start, Leave, Crash = ml.Step, ml.Start, ml.Leave, ml.Crash
 @pytest.fixture(scope="module")
 def our_run():
     return run_lock_lockstep(PASS_EXAMPLES, side=PROCESSES)
+
+
+def _children() -> set[int]:
+    """The pids whose parent is this process, zombies included (``/proc``)."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:  # gone meanwhile
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid():
+                found.add(int(entry))
+    return found
+
+
+def test_a_run_leaves_no_child_behind():
+    """Every example's forked lock users are reaped by the run's end (``forked.reap_all``), whatever the last
+    example left alive: no zombie, no child left running (it was: the last example's children stayed zombies)."""
+    before = _children()
+    report = run_lock_lockstep(10, side=PROCESSES)
+    assert report.passed and report.moves > 0, report
+    assert not forked._EXITING
+    assert _children() - before == set()
 
 
 def test_our_lock_passes_on_real_processes(our_run):

@@ -40,6 +40,7 @@ import gc
 import os
 import signal
 import socket
+import time
 import warnings
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -350,6 +351,23 @@ def reap_exited(block: bool = False) -> None:
             _EXITING.discard(os_pid)
 
 
+def reap_all(polls: int = 200, pause: float = 0.01) -> None:
+    """Every child of an ended example reaped, so that a run leaves no zombie behind: each was told to exit by its
+    closed pipe (``Child.stop``); one still there after ``polls`` looks ``pause`` seconds apart (two seconds) is
+    killed (SIGKILL) and reaped. The end of every lockstep run (``run.run_lock_lockstep``) calls it."""
+    for _ in range(polls):
+        reap_exited()
+        if not _EXITING:
+            return
+        time.sleep(pause)
+    for os_pid in sorted(_EXITING):
+        try:
+            os.kill(os_pid, signal.SIGKILL)
+        except ProcessLookupError:  # exited between the last look and now: the wait below reaps it
+            pass
+    reap_exited(block=True)
+
+
 class ProcessSide(ThreadSide):
     """``impl.lock`` in processes forked from the harness (see the module): ``threads.ThreadSide`` with a ``Child``
     for each lock user; the directory, the world, the observation and the checks of each move's steps are the
@@ -363,4 +381,4 @@ class ProcessSide(ThreadSide):
         reap_exited()
 
 
-__all__ = ["Asked", "Child", "ChildCalls", "ProcessSide", "Question", "Reported", "reap_exited"]
+__all__ = ["Asked", "Child", "ChildCalls", "ProcessSide", "Question", "Reported", "reap_all", "reap_exited"]

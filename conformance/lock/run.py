@@ -28,6 +28,7 @@ from hypothesis.stateful import run_state_machine_as_test
 from envreplica.checker.progress import ProgressHook, Tick
 from envreplica.conformance.external import AdapterFailure
 from envreplica.conformance.lock.coverage import LockCoverage
+from envreplica.conformance.lock.forked import reap_all
 from envreplica.conformance.lock.example import Divergence, Example, Move, NotEnabled, SideFactory, describe
 from envreplica.conformance.lock.machine import BOUNDS, LockMachine
 from envreplica.model import lock as ml
@@ -128,6 +129,8 @@ def run_lock_lockstep(max_examples: int = 100, *, steps: int = STEPS_PER_EXAMPLE
             except AdapterFailure as broke:
                 report.divergence = error
                 report.adapter_failure = str(broke)
+    finally:
+        reap_all()  # the children of the examples a process side forked: none left a zombie
     report.seconds = time.perf_counter() - started
     report.examples = report.coverage.examples
     report.moves = report.coverage.moves
