@@ -3,7 +3,7 @@
 ``tests/test_conformance_mutants.py`` runs each mutant once under the
 derandomized ``ci`` profile: the same examples in every process (the
 literals Hypothesis mixes into draws are pinned to envreplica's own,
-``conformance.replica.literals``). One seed says little about how close a
+``conformance.literals``). One seed says little about how close a
 mutant is to slipping through: a change anywhere in the generator draws other
 examples. This script measures the distribution instead: for each mutant of
 ``tests/impl_mutants.py`` and ``tests/crash_mutants.py``, ``--runs`` lockstep runs with random seeds (the

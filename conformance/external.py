@@ -145,7 +145,7 @@ class AdapterFailure(BaseException):
 MAX_NESTING = 100
 
 # Built from str: a bytes literal of this module would join the lockstep's pool of drawn literals
-# (``lockstep.literals``), and one of a block's length would change the examples every run draws.
+# (``conformance.literals``), and one of a block's length would change the examples every run draws.
 _JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"'.encode(), re.S)
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 

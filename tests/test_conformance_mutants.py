@@ -26,7 +26,7 @@ Two parts.
 
 Derandomized means the same examples in every process and test order (the
 literals Hypothesis mixes into its draws are pinned to envreplica's own,
-``conformance.replica.literals``), but one seed says little about how close a
+``conformance.literals``), but one seed says little about how close a
 mutant is to slipping through: a change anywhere in the generator draws other
 examples. The budget is therefore sized on measured catch rates over random
 seeds (``bench/mutant_catch_rates.py``), not on one lucky seed.

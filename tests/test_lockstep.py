@@ -591,9 +591,9 @@ def test_shrinking_is_budgeted_in_calls():
     import hypothesis as hyp
     from hypothesis import strategies as st
 
-    from envreplica.conformance.replica import run as lockstep_run
+    from envreplica.conformance import shrinking
 
-    assert lockstep_run.shrink_budget_applies(), "this Hypothesis lacks the internals the shrink budget caps"
+    assert shrinking.shrink_budget_applies(), "this Hypothesis lacks the internals the shrink budget caps"
 
     def calls_to_fail(budget):
         calls = []
@@ -604,7 +604,7 @@ def test_shrinking_is_budgeted_in_calls():
             calls.append(len(xs))
             raise AssertionError("always")
 
-        with (lockstep_run._shrink_budget(budget, 300.0) if budget else contextlib.nullcontext()), \
+        with (shrinking.shrink_budget(budget, 300.0) if budget else contextlib.nullcontext()), \
                 pytest.raises(AssertionError):
             always_fails()
         return len(calls)
@@ -634,7 +634,7 @@ def test_local_literals_are_pinned_to_envreplicas_own(tmp_path):
 
     from hypothesis.internal.conjecture import providers
 
-    from envreplica.conformance.replica import literals
+    from envreplica.conformance import literals
 
     assert literals.applies(), "this Hypothesis lacks the internals the pinned literals replace"
     assert literals.source_files() == sorted(literals.source_files())

@@ -1,14 +1,16 @@
 """The lockstep's own machinery, job by job: each test fails when its job is undone, not only when an output moves.
 
-Three pieces of ``conformance/replica/`` do jobs that the lockstep's results show only indirectly:
+Three pieces of the replica's lockstep do jobs that its results show only indirectly (the first and part of the
+third at ``conformance/``'s top, shared with the migration's lockstep):
 
-* ``literals``: the pool of local literals Hypothesis mixes into draws, pinned to envreplica's own sources
-  (``applies``, ``source_files``, ``own_constants``, ``pinned``);
-* ``draw``: every choice of a step read from one fixed-size block of bytes (``_Draw``, ``_BLOCKS``),
+* ``conformance.literals``: the pool of local literals Hypothesis mixes into draws, pinned to envreplica's own
+  sources (``applies``, ``source_files``, ``own_constants``, ``pinned``);
+* ``replica.draw``: every choice of a step read from one fixed-size block of bytes (``_Draw``, ``_BLOCKS``),
   0 bytes being the shrink target;
-* the shrinker in ``run``: Hypothesis's shrink capped in test-function calls with its explain phase off
-  (``_shrink_budget``, ``_effective_settings``, the wiring in ``run_lockstep``), then ``_minimize``
-  deleting steps, nested requests and projects while the divergence stays the same.
+* the shrinker: Hypothesis's shrink capped in test-function calls with its explain phase off
+  (``conformance.shrinking.shrink_budget``; ``replica.run``'s ``_effective_settings`` and the wiring in
+  ``run_lockstep``), then ``replica.run._minimize`` deleting steps, nested requests and projects while the
+  divergence stays the same.
 
 ``JOBS`` holds one check per job (``test_job`` runs each). ``MUTANTS`` holds, per job, at least one
 version of the piece with that job undone (a function rebuilt from its own source with one edit,
@@ -48,13 +50,14 @@ from hypothesis.internal.floats import float_to_int
 from hypothesis.stateful import INITIALIZE_RULE_MARKER, RULE_MARKER, precondition, rule
 from sortedcontainers import SortedSet
 
-from envreplica.conformance.replica import draw, literals, machine
+from envreplica.conformance import literals, shrinking
+from envreplica.conformance.replica import draw, machine
 from envreplica.conformance.replica import run as lockstep_run
 from envreplica.conformance.replica.draw import BLOCK_BYTES, VALUE_BYTES, _Draw
 from envreplica.model.state import Variant
 
 #: The repository root (an editable install: the subpackages are its top-level folders).
-REPO = Path(literals.__file__).resolve().parents[2]
+REPO = Path(literals.__file__).resolve().parents[1]
 
 # ---------------------------------------------------------------------------
 # The tables
@@ -169,7 +172,7 @@ def check_source_files_complete() -> None:
     for folder in folders:
         missing = sorted(set(folder.rglob("*.py")) - files)
         assert not missing, f"source_files() misses {[str(p.relative_to(REPO)) for p in missing[:5]]}"
-    nested = REPO / "conformance" / "replica" / "literals.py"
+    nested = REPO / "conformance" / "replica" / "run.py"
     assert nested in files
 
 
@@ -765,7 +768,7 @@ mutant("the machine: each rule draws one block of its kind (and close/restart no
        "a page rule sized by need", machine.LockstepMachine, "page_2", _rule_drawing_its_own_bytes)
 
 # ---------------------------------------------------------------------------
-# run: _shrink_budget, on stand-ins of Hypothesis's runner and shrinker
+# shrinking: shrink_budget, on stand-ins of Hypothesis's runner and shrinker
 # ---------------------------------------------------------------------------
 
 SHRINK_INTERNALS = [(shrinker.Shrinker, "shrink"), (shrinker.Shrinker, "explain"),
@@ -775,7 +778,7 @@ SHRINK_INTERNALS = [(shrinker.Shrinker, "shrink"), (shrinker.Shrinker, "explain"
 @contextlib.contextmanager
 def _stand_ins():
     """A runner whose ``test_function`` only counts calls, and a shrinker whose ``shrink`` runs a script
-    (catching ``StopShrinking`` as Hypothesis's own does): what ``_shrink_budget`` wraps, in miniature."""
+    (catching ``StopShrinking`` as Hypothesis's own does): what ``shrink_budget`` wraps, in miniature."""
 
     class Runner(engine.ConjectureRunner):
         def __init__(self, call_count: int = 0) -> None:  # noqa: D107 - none of the real one's set-up
@@ -818,45 +821,45 @@ def _until_stopped(into: list) -> Callable[[Any], None]:
     return script
 
 
-@job("_shrink_budget: a shrink makes exactly `calls` calls, counted from its start")
+@job("shrink_budget: a shrink makes exactly `calls` calls, counted from its start")
 def check_budget_counts_from_start() -> None:
     with _stand_ins() as (Runner, Shrink):
-        with lockstep_run._shrink_budget(7, 300.0):
+        with shrinking.shrink_budget(7, 300.0):
             made: list[int] = []
             runner = Runner(call_count=40)  # 40 calls of generation before the failure
             Shrink(runner, _until_stopped(made)).shrink()
     assert made == [7], f"the shrink made {made} calls under a budget of 7"
 
 
-edited("_shrink_budget: a shrink makes exactly `calls` calls, counted from its start", "absolute count",
-       lockstep_run, "_shrink_budget",
+edited("shrink_budget: a shrink makes exactly `calls` calls, counted from its start", "absolute count",
+       shrinking, "shrink_budget",
        ("self.engine._envreplica_stop_at = self.engine.call_count + calls", "self.engine._envreplica_stop_at = calls"))
-edited("_shrink_budget: a shrink makes exactly `calls` calls, counted from its start", "one call late",
-       lockstep_run, "_shrink_budget", ("self.call_count >= stop_at", "self.call_count > stop_at"))
-edited("_shrink_budget: a shrink makes exactly `calls` calls, counted from its start", "never stops",
-       lockstep_run, "_shrink_budget", ("            raise shrinker.StopShrinking\n", "            pass\n"))
+edited("shrink_budget: a shrink makes exactly `calls` calls, counted from its start", "one call late",
+       shrinking, "shrink_budget", ("self.call_count >= stop_at", "self.call_count > stop_at"))
+edited("shrink_budget: a shrink makes exactly `calls` calls, counted from its start", "never stops",
+       shrinking, "shrink_budget", ("            raise shrinker.StopShrinking\n", "            pass\n"))
 
 
-@job("_shrink_budget: generation (calls outside a shrink) is never capped")
+@job("shrink_budget: generation (calls outside a shrink) is never capped")
 def check_budget_leaves_generation() -> None:
     with _stand_ins() as (Runner, Shrink):
-        with lockstep_run._shrink_budget(3, 300.0):
+        with shrinking.shrink_budget(3, 300.0):
             runner = Runner()
             assert _calls(runner, 50) == 50, "generation was stopped"
             Shrink(runner, _until_stopped([])).shrink()
             assert _calls(runner, 50) == 50, "generation after a shrink was stopped"
 
 
-edited("_shrink_budget: generation (calls outside a shrink) is never capped", "caps every call",
-       lockstep_run, "_shrink_budget",
+edited("shrink_budget: generation (calls outside a shrink) is never capped", "caps every call",
+       shrinking, "shrink_budget",
        ("if stop_at is not None and self.call_count >= stop_at:",
         "if self.call_count >= (stop_at if stop_at is not None else calls):"))
 
 
-@job("_shrink_budget: each shrink gets its own budget, also after one that raised")
+@job("shrink_budget: each shrink gets its own budget, also after one that raised")
 def check_budget_per_shrink() -> None:
     with _stand_ins() as (Runner, Shrink):
-        with lockstep_run._shrink_budget(5, 300.0):
+        with shrinking.shrink_budget(5, 300.0):
             made: list[int] = []
             runner = Runner(call_count=10)
             Shrink(runner, _until_stopped(made)).shrink()
@@ -876,15 +879,15 @@ def check_budget_per_shrink() -> None:
     assert made == [5, 5, 5] and raised, (made, raised)
 
 
-edited("_shrink_budget: each shrink gets its own budget, also after one that raised", "never disarmed",
-       lockstep_run, "_shrink_budget",
+edited("shrink_budget: each shrink gets its own budget, also after one that raised", "never disarmed",
+       shrinking, "shrink_budget",
        ("            if outermost:\n                self.engine._envreplica_stop_at = None\n", "            pass\n"))
-edited("_shrink_budget: each shrink gets its own budget, also after one that raised", "disarmed only on success",
-       lockstep_run, "_shrink_budget",
+edited("shrink_budget: each shrink gets its own budget, also after one that raised", "disarmed only on success",
+       shrinking, "shrink_budget",
        ("        try:\n            old_shrink(self)\n        finally:\n", "        old_shrink(self)\n        if True:\n"))
 
 
-@job("_shrink_budget: a nested shrink neither extends nor ends the outermost's budget")
+@job("shrink_budget: a nested shrink neither extends nor ends the outermost's budget")
 def check_budget_nested() -> None:
     made: list[int] = []
     after_inner: list[int] = []
@@ -896,24 +899,24 @@ def check_budget_nested() -> None:
         after_inner.append(_calls(s.engine, 1000))
 
     with _stand_ins() as (Runner, Shrink):
-        with lockstep_run._shrink_budget(8, 300.0):
+        with shrinking.shrink_budget(8, 300.0):
             Shrink(Runner(call_count=4), outer).shrink()
     assert made == [5] and after_inner == [0], (made, after_inner)
 
 
-edited("_shrink_budget: a nested shrink neither extends nor ends the outermost's budget", "every shrink arms",
-       lockstep_run, "_shrink_budget",
+edited("shrink_budget: a nested shrink neither extends nor ends the outermost's budget", "every shrink arms",
+       shrinking, "shrink_budget",
        ('outermost = getattr(self.engine, "_envreplica_stop_at", None) is None', "outermost = True"))
 
 
-@job("_shrink_budget: restores every patched attribute, also when the block raises")
+@job("shrink_budget: restores every patched attribute, also when the block raises")
 def check_budget_restores() -> None:
     before = [(owner, name, getattr(owner, name)) for owner, name in SHRINK_INTERNALS]
-    with lockstep_run._shrink_budget(5, 12.5):
+    with shrinking.shrink_budget(5, 12.5):
         assert any(getattr(owner, name) is not value for owner, name, value in before)
     for owner, name, value in before:
         assert getattr(owner, name) is value, f"{name} not restored"
-    with pytest.raises(RuntimeError), lockstep_run._shrink_budget(5, 12.5):
+    with pytest.raises(RuntimeError), shrinking.shrink_budget(5, 12.5):
         raise RuntimeError("a divergence")
     for owner, name, value in before:
         assert getattr(owner, name) is value, f"{name} not restored after an error"
@@ -923,59 +926,59 @@ for _line in ("        shrinker.Shrinker.shrink = old_shrink  # type: ignore[met
               "        shrinker.Shrinker.explain = old_explain  # type: ignore[method-assign]\n",
               "        engine.ConjectureRunner.test_function = old_test  # type: ignore[method-assign]\n",
               "        engine.MAX_SHRINKING_SECONDS = old_seconds\n"):
-    edited("_shrink_budget: restores every patched attribute, also when the block raises",
-           f"{_line.split('=')[0].strip()} not restored", lockstep_run, "_shrink_budget", (_line, "        pass\n"))
+    edited("shrink_budget: restores every patched attribute, also when the block raises",
+           f"{_line.split('=')[0].strip()} not restored", shrinking, "shrink_budget", (_line, "        pass\n"))
 del _line
-edited("_shrink_budget: restores every patched attribute, also when the block raises", "restore not in finally",
-       lockstep_run, "_shrink_budget", ("    try:\n        yield\n    finally:\n", "    yield\n    if True:\n"))
+edited("shrink_budget: restores every patched attribute, also when the block raises", "restore not in finally",
+       shrinking, "shrink_budget", ("    try:\n        yield\n    finally:\n", "    yield\n    if True:\n"))
 
 
-@job("_shrink_budget: the guard in seconds is set (only a guard: the cap is the count)")
+@job("shrink_budget: the guard in seconds is set (only a guard: the cap is the count)")
 def check_budget_guard() -> None:
-    with lockstep_run._shrink_budget(5, 12.5):
+    with shrinking.shrink_budget(5, 12.5):
         assert engine.MAX_SHRINKING_SECONDS == 12.5, f"the guard is {engine.MAX_SHRINKING_SECONDS} s, not 12.5"
 
 
-edited("_shrink_budget: the guard in seconds is set (only a guard: the cap is the count)", "no guard",
-       lockstep_run, "_shrink_budget", ("    engine.MAX_SHRINKING_SECONDS = guard_seconds  # type: ignore[assignment]\n", ""))
+edited("shrink_budget: the guard in seconds is set (only a guard: the cap is the count)", "no guard",
+       shrinking, "shrink_budget", ("    engine.MAX_SHRINKING_SECONDS = guard_seconds  # type: ignore[assignment]\n", ""))
 
 
-@job("_shrink_budget: leaves Hypothesis alone when shrink_budget_applies() is no")
+@job("shrink_budget: leaves Hypothesis alone when shrink_budget_applies() is no")
 def check_budget_noop_without_internals() -> None:
     before = [(owner, name, getattr(owner, name)) for owner, name in SHRINK_INTERNALS]
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(lockstep_run, "shrink_budget_applies", lambda: False)
-        with lockstep_run._shrink_budget(5, 12.5):
+        mp.setattr(shrinking, "shrink_budget_applies", lambda: False)
+        with shrinking.shrink_budget(5, 12.5):
             for owner, name, value in before:
                 assert getattr(owner, name) is value, f"{name} patched without the internals"
 
 
-edited("_shrink_budget: leaves Hypothesis alone when shrink_budget_applies() is no", "no guard",
-       lockstep_run, "_shrink_budget", ("    if not shrink_budget_applies():\n        yield\n        return\n", ""))
+edited("shrink_budget: leaves Hypothesis alone when shrink_budget_applies() is no", "no guard",
+       shrinking, "shrink_budget", ("    if not shrink_budget_applies():\n        yield\n        return\n", ""))
 
 
 @job("shrink_budget_applies: yes on the installed Hypothesis, no when any internal is missing")
 def check_budget_applies() -> None:
-    assert lockstep_run.shrink_budget_applies(), "this Hypothesis lacks the internals the shrink budget caps"
+    assert shrinking.shrink_budget_applies(), "this Hypothesis lacks the internals the shrink budget caps"
     for owner, name in [(engine, "MAX_SHRINKING_SECONDS"), (shrinker, "StopShrinking"), *SHRINK_INTERNALS[:3]]:
         with pytest.MonkeyPatch.context() as mp:
             mp.delattr(owner, name)
-            assert not lockstep_run.shrink_budget_applies(), f"applies with {name} missing"
+            assert not shrinking.shrink_budget_applies(), f"applies with {name} missing"
 
 
 mutant("shrink_budget_applies: yes on the installed Hypothesis, no when any internal is missing", "always yes",
-       lockstep_run, "shrink_budget_applies", lambda: lambda: True)
+       shrinking, "shrink_budget_applies", lambda: lambda: True)
 mutant("shrink_budget_applies: yes on the installed Hypothesis, no when any internal is missing", "always no",
-       lockstep_run, "shrink_budget_applies", lambda: lambda: False)
+       shrinking, "shrink_budget_applies", lambda: lambda: False)
 
 # ---------------------------------------------------------------------------
-# run: _shrink_budget on the installed Hypothesis
+# shrinking: shrink_budget on the installed Hypothesis
 # ---------------------------------------------------------------------------
 
 
 def _real_shrink(budget: int, fail_from: int = 20) -> tuple[int, int]:
     """(calls before the first failure, calls after it) of a real Hypothesis test that passes ``fail_from - 1``
-    times and then always fails, shrunk under ``_shrink_budget(budget)``."""
+    times and then always fails, shrunk under ``shrink_budget(budget)``."""
     calls: list[int] = []
 
     @hypothesis.given(st.lists(st.integers(), min_size=30))
@@ -986,12 +989,12 @@ def _real_shrink(budget: int, fail_from: int = 20) -> tuple[int, int]:
         if len(calls) >= fail_from:
             raise AssertionError("late")
 
-    with lockstep_run._shrink_budget(budget, 300.0), pytest.raises(AssertionError, match="late"):
+    with shrinking.shrink_budget(budget, 300.0), pytest.raises(AssertionError, match="late"):
         fails_late()
     return fail_from, len(calls) - fail_from
 
 
-@job("_shrink_budget: on the installed Hypothesis a shrink stops after `calls` calls")
+@job("shrink_budget: on the installed Hypothesis a shrink stops after `calls` calls")
 def check_budget_real() -> None:
     for budget in (6, 18):
         before, after = _real_shrink(budget)
@@ -999,14 +1002,14 @@ def check_budget_real() -> None:
         assert budget <= after <= budget + 3, f"{after} calls after the failure under a budget of {budget}"
 
 
-edited("_shrink_budget: on the installed Hypothesis a shrink stops after `calls` calls", "shrink not armed",
-       lockstep_run, "_shrink_budget", ("    shrinker.Shrinker.shrink = shrink  # type: ignore[method-assign]\n", ""))
-edited("_shrink_budget: on the installed Hypothesis a shrink stops after `calls` calls", "calls not checked",
-       lockstep_run, "_shrink_budget",
+edited("shrink_budget: on the installed Hypothesis a shrink stops after `calls` calls", "shrink not armed",
+       shrinking, "shrink_budget", ("    shrinker.Shrinker.shrink = shrink  # type: ignore[method-assign]\n", ""))
+edited("shrink_budget: on the installed Hypothesis a shrink stops after `calls` calls", "calls not checked",
+       shrinking, "shrink_budget",
        ("    engine.ConjectureRunner.test_function = test_function  # type: ignore[method-assign]\n", ""))
 
 
-@job("_shrink_budget: the explain phase does not run")
+@job("shrink_budget: the explain phase does not run")
 def check_budget_no_explain() -> None:
     explained: list[int] = []
     real_explain = shrinker.Shrinker._explain
@@ -1026,12 +1029,12 @@ def check_budget_no_explain() -> None:
             fails()
         assert explained, "the check cannot see the explain phase"  # it runs for this test without the budget
         explained.clear()
-        with lockstep_run._shrink_budget(10_000, 300.0), pytest.raises(AssertionError):
+        with shrinking.shrink_budget(10_000, 300.0), pytest.raises(AssertionError):
             fails()
-    assert not explained, "the explain phase ran under _shrink_budget"
+    assert not explained, "the explain phase ran under shrink_budget"
 
 
-edited("_shrink_budget: the explain phase does not run", "explain kept", lockstep_run, "_shrink_budget",
+edited("shrink_budget: the explain phase does not run", "explain kept", shrinking, "shrink_budget",
        ("    shrinker.Shrinker.explain = explain  # type: ignore[method-assign]\n", ""))
 
 
@@ -1054,7 +1057,7 @@ edited("_effective_settings: no explain phase, no deadline, one bug, whatever th
 def check_run_lockstep_wiring() -> None:
     from envreplica.conformance.drivers import ModelDriver
 
-    real_budget, budgets, seen = lockstep_run._shrink_budget, [], []
+    real_budget, budgets, seen = lockstep_run.shrink_budget, [], []
     original_provider, original_shrink = providers._get_local_constants, shrinker.Shrinker.shrink
 
     def recording_budget(calls, guard_seconds):
@@ -1068,7 +1071,7 @@ def check_run_lockstep_wiring() -> None:
             return super().handle(request)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(lockstep_run, "_shrink_budget", recording_budget)
+        mp.setattr(lockstep_run, "shrink_budget", recording_budget)
         mp.setattr(lockstep_run, "SHRINK_CALLS", 3)
         report = lockstep_run.run_lockstep(
             lambda: Watched(Variant.FIXED), state_check=False,
@@ -1083,9 +1086,9 @@ def check_run_lockstep_wiring() -> None:
 edited("run_lockstep: runs under the shrink budget (read at call time) with the literals pinned", "not pinned",
        lockstep_run, "run_lockstep", (", literals.pinned():", ":"))
 edited("run_lockstep: runs under the shrink budget (read at call time) with the literals pinned", "no budget",
-       lockstep_run, "run_lockstep", ("_shrink_budget(SHRINK_CALLS, SHRINK_GUARD_SECONDS), ", ""))
+       lockstep_run, "run_lockstep", ("shrink_budget(SHRINK_CALLS, SHRINK_GUARD_SECONDS), ", ""))
 edited("run_lockstep: runs under the shrink budget (read at call time) with the literals pinned",
-       "budget copied at import", lockstep_run, "run_lockstep", ("_shrink_budget(SHRINK_CALLS,", "_shrink_budget(200,"))
+       "budget copied at import", lockstep_run, "run_lockstep", ("shrink_budget(SHRINK_CALLS,", "shrink_budget(200,"))
 
 # ---------------------------------------------------------------------------
 # run: _minimize, against a fake replay

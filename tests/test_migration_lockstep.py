@@ -347,7 +347,7 @@ def test_a_run_pins_the_literals_and_caps_the_shrink(shared, monkeypatch):
         yield
 
     monkeypatch.setattr(R.literals, "pinned", lambda: recorded("pinned"))
-    monkeypatch.setattr(R, "_shrink_budget", lambda calls, guard: recorded("budget", calls))
+    monkeypatch.setattr(R, "shrink_budget", lambda calls, guard: recorded("budget", calls))
     monkeypatch.setattr(R, "SHRINK_CALLS", 7)
     report = R.run_migration_lockstep("dev", max_examples=1, shared=shared)
     assert report.ok and ("pinned",) in entered and ("budget", 7) in entered

@@ -2,7 +2,7 @@
 
 ``run_migration_lockstep`` runs ``MigrationMachine`` under a profile's budget (``PROFILE_EXAMPLES`` examples
 of ``STEPS_PER_EXAMPLE`` rule calls: counts, never seconds), with Hypothesis's shrinking capped in calls
-(``SHRINK_CALLS``, the replica lockstep's ``_shrink_budget``) and its literals pinned; then ``minimize``
+(``SHRINK_CALLS``: ``conformance.shrinking``) and its literals pinned (``conformance.literals``); then ``minimize``
 deletes needless moves from the shrunk example, and the moves left are replayed with every invocation run
 in this process where that keeps the divergence (``MINIMIZE_REPLAYS`` replays in all). The report says what
 was run, what was reached (``MigrationCoverage``), how fast, and the divergence as a numbered trace (written
@@ -30,10 +30,8 @@ from hypothesis import HealthCheck, Phase, Verbosity
 from hypothesis.stateful import run_state_machine_as_test
 
 from envreplica.checker.progress import ProgressHook, Tick
-from envreplica.conformance import hermetic
+from envreplica.conformance import hermetic, literals
 from envreplica.conformance.external import AdapterFailure
-from envreplica.conformance.replica import literals
-from envreplica.conformance.replica.run import _shrink_budget
 from envreplica.conformance.migration.coverage import REQUIRED, MigrationCoverage
 from envreplica.conformance.migration.example import Divergence, Example, Shared, World
 from envreplica.conformance.migration.invocations import HarnessError, Mode
@@ -42,6 +40,7 @@ from envreplica.conformance.migration.protocol import FINDING_FIXES, FINDING_TIT
 from envreplica.conformance.migration.sides import Move
 from envreplica.conformance.migration.tour import TOUR_PROFILES, Tour, find_tour, play
 from envreplica.conformance.migration.traces import format_moves, itf_path_of, write_trace
+from envreplica.conformance.shrinking import shrink_budget
 from envreplica.model import migration as mm
 
 #: Examples per profile. ``check`` is ``envreplica check``'s (``make check``): sized to finish in the background
@@ -217,7 +216,7 @@ def _lockstep(profile: str, *, settings: hypothesis.settings, modes: Optional[Se
         try:
             if tour if tour is not None else profile in TOUR_PROFILES:
                 played = _play_tour(run)
-            with _shrink_budget(SHRINK_CALLS if shrink_calls is None else shrink_calls, 600.0), literals.pinned():
+            with shrink_budget(SHRINK_CALLS if shrink_calls is None else shrink_calls, 600.0), literals.pinned():
                 run_state_machine_as_test(machine, settings=settings)
         except Exception as exc:  # a divergence, or the harness failed
             error = exc

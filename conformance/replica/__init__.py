@@ -132,6 +132,10 @@ Modules, each importing only those above it:
   ``LockstepReport``, minimization and the data pass, ``replay_requests``
   (and ``replay_steps``, re-exported from ``compare``).
 
+What every lockstep shares is at ``conformance``'s top: ``conformance.shrinking``
+(Hypothesis's shrinking capped in calls) and ``conformance.literals`` (the
+literals Hypothesis mixes into draws, pinned).
+
 This package re-exports ``__all__`` and the few other names the CLI and the
 tests use. The budgets ``SHRINK_CALLS``, ``MINIMIZE_REPLAYS`` and ``DATA_REPLAYS`` are left
 out on purpose: ``run`` reads them at call time, so patch them there

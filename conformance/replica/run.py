@@ -2,7 +2,8 @@
 
 ``lockstep_settings`` sizes a profile (``PROFILE_EXAMPLES``);
 ``run_lockstep`` runs ``LockstepMachine`` with Hypothesis's shrinking capped
-(``SHRINK_CALLS`` test-function calls), then ``_minimize`` deletes needless
+(``SHRINK_CALLS`` test-function calls: ``conformance.shrinking``) and its
+literals pinned (``conformance.literals``), then ``_minimize`` deletes needless
 steps from the concrete requests (``MINIMIZE_REPLAYS`` replays),
 ``_shrink_data`` shortens the keys, project ids and values of the steps left
 (``DATA_REPLAYS`` replays) and ``_report`` writes the ``LockstepReport``.
@@ -24,7 +25,6 @@ after it, and a divergence seen before it is named beside it.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 import time
@@ -38,8 +38,9 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from envreplica.checker.progress import ProgressHook, Tick
 from envreplica.conformance.drivers import Driver, ModelDriver
+from envreplica.conformance import literals
 from envreplica.conformance.external import AdapterFailure
-from envreplica.conformance.replica import literals, rename
+from envreplica.conformance.replica import rename
 # replay_steps: each saved request to both drivers, compared (compare.py, where findings.py finds it too)
 from envreplica.conformance.replica.compare import replay_steps
 from envreplica.conformance.replica.context import _Run
@@ -47,6 +48,7 @@ from envreplica.conformance.replica.coverage import LockstepCoverage
 from envreplica.conformance.replica.findings import finding_of
 from envreplica.conformance.replica.machine import LockstepMachine
 from envreplica.conformance.replica.traces import format_steps, write_trace
+from envreplica.conformance.shrinking import shrink_budget
 from envreplica.spec.variants import Variant
 
 
@@ -109,70 +111,6 @@ SHRINK_CALLS = 200
 #: Seconds after which a shrink stops whatever the count: a guard against a hang only, far above what
 #: ``SHRINK_CALLS`` needs (Hypothesis's own guard).
 SHRINK_GUARD_SECONDS = 300.0
-
-
-@contextlib.contextmanager
-def _shrink_budget(calls: int, guard_seconds: float):
-    """Cap each of Hypothesis's shrinks at ``calls`` test-function calls, and its time at ``guard_seconds``.
-
-    ``Shrinker.shrink`` marks on its engine the call count at which to stop; the engine's
-    ``test_function`` raises ``StopShrinking`` (which ``shrink`` catches: the best example so far stands)
-    once it is reached. Both are Hypothesis internals: a version without them shrinks under its own
-    limits (``shrink_budget_applies`` says whether this one is capped; a test holds the pinned one to it).
-    """
-    from hypothesis.internal.conjecture import engine, shrinker
-
-    if not shrink_budget_applies():
-        yield
-        return
-    old_seconds = engine.MAX_SHRINKING_SECONDS
-    old_shrink = shrinker.Shrinker.shrink
-    old_explain = shrinker.Shrinker.explain
-    old_test = engine.ConjectureRunner.test_function
-
-    def shrink(self) -> None:
-        # Shrinks nest (a pass may shrink a part with a shrinker of its own): the outermost one arms.
-        outermost = getattr(self.engine, "_envreplica_stop_at", None) is None
-        if outermost:
-            self.engine._envreplica_stop_at = self.engine.call_count + calls
-        try:
-            old_shrink(self)
-        finally:
-            if outermost:
-                self.engine._envreplica_stop_at = None
-
-    def explain(self) -> None:  # the explain phase (which parts of a failure vary freely): not run, not capped
-        return None
-
-    def test_function(self, data) -> None:
-        stop_at = getattr(self, "_envreplica_stop_at", None)
-        if stop_at is not None and self.call_count >= stop_at:
-            raise shrinker.StopShrinking
-        old_test(self, data)
-
-    # Hypothesis internals, patched for the duration of the block (there is no API for this): the
-    # method-assign ignores say so; the cap is only ever added to time.perf_counter(), so a float serves.
-    shrinker.Shrinker.shrink = shrink  # type: ignore[method-assign]
-    shrinker.Shrinker.explain = explain  # type: ignore[method-assign]
-    engine.ConjectureRunner.test_function = test_function  # type: ignore[method-assign]
-    engine.MAX_SHRINKING_SECONDS = guard_seconds  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        shrinker.Shrinker.shrink = old_shrink  # type: ignore[method-assign]
-        shrinker.Shrinker.explain = old_explain  # type: ignore[method-assign]
-        engine.ConjectureRunner.test_function = old_test  # type: ignore[method-assign]
-        engine.MAX_SHRINKING_SECONDS = old_seconds
-
-
-def shrink_budget_applies() -> bool:
-    """Whether this Hypothesis has the internals ``_shrink_budget`` caps."""
-    from hypothesis.internal.conjecture import engine, shrinker
-
-    return (hasattr(engine, "MAX_SHRINKING_SECONDS") and hasattr(shrinker, "StopShrinking")
-            and callable(getattr(shrinker.Shrinker, "shrink", None))
-            and callable(getattr(shrinker.Shrinker, "explain", None))
-            and callable(getattr(engine.ConjectureRunner, "test_function", None)))
 
 
 def _effective_settings(given: Optional[hypothesis.settings]) -> hypothesis.settings:
@@ -266,7 +204,7 @@ def run_lockstep(
     error: Optional[BaseException] = None
     try:
         try:
-            with _shrink_budget(SHRINK_CALLS, SHRINK_GUARD_SECONDS), literals.pinned():
+            with shrink_budget(SHRINK_CALLS, SHRINK_GUARD_SECONDS), literals.pinned():
                 run_state_machine_as_test(machine, settings=effective)
         except Exception as exc:  # a divergence, a driver crash, or Flaky
             error = exc

@@ -26,7 +26,7 @@ AFTER = 16
 
 #: Written in code point order: printable ASCII, then the rest of the Basic Multilingual Plane. (Compared as
 #: text, not numbers: a new integer in envreplica's sources would change the literals the lockstep's
-#: derandomized draws mix in, ``literals``.)
+#: derandomized draws mix in, ``conformance.literals``.)
 _FIRST_PRINTABLE, _LAST_PRINTABLE, _LAST_BMP = " ", "~", "\uffff"
 
 

@@ -1,4 +1,5 @@
-"""The literals Hypothesis mixes into the lockstep's draws, pinned to envreplica's own.
+"""The literals Hypothesis mixes into a lockstep's draws, pinned to envreplica's own (every lockstep's: the replica's
+and the migration's run under ``pinned()``).
 
 Hypothesis (6.13x and later) draws, now and then, a literal of a "local"
 module: every int, float, bytes and str constant in the source of each
@@ -48,7 +49,7 @@ def source_files() -> list[Path]:
 
     Its subpackages are the folders beside ``conformance`` (the repository's top-level folders in an editable
     install, ``site-packages/envreplica`` otherwise) that import as ``envreplica.<folder>``."""
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[1]
     files: set[Path] = set()
     for folder in root.iterdir():
         spec = importlib.util.find_spec(f"envreplica.{folder.name}") if (folder / "__init__.py").is_file() else None
