@@ -134,7 +134,9 @@ Modules, each importing only those above it:
 
 What every lockstep shares is at ``conformance``'s top: ``conformance.shrinking``
 (Hypothesis's shrinking capped in calls) and ``conformance.literals`` (the
-literals Hypothesis mixes into draws, pinned).
+literals Hypothesis mixes into draws, pinned); ``literals`` here is only the
+old name of the latter, kept for code that imports it (and, through it,
+``conformance.lockstep.literals``).
 
 This package re-exports ``__all__`` and the few other names the CLI and the
 tests use. The budgets ``SHRINK_CALLS``, ``MINIMIZE_REPLAYS`` and ``DATA_REPLAYS`` are left
