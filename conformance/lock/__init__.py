@@ -25,11 +25,11 @@ which a thread's ``Killed`` cannot show. It costs 3 to 4.6 times the threads' ti
 threads and the tests run it at a small budget. The lock in real processes killed at any instant is
 ``tests/test_lock_impl.py``'s and the stress's (``reliability.lock_stress``).
 
-Nonces: the harness gives each call its nonce (``protocol.nonce_for``: an order draw of the machine's, then a
+Nonces: the harness gives each call its nonce (``harness.nonce_for``: an order draw of the machine's, then a
 count), so the order of tickets of one seq, which the model chooses as a rank (``Step.choice``), is read from
 the real names when a ticket is made.
 
-Modules, each importing only those above it: ``protocol`` (the words between harness and processes; names),
+Modules, each importing only those above it: ``harness`` (the harness's own words with its lock users; names),
 ``processes`` (the world and the paused lock users), ``threads`` (the threads' side), ``example`` (one example's
 moves and judgement), ``forked`` (the processes' side), ``sides`` (their names), ``coverage``, ``machine``
 (Hypothesis), ``run``.

@@ -27,7 +27,7 @@ from dataclasses import replace
 from typing import Any, Callable, Optional, Sequence
 
 from envreplica.conformance.external import AdapterError, AdapterFailure, AdapterTimeout, SubprocessDriver
-from envreplica.conformance.lock import protocol as pr
+from envreplica.conformance.lock import harness
 from envreplica.conformance.lock import wire
 from envreplica.conformance.lock.machine import BOUNDS
 from envreplica.model import lock as ml
@@ -75,7 +75,7 @@ def bounds_for(decl: wire.Declaration, variant: ml.Variant,
 def missing_steps(decl: wire.Declaration, cfg: ml.LockBounds) -> list[str]:
     """The model's steps under ``cfg`` taken as moves of their own (not silent) that the adapter does not pause at."""
     if decl.design == "claim":
-        wanted = {s.value for s in pr.paused_at(cfg)}
+        wanted = {s.value for s in harness.paused_at(cfg)}
     else:
         wanted = {pc.value for pc in wire.SEED_STEPS - ml.silent_steps(cfg)}
     return sorted(wanted - decl.steps)
@@ -204,23 +204,23 @@ class AdapterSide:
         self.named = f"move #{self.moves} (`{move_words(request)}`) of example {self.example}"
         return self._ask(request, self.named)
 
-    def _event(self, request: dict[str, Any]) -> pr.Event:
+    def _event(self, request: dict[str, Any]) -> harness.Event:
         answer = self._move(request)
         try:
             return wire.event_of(answer, request["op"])
         except wire.ProtocolError as error:
             raise self._unreadable(error, self.named) from None
 
-    def start(self, slot: int) -> pr.Event:
+    def start(self, slot: int) -> harness.Event:
         return self._event({"op": "spawn", "process": slot})
 
-    def step(self, slot: int, nonce: Optional[str]) -> pr.Event:
+    def step(self, slot: int, nonce: Optional[str]) -> harness.Event:
         request: dict[str, Any] = {"op": "step", "process": slot}
         if nonce is not None:
             request["nonce"] = nonce
         return self._event(request)
 
-    def leave(self, slot: int, effect: Effect) -> pr.Event:
+    def leave(self, slot: int, effect: Effect) -> harness.Event:
         return self._event({"op": "leave", "process": slot, "effect": effect.value})
 
     def kill(self, slot: int, ns: int, pid: int, zombie: bool) -> None:
@@ -232,7 +232,7 @@ class AdapterSide:
     def reuse(self, ns: int, pid: int) -> None:
         self._move({"op": "reuse-pid", "ns": ns, "pid": pid})
 
-    def observe(self) -> pr.Observation:
+    def observe(self) -> harness.Observation:
         where = f"the `observe` after {self.named}" if self.named else f"the first `observe` of example {self.example}"
         answer = self._ask({"op": "observe"}, where)
         try:

@@ -19,7 +19,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from envreplica.conformance.lock import protocol as pr
+from envreplica.conformance.lock import harness
 from envreplica.impl import lock as il
 from envreplica.model import lock as ml
 from envreplica.spec import lock as sl
@@ -31,13 +31,13 @@ UNREACHABLE_ANSWERS = frozenset({sl.Answer.LOST, sl.Answer.RELEASE_FAILED, sl.An
 
 
 def required(steps: Iterable[il.Step]) -> frozenset[str]:
-    """What a run must reach, given the steps its processes stop at (``protocol.paused_at``)."""
+    """What a run must reach, given the steps its processes stop at (``harness.paused_at``)."""
     return frozenset(SOMETIMES) | {f"step:{s.value}" for s in steps} | {
         f"answer:{a.value}" for a in sl.Answer if a not in UNREACHABLE_ANSWERS}
 
 
 #: What a run of the tests' budget must reach (every bounds stops at the same steps: the fixed variant's).
-REQUIRED = required(pr.paused_at(ml.LockBounds("any")))
+REQUIRED = required(harness.paused_at(ml.LockBounds("any")))
 
 #: The seed's steps a run must reach (its write-failed ``rmdir`` aside: only a takeover between another's
 #: ``mkdir`` and its owner file's creation reaches it), and the answers its design gives.

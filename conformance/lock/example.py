@@ -20,7 +20,7 @@ the same terms (``forked.ProcessSide``), or an adapter speaking docs/protocol.md
 
 The seed's design has no tickets and no temps; its lock is ``owner.json`` (a record of ``{pid, started_at}``,
 empty, or none) and what a takeover moved aside (``moved``): ``observe_model`` says each design's state in the
-observation's words (``protocol.Observation``). Each move is kept (``records``: both sides' answers and
+observation's words (``harness.Observation``). Each move is kept (``records``: both sides' answers and
 observations) for the trace.
 
 Nonces map to the model's calls (``instances``): the harness gives each call its nonce when it takes its
@@ -36,8 +36,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Protocol, cast
 
-from envreplica.conformance.lock import protocol as pr
-from envreplica.conformance.lock.protocol import Observation
+from envreplica.conformance.lock import harness
+from envreplica.conformance.lock.harness import Observation
 from envreplica.conformance.lock.threads import CallDivergence, ThreadSide
 from envreplica.model import lock as ml
 from envreplica.spec import lock as sl
@@ -75,7 +75,7 @@ class Record:
     of the world), and both observations after it (model, implementation)."""
 
     model: Optional[ml.Result] = None
-    event: Optional[pr.Event] = None
+    event: Optional[harness.Event] = None
     observed: Optional[tuple[Observation, Observation]] = None
 
 
@@ -84,11 +84,11 @@ class RealSide(Protocol):
     ``forked.ProcessSide``: processes forked from the harness; ``adapter_side.AdapterSide``: an adapter over
     docs/protocol.md section 12)."""
 
-    def start(self, slot: int) -> pr.Event: ...
+    def start(self, slot: int) -> harness.Event: ...
 
-    def step(self, slot: int, nonce: Optional[str]) -> pr.Event: ...
+    def step(self, slot: int, nonce: Optional[str]) -> harness.Event: ...
 
-    def leave(self, slot: int, effect: sl.Effect) -> pr.Event: ...
+    def leave(self, slot: int, effect: sl.Effect) -> harness.Event: ...
 
     def kill(self, slot: int, ns: int, pid: int, zombie: bool) -> None: ...
 
@@ -112,16 +112,16 @@ def _claimed(cfg: ml.LockBounds) -> bool:
 
 
 def _seen(cfg: ml.LockBounds, d: Optional[ml.LockDir]) -> Optional[tuple[object, ...]]:
-    """A lock directory (at L or moved aside) as the observation says it (``protocol.Observation.lock``)."""
+    """A lock directory (at L or moved aside) as the observation says it (``harness.Observation.lock``)."""
     if d is None:
         return None
     record = d.owner.record if d.owner is not None else None
     if _claimed(cfg):
         return None if record is None else (record.instance, record.pid, record.start, record.ns)
     if d.owner is None:
-        return pr.NO_OWNER
+        return harness.NO_OWNER
     if record is None:
-        return pr.EMPTY_OWNER
+        return harness.EMPTY_OWNER
     return (None, record.pid, record.start, record.ns)
 
 
@@ -160,7 +160,7 @@ class Example:
         self.took_over = False  # a takeover happened in this example (the "sometimes-after" of the spec)
         self.reached: list[str] = []  # what this example reached (coverage items, in order)
         self.silent = frozenset(pc.value for pc in ml.silent_steps(cfg))
-        self.where: dict[int, Optional[pr.Event]] = {p.slot: None for p in self.state.procs}  # None: idle
+        self.where: dict[int, Optional[harness.Event]] = {p.slot: None for p in self.state.procs}  # None: idle
         self.side: RealSide = (side or ThreadSide.of)(cfg, self.state, self.instances)
         self._compare_state()
 
@@ -231,7 +231,7 @@ class Example:
         record.model = result
         self._cover(pre, action, result)
         self.state = post
-        event: Optional[pr.Event] = None
+        event: Optional[harness.Event] = None
         if isinstance(action, ml.Start):
             event = self.side.start(action.slot)
             self._check_steps(action.slot, None, event, result)
@@ -283,7 +283,7 @@ class Example:
                                       f"in the ranks)")
         return choice
 
-    def _step(self, pre: ml.LockState, action: ml.Step, result: ml.Result, draw: int) -> pr.Event:
+    def _step(self, pre: ml.LockState, action: ml.Step, result: ml.Result, draw: int) -> harness.Event:
         slot = action.slot
         pc = pre.procs[slot].pc
         paused = self.where[slot]
@@ -292,14 +292,14 @@ class Example:
                                      f"{_where(paused)}")
         nonce = None
         if pc is ml.Pc.TICKET_READDIR:
-            nonce = pr.nonce_for(draw, self.made)
+            nonce = harness.nonce_for(draw, self.made)
             self.made += 1
             self.instances[nonce] = (slot, pre.procs[slot].call)
         event = self.side.step(slot, nonce)
         self._check_steps(slot, pc, event, result)
         return event
 
-    def _check_steps(self, slot: int, pc: Optional[ml.Pc], event: pr.Event, result: ml.Result) -> None:
+    def _check_steps(self, slot: int, pc: Optional[ml.Pc], event: harness.Event, result: ml.Result) -> None:
         """The steps of a move: the model's step first (``pc``; None for a call's start, which takes only silent
         ones), then silent ones; the call the model's step makes (where the side says which)."""
         taken = event.taken
@@ -321,7 +321,7 @@ class Example:
             raise Divergence("call", f"p{slot}'s {taken[index]!r} is a {made}; the model's step makes a "
                                      f"{expected.value}")
 
-    def _answered(self, slot: int, event: pr.Event, result: ml.Result) -> None:
+    def _answered(self, slot: int, event: harness.Event, result: ml.Result) -> None:
         """The process's event after a move matches the model's process and the move's result."""
         busy = getattr(result, "busy", None)
         if busy is not None:
@@ -336,7 +336,7 @@ class Example:
         if isinstance(result, sl.Ended):
             raise Divergence("answer", f"p{slot}'s call ends in the model ({result.answer.value}); the implementation "
                                        f"is at {_where(event)}")
-        if event.at == pr.INSIDE:
+        if event.at == harness.INSIDE:
             if proc.pc is not ml.Pc.LEAVE:
                 raise Divergence("step", f"p{slot} is inside the operation; the model's is at {proc.pc.value!r}")
             return
@@ -344,7 +344,7 @@ class Example:
             raise Divergence("step", f"p{slot} stopped before {event.at!r}; the model's next step is "
                                      f"{proc.pc.value!r}")
 
-    def _same_answer(self, slot: int, report: pr.Ended, result: sl.Ended) -> None:
+    def _same_answer(self, slot: int, report: harness.Ended, result: sl.Ended) -> None:
         if report.answer is not result.answer:
             raise Divergence("answer", f"p{slot}'s call answered {_answer(report)}; the model's "
                                        f"{result.answer.value}")
@@ -414,23 +414,23 @@ def _same(a: ml.Action, b: ml.Action) -> bool:
 
 
 def _ticket_key(name: str) -> tuple[int, str]:
-    match = pr.TICKET.match(name)
+    match = harness.TICKET.match(name)
     if match is None:
         raise Divergence("step", f"the implementation makes a ticket named {name!r}, which is no ticket's name")
     return int(match.group(1)), match.group(2)
 
 
-def _where(event: Optional[pr.Event]) -> str:
+def _where(event: Optional[harness.Event]) -> str:
     if event is None:
         return "idle"
-    if event.at == pr.INSIDE:
+    if event.at == harness.INSIDE:
         return "inside the operation"
     if event.at is None:
         return f"the end of its call ({_answer(event.ended) if event.ended else '?'})"
     return repr(event.at)
 
 
-def _answer(report: pr.Ended) -> str:
+def _answer(report: harness.Ended) -> str:
     return report.answer.value if report.answer is not None else report.error
 
 

@@ -5,7 +5,7 @@ Models: ``ProcessSide``, one example's real side (``example.RealSide``) as ``thr
 user (``Child``) is a process of its own, forked from the harness at its first call (``os.fork``: the child starts
 with the harness's modules loaded, a mutant's edit included, and runs no interpreter start-up). The child runs
 ``impl.lock.with_projection_lock`` once per ``START`` with a ``ChildCalls`` that stops before each step the model
-takes as a move of its own (``protocol.paused_at``), reports it over its end of a socket pair, with the steps taken
+takes as a move of its own (``harness.paused_at``), reports it over its end of a socket pair, with the steps taken
 since its last report, and blocks for the order. What the harness owns is asked over the same pipe (``Asked``):
 the probes, answered from the harness's ``World`` (``kill(pid, 0)`` and ``/proc/PID/stat``: a kill, a zombie, a
 reap and a reused pid are the world's, staged as the model stages them), and the child's identity (the model's
@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import NoReturn, Optional, Union
 
-from envreplica.conformance.lock import protocol as pr
+from envreplica.conformance.lock import harness
 from envreplica.conformance.lock.processes import SAFETY, HarnessError, World, _shown, end_operation
 from envreplica.conformance.lock.threads import ThreadSide
 from envreplica.impl import lock as il
@@ -70,10 +70,10 @@ class Asked:
 
 @dataclass(frozen=True)
 class Reported:
-    """A child's report (``protocol.Report``) with the steps it took since its last one."""
+    """A child's report (``harness.Report``) with the steps it took since its last one."""
 
-    taken: tuple[pr.Taken, ...]
-    report: pr.Report
+    taken: tuple[harness.Taken, ...]
+    report: harness.Report
 
 
 # -- in the child
@@ -90,26 +90,27 @@ class ChildCalls(il.Calls):
         self.me: Optional[il.Identity] = None  # as the harness last answered
         self.pause = pause
         self.ran: list[str] = []  # the Calls methods run since the last step ended (their Call's value)
-        self.taken: list[pr.Taken] = []  # the steps taken since the last report
+        self.taken: list[harness.Taken] = []  # the steps taken since the last report
         self.next_nonce: Optional[str] = None
 
     def hook(self, step: il.Step, args: tuple[object, ...], outcome: object) -> None:
         if outcome is None:
             if step in self.pause:
-                self.stop(pr.Paused(step, _plain(args)))
+                self.stop(harness.Paused(step, _plain(args)))
             self.ran = []
             return
         ran, self.ran = tuple(self.ran), []
-        self.taken.append(pr.Taken(step, ran, _shown(outcome)))
+        self.taken.append(harness.Taken(step, ran, _shown(outcome)))
 
-    def stop(self, report: pr.Report) -> pr.Order:
+    def stop(self, report: harness.Report) -> harness.Order:
         """Report, with the steps taken since the last report; block for the order (a SIGKILL ends it here)."""
         taken, self.taken = tuple(self.taken), []
         self.conn.send(Reported(taken, report))
         order = self._recv()
-        if not isinstance(order, (pr.Go, pr.Leave, pr.StartCall)):  # a DIE is the harness's SIGKILL, never sent
+        # a DIE is the harness's SIGKILL, never sent
+        if not isinstance(order, (harness.Go, harness.Leave, harness.StartCall)):
             raise HarnessError(f"{_who(self.me)} was told {order!r}, which is no order")
-        if isinstance(order, pr.Go) and order.nonce is not None:
+        if isinstance(order, harness.Go) and order.nonce is not None:
             self.next_nonce = order.nonce
         return order
 
@@ -199,8 +200,8 @@ def _plain(args: tuple[object, ...]) -> tuple[object, ...]:
 
 
 def _operation(calls: ChildCalls) -> None:
-    """The operation: inside, told how it ends (``protocol.Leave``)."""
-    end_operation(calls.stop(pr.Inside()), _who(calls.me))
+    """The operation: inside, told how it ends (``harness.Leave``)."""
+    end_operation(calls.stop(harness.Inside()), _who(calls.me))
 
 
 def _child(conn: Connection, lock_path: str, max_tries: int, calls: ChildCalls) -> NoReturn:
@@ -208,7 +209,7 @@ def _child(conn: Connection, lock_path: str, max_tries: int, calls: ChildCalls) 
     closes (``ChildCalls._recv`` exits) or a SIGKILL."""
     while True:
         order = calls._recv()  # the example's end (its pipe closed) exits here
-        if not isinstance(order, pr.StartCall):
+        if not isinstance(order, harness.StartCall):
             raise HarnessError(f"{_who(calls.me)}, idle, was told {order}")
         error: Optional[BaseException] = None
         try:
@@ -218,7 +219,7 @@ def _child(conn: Connection, lock_path: str, max_tries: int, calls: ChildCalls) 
         except Exception as raised:
             error = raised
         taken, calls.taken = tuple(calls.taken), []
-        conn.send(Reported(taken, pr.answer_of(error)))
+        conn.send(Reported(taken, harness.answer_of(error)))
 
 
 def _child_main(conn: Connection, lock_path: str, max_tries: int, pause: frozenset[il.Step]) -> NoReturn:
@@ -232,7 +233,7 @@ def _child_main(conn: Connection, lock_path: str, max_tries: int, pause: frozens
     except BaseException as broke:  # a harness error: reported, so that the harness does not hang
         code = 1
         try:
-            conn.send(Reported((), pr.Ended(None, error=f"harness: {type(broke).__name__}: {broke}")))
+            conn.send(Reported((), harness.Ended(None, error=f"harness: {type(broke).__name__}: {broke}")))
         except BaseException:  # noqa: BLE001 - the harness is gone; nothing to tell
             pass
     finally:
@@ -255,7 +256,7 @@ class Child:
         self.status: Optional[int] = None  # waitpid's status, once reaped
         self.dead = False
         self.inside = False
-        self.taken: list[pr.Taken] = []
+        self.taken: list[harness.Taken] = []
 
     def _fork(self) -> Connection:
         ours, theirs = socket.socketpair()
@@ -270,12 +271,12 @@ class Child:
         self.conn = Connection(ours.detach())
         return self.conn
 
-    def order(self, order: pr.Order) -> pr.Report:
+    def order(self, order: harness.Order) -> harness.Report:
         """Send ``order``; the child's next report (it stopped again, is inside, or ended), answering its probes
         meanwhile from the world. ``DIE``: SIGKILL and reap it (``Killed``)."""
-        if isinstance(order, pr.Die):
+        if isinstance(order, harness.Die):
             self.kill()
-            return pr.Killed()
+            return harness.Killed()
         if self.dead:
             raise HarnessError(f"p{self.slot} is dead and was told {order}")
         conn = self.conn or self._fork()
@@ -294,14 +295,14 @@ class Child:
                 continue
             assert isinstance(said, Reported)
             self.taken.extend(said.taken)
-            self.inside = isinstance(said.report, pr.Inside)
+            self.inside = isinstance(said.report, harness.Inside)
             return said.report
 
     def _answer(self, asked: Asked) -> Union[il.Identity, il.Probe, Optional[il.ProcStat]]:
         """The harness's answer to a child's question: its identity (the model's), or the world's probe from the
         child's PID namespace."""
         if asked.question is Question.IDENTITY:
-            return il.Identity(self.pid, self.start, pr.PIDNS_BASE + self.ns)
+            return il.Identity(self.pid, self.start, harness.PIDNS_BASE + self.ns)
         if asked.question is Question.KILL:
             return self.world.kill_probe(self.ns, asked.pid)
         return self.world.proc_stat(self.ns, asked.pid)
@@ -321,7 +322,7 @@ class Child:
         """The child was reaped, and the kernel's SIGKILL ended it."""
         return self.status is not None and os.WIFSIGNALED(self.status) and os.WTERMSIG(self.status) == signal.SIGKILL
 
-    def steps_taken(self) -> list[pr.Taken]:
+    def steps_taken(self) -> list[harness.Taken]:
         taken, self.taken = self.taken, []
         return taken
 

@@ -41,7 +41,7 @@ BOUNDS: tuple[ml.LockBounds, ...] = (
 #: kill inside the operation ``INSIDE_KILL`` (where a kill bites hardest, and the rarest state to be in).
 WEIGHTS = {"step": 12, "start": 6, "leave": 4, "crash": 2, "reap": 1, "reuse": 2}
 INSIDE_KILL = 8
-#: The order draws of nonces (``protocol.nonce_for``).
+#: The order draws of nonces (``harness.nonce_for``).
 NONCE_DRAWS = 4
 
 

@@ -9,7 +9,7 @@ pid to a new, unrelated process with the next start time. ``HarnessCalls`` answe
 directory.
 
 ``Process`` is one lock user: a thread running ``impl.lock.with_projection_lock`` once per ``START``, whose
-``Calls`` stops before each step the model takes as a move of its own (``protocol.paused_at``), reports it on its
+``Calls`` stops before each step the model takes as a move of its own (``harness.paused_at``), reports it on its
 queue and waits for an order. A ``DIE`` makes it a killed process, faithfully: it raises ``Killed`` (which no
 ``except Exception`` catches) from where it stopped, and every call it would make after that (the lock's clean-up
 on the way out, its release) raises ``Killed`` before it touches anything. What it made on disk stays.
@@ -32,7 +32,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Protocol, Union
 
-from envreplica.conformance.lock import protocol as pr
+from envreplica.conformance.lock import harness
 from envreplica.impl import lock as il
 from envreplica.spec.lock import Effect
 
@@ -96,7 +96,7 @@ class HarnessCalls(il.Calls):
 
     def identity(self) -> il.Identity:
         p = self.proc
-        return il.Identity(p.pid, p.start, pr.PIDNS_BASE + p.ns)
+        return il.Identity(p.pid, p.start, harness.PIDNS_BASE + p.ns)
 
     def nonce(self) -> str:
         nonce, self.proc.next_nonce = self.proc.next_nonce, None
@@ -159,12 +159,12 @@ class Process:
                  pause: frozenset[il.Step], world: World) -> None:
         self.slot, self.pid, self.start, self.ns = slot, pid, start, ns
         self.lock_path, self.max_tries, self.pause, self.world = lock_path, max_tries, pause, world
-        self.orders: "queue.Queue[pr.Order]" = queue.Queue()
-        self.reports: "queue.Queue[pr.Report]" = queue.Queue()
+        self.orders: "queue.Queue[harness.Order]" = queue.Queue()
+        self.reports: "queue.Queue[harness.Report]" = queue.Queue()
         self.dead = False
         self.inside = False  # inside the operation (set by the operation itself)
         self.next_nonce: Optional[str] = None
-        self.taken: list[pr.Taken] = []  # the steps taken since the harness last looked
+        self.taken: list[harness.Taken] = []  # the steps taken since the harness last looked
         self.calls = HarnessCalls(self)
         self.thread = threading.Thread(target=self._main, name=f"lock-p{slot}", daemon=True)
         self.thread.start()
@@ -176,26 +176,26 @@ class Process:
             raise Killed()
         if outcome is None:
             if step in self.pause:
-                self._stop(pr.Paused(step, args))
+                self._stop(harness.Paused(step, args))
             self.calls.ran = []
             return
         ran, self.calls.ran = tuple(self.calls.ran), []
-        self.taken.append(pr.Taken(step, ran, _shown(outcome)))
+        self.taken.append(harness.Taken(step, ran, _shown(outcome)))
 
-    def _stop(self, report: pr.Report) -> pr.Order:
+    def _stop(self, report: harness.Report) -> harness.Order:
         self.reports.put(report)
         order = self.orders.get()
-        if isinstance(order, pr.Die):
+        if isinstance(order, harness.Die):
             self.dead = True
             raise Killed()
-        if isinstance(order, pr.Go) and order.nonce is not None:
+        if isinstance(order, harness.Go) and order.nonce is not None:
             self.next_nonce = order.nonce
         return order
 
     def _operation(self) -> None:
         self.inside = True
         try:
-            order = self._stop(pr.Inside())
+            order = self._stop(harness.Inside())
         finally:
             self.inside = False
         end_operation(order, f"p{self.slot}")
@@ -204,10 +204,10 @@ class Process:
         try:
             while True:
                 order = self.orders.get()
-                if isinstance(order, pr.Die):
+                if isinstance(order, harness.Die):
                     self.dead = True
                     raise Killed()
-                if not isinstance(order, pr.StartCall):
+                if not isinstance(order, harness.StartCall):
                     raise HarnessError(f"p{self.slot}, idle, was told {order}")
                 error: Optional[BaseException] = None
                 try:
@@ -217,15 +217,15 @@ class Process:
                     raise
                 except Exception as raised:
                     error = raised
-                self.reports.put(pr.answer_of(error))
+                self.reports.put(harness.answer_of(error))
         except Killed:
-            self.reports.put(pr.Killed())
+            self.reports.put(harness.Killed())
         except BaseException as broke:  # a harness error: reported, so that the harness does not hang
-            self.reports.put(pr.Ended(None, error=f"harness: {type(broke).__name__}: {broke}"))
+            self.reports.put(harness.Ended(None, error=f"harness: {type(broke).__name__}: {broke}"))
 
     # -- in the harness's thread
 
-    def order(self, order: pr.Order) -> pr.Report:
+    def order(self, order: harness.Order) -> harness.Report:
         """Send ``order``; the process's next report (it stopped again, is inside, ended, or died)."""
         self.orders.put(order)
         try:
@@ -233,26 +233,26 @@ class Process:
         except queue.Empty:
             raise HarnessError(f"p{self.slot} did not report within {SAFETY:g} s after {order}") from None
 
-    def steps_taken(self) -> list[pr.Taken]:
+    def steps_taken(self) -> list[harness.Taken]:
         taken, self.taken = self.taken, []
         return taken
 
     def stop(self) -> None:
         """The example is over: a process still alive dies (its thread ends)."""
         if not self.dead and self.thread.is_alive():
-            self.orders.put(pr.DIE)
+            self.orders.put(harness.DIE)
         self.thread.join(SAFETY)
 
 
 def end_operation(order: object, who: str) -> None:
-    """The operation's end as the harness ordered it (``protocol.Leave``): it returns, or raises the failure its
+    """The operation's end as the harness ordered it (``harness.Leave``): it returns, or raises the failure its
     effect names; any other order is the harness's own error (a thread's and a forked process's operation alike)."""
-    if not isinstance(order, pr.Leave):
+    if not isinstance(order, harness.Leave):
         raise HarnessError(f"{who} inside the operation was told {order}")
     if order.effect is Effect.UNCHANGED:
-        raise pr.OperationUnchanged("failed having changed nothing")
+        raise harness.OperationUnchanged("failed having changed nothing")
     if order.effect is Effect.COMMITTED:
-        raise pr.OperationCommitted("failed having committed")
+        raise harness.OperationCommitted("failed having committed")
 
 
 def _shown(outcome: object) -> str:
@@ -279,9 +279,9 @@ class LockUser(Protocol):
     inside: bool
     dead: bool
 
-    def order(self, order: pr.Order) -> pr.Report: ...
+    def order(self, order: harness.Order) -> harness.Report: ...
 
-    def steps_taken(self) -> list[pr.Taken]: ...
+    def steps_taken(self) -> list[harness.Taken]: ...
 
     def stop(self) -> None: ...
 

@@ -26,7 +26,7 @@ import traceback
 from dataclasses import replace
 from typing import IO, Any, Optional, Union, cast
 
-from envreplica.conformance.lock import protocol as pr
+from envreplica.conformance.lock import harness
 from envreplica.conformance.lock import wire
 from envreplica.conformance.lock.example import observe_model
 from envreplica.conformance.lock.sides import Side
@@ -227,7 +227,7 @@ class ModelServer(_Server):
         before = [t.rank for t in st.fs.tickets if t.seq == proc.seq and self.nonces.get(t.instance, "") < mine]
         return min(max(before) + 1 if before else 0, ml.ticket_places(st, proc) - 1)
 
-    def _event(self, action: ml.Action, pc: Optional[ml.Pc], result: ml.Result) -> pr.Event:
+    def _event(self, action: ml.Action, pc: Optional[ml.Pc], result: ml.Result) -> harness.Event:
         assert self.st is not None
         slot = getattr(action, "slot")
         busy = getattr(result, "busy", None)
@@ -247,17 +247,17 @@ class ModelServer(_Server):
                 holder = decided.slot
                 call = 0 if holder == ml.GONE else self.st.procs[holder].call
                 nonce = self.nonces.get((holder, call))
-            ended = pr.Ended(result.answer, busy_nonce=nonce,
+            ended = harness.Ended(result.answer, busy_nonce=nonce,
                              busy_judged=decided.provable if decided is not None else True,
                              busy_named=self.decl.busy_names)
-            return pr.Event(taken, calls, None, ended)
+            return harness.Event(taken, calls, None, ended)
         if proc.pc is ml.Pc.LEAVE:
-            return pr.Event(taken, calls, pr.INSIDE)
+            return harness.Event(taken, calls, harness.INSIDE)
         path = None
         if proc.pc is ml.Pc.TICKET_MKDIR:
             nonce = self.nonces.get((slot, proc.call), "")
-            path = f"lock.t.{proc.seq:08d}.{nonce}.{proc.pid}.{proc.start}.{pr.PIDNS_BASE + proc.ns}"
-        return pr.Event(taken, calls, proc.pc.value, path=path)
+            path = f"lock.t.{proc.seq:08d}.{nonce}.{proc.pid}.{proc.start}.{harness.PIDNS_BASE + proc.ns}"
+        return harness.Event(taken, calls, proc.pc.value, path=path)
 
 
 class ImplServer(_Server):
@@ -266,7 +266,7 @@ class ImplServer(_Server):
 
     def __init__(self, side: Side = Side.THREADS) -> None:
         cfg = ml.LockBounds("adapter")
-        self.pause = pr.paused_at(cfg)
+        self.pause = harness.paused_at(cfg)
         self.kind = side.kind
         named = "" if side is Side.THREADS else f", lock users in {side.value}"
         self.decl = wire.Declaration(f"envreplica impl.lock (the CLAIM design{named})", "claim",
@@ -284,7 +284,7 @@ class ImplServer(_Server):
         self.instances = {}
         stale = None
         if lock is not None:
-            stale = il.Owner(lock["pid"], lock["start"], pr.PIDNS_BASE + lock["ns"],
+            stale = il.Owner(lock["pid"], lock["start"], harness.PIDNS_BASE + lock["ns"],
                              str(lock.get("nonce", wire.GONE_NONCE)))
         self.procs = procs
         self.side = self.kind([(slot, *p) for slot, p in enumerate(procs)], tries, self.pause, stale,
@@ -346,8 +346,8 @@ class ImplServer(_Server):
         if now not in allowed:
             raise InvalidRequest(f"{op}: out of order: process {slot} is {now}")
 
-    def _event(self, slot: int, event: pr.Event) -> Any:
-        self.state[slot] = "idle" if event.at is None else "inside" if event.at == pr.INSIDE else "running"
+    def _event(self, slot: int, event: harness.Event) -> Any:
+        self.state[slot] = "idle" if event.at is None else "inside" if event.at == harness.INSIDE else "running"
         return wire.event_json(event)
 
     def close(self) -> None:

@@ -5,7 +5,7 @@ lock user, paused at every step, the harness's ``World`` answering the probes), 
 side offers the example (``sides.RealSide``): a call started, a step taken, the operation left, a kill, a reap, a
 pid reused, and the observation in the model's words. Each move's steps are checked here to have made their own
 call and no other (the ``Calls`` methods each ran: a divergence "call"), as before; what the example compares
-(steps, answers, the observation) comes back as a ``protocol.Event``.
+(steps, answers, the observation) comes back as a ``harness.Event``.
 
 The same directory, world, observation and checks serve the real-process side (``forked.ProcessSide``, a
 subclass that makes each lock user a forked ``Child`` instead of a thread: ``_user``).
@@ -21,7 +21,7 @@ import shutil
 import tempfile
 from typing import Optional, Sequence
 
-from envreplica.conformance.lock import protocol as pr
+from envreplica.conformance.lock import harness
 from envreplica.conformance.lock.processes import HarnessError, LockUser, Process, World, lock_path_in
 from envreplica.conformance.lock.wire import GONE_NONCE
 from envreplica.impl import lock as il
@@ -67,13 +67,13 @@ class ThreadSide:
     @classmethod
     def of(cls, cfg: ml.LockBounds, first: ml.LockState, instances: dict[str, tuple[int, int]]) -> "ThreadSide":
         """The side of an example of ``cfg`` (``example.SideFactory``)."""
-        stale = il.Owner(ml.GONE_PID, 1, pr.PIDNS_BASE, GONE_NONCE) if cfg.stale else None
-        return cls([(p.slot, p.pid, p.start, p.ns) for p in first.procs], cfg.max_tries, pr.paused_at(cfg), stale,
+        stale = il.Owner(ml.GONE_PID, 1, harness.PIDNS_BASE, GONE_NONCE) if cfg.stale else None
+        return cls([(p.slot, p.pid, p.start, p.ns) for p in first.procs], cfg.max_tries, harness.paused_at(cfg), stale,
                    instances)
 
     def _plant_stale(self, gone: il.Owner) -> None:
         """The lock a process dead before the first state left (``model.lock.GONE``): its owner file in L."""
-        self.world.starts[(gone.pidns - pr.PIDNS_BASE, gone.pid)] = gone.started_at
+        self.world.starts[(gone.pidns - harness.PIDNS_BASE, gone.pid)] = gone.started_at
         self.instances[gone.nonce] = (ml.GONE, 0)
         temp = os.path.join(self.directory, f"{self.base}.n.{gone.nonce}")
         os.mkdir(temp)
@@ -83,18 +83,18 @@ class ThreadSide:
 
     # -- moves
 
-    def start(self, slot: int) -> pr.Event:
-        return self._event(slot, self.procs[slot].order(pr.START))
+    def start(self, slot: int) -> harness.Event:
+        return self._event(slot, self.procs[slot].order(harness.START))
 
-    def step(self, slot: int, nonce: Optional[str]) -> pr.Event:
-        return self._event(slot, self.procs[slot].order(pr.Go(nonce)))
+    def step(self, slot: int, nonce: Optional[str]) -> harness.Event:
+        return self._event(slot, self.procs[slot].order(harness.Go(nonce)))
 
-    def leave(self, slot: int, effect: Effect) -> pr.Event:
-        return self._event(slot, self.procs[slot].order(pr.Leave(effect)))
+    def leave(self, slot: int, effect: Effect) -> harness.Event:
+        return self._event(slot, self.procs[slot].order(harness.Leave(effect)))
 
     def kill(self, slot: int, ns: int, pid: int, zombie: bool) -> None:
-        report = self.procs[slot].order(pr.DIE)
-        if not isinstance(report, pr.Killed):
+        report = self.procs[slot].order(harness.DIE)
+        if not isinstance(report, harness.Killed):
             raise HarnessError(f"p{slot} was killed and reported {report}")
         self.world.killed(ns, pid, zombie)
 
@@ -104,27 +104,27 @@ class ThreadSide:
     def reuse(self, ns: int, pid: int) -> None:
         self.world.reused(ns, pid)
 
-    def _event(self, slot: int, report: pr.Report) -> pr.Event:
+    def _event(self, slot: int, report: harness.Report) -> harness.Event:
         every = self.procs[slot].steps_taken()
         for t in every:
             own = () if t.step in (il.Step.ENTER, il.Step.LEAVE) else (t.step.call.value,)
             if t.calls != own:
                 raise CallDivergence(f"p{slot}'s step {t.step.value!r} ran {list(t.calls)}, not {list(own)}")
-        taken = [t for t in every if t.step not in pr.NOT_MODELLED]
+        taken = [t for t in every if t.step not in harness.NOT_MODELLED]
         names = tuple(t.step.value for t in taken)
         calls = tuple(t.step.call.value for t in taken)
-        if isinstance(report, pr.Paused):
+        if isinstance(report, harness.Paused):
             path = os.path.basename(str(report.args[0])) if report.step is il.Step.TICKET_MKDIR else None
-            return pr.Event(names, calls, report.step.value, path=path)
-        if isinstance(report, pr.Inside):
-            return pr.Event(names, calls, pr.INSIDE)
-        if isinstance(report, pr.Ended):
-            return pr.Event(names, calls, None, report)
+            return harness.Event(names, calls, report.step.value, path=path)
+        if isinstance(report, harness.Inside):
+            return harness.Event(names, calls, harness.INSIDE)
+        if isinstance(report, harness.Ended):
+            return harness.Event(names, calls, None, report)
         raise HarnessError(f"p{slot} reported {report}")
 
     # -- the observation
 
-    def observe(self) -> pr.Observation:
+    def observe(self) -> harness.Observation:
         inside = frozenset(p.slot for p in self.procs if p.inside and not p.dead)
         lock: Optional[tuple[object, ...]] = None
         tickets = []
@@ -135,14 +135,15 @@ class ThreadSide:
             if name == self.base:
                 lock, odd = self._observe_lock(path)
                 others += odd
-            elif name.startswith(self.base + ".t.") and pr.TICKET.match(name):
-                seq, nonce, pid, start, ns = pr.TICKET.match(name).groups()  # type: ignore[union-attr]
-                tickets.append((int(seq), nonce, int(pid), int(start), int(ns) - pr.PIDNS_BASE))
+            elif name.startswith(self.base + ".t.") and harness.TICKET.match(name):
+                seq, nonce, pid, start, ns = harness.TICKET.match(name).groups()  # type: ignore[union-attr]
+                tickets.append((int(seq), nonce, int(pid), int(start), int(ns) - harness.PIDNS_BASE))
             elif name.startswith(self.base + ".n.") and name[len(self.base) + 3:] in self.instances:
                 temps.add(self.instances[name[len(self.base) + 3:]])
             else:
                 others.append(name)
-        return pr.Observation(inside, lock, pr.ranked(tickets, self.instances), frozenset(temps), tuple(others))
+        return harness.Observation(inside, lock, harness.ranked(tickets, self.instances), frozenset(temps),
+                                   tuple(others))
 
     def _observe_lock(self, path: str) -> tuple[Optional[tuple[object, ...]], list[str]]:
         entries = sorted(os.listdir(path))
@@ -156,7 +157,7 @@ class ThreadSide:
         if owner.nonce != match.group(1):
             return None, [f"{self.base}/{entries[0]} (record of {owner.nonce})"]
         instance = self.instances.get(owner.nonce, ("?", owner.nonce))
-        return (instance, owner.pid, owner.started_at, owner.pidns - pr.PIDNS_BASE), []
+        return (instance, owner.pid, owner.started_at, owner.pidns - harness.PIDNS_BASE), []
 
     def close(self) -> None:
         for proc in self.procs:

@@ -25,7 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from envreplica.conformance.lock import protocol as pr
+from envreplica.conformance.lock import harness
 from envreplica.conformance.lock import wire
 from envreplica.conformance.lock.example import Divergence, Example, Move, NotEnabled, Record, describe
 from envreplica.model import lock as ml
@@ -40,24 +40,24 @@ class RecordedSide:
     """A real side that answers from a divergence's records (its events and observations), in order: the
     implementation's answers, replayed against another model."""
 
-    def __init__(self, records: Sequence[Record], first: pr.Observation) -> None:
+    def __init__(self, records: Sequence[Record], first: harness.Observation) -> None:
         self.records = list(records)
         self.first = first
         self.at = -1  # the move being answered (-1: before the first)
 
-    def _event(self) -> pr.Event:
+    def _event(self) -> harness.Event:
         self.at += 1
         if self.at >= len(self.records) or self.records[self.at].event is None:
             raise Unrecorded(f"move {self.at + 1} has no recorded event")
         return self.records[self.at].event  # type: ignore[return-value]
 
-    def start(self, slot: int) -> pr.Event:
+    def start(self, slot: int) -> harness.Event:
         return self._event()
 
-    def step(self, slot: int, nonce: Optional[str]) -> pr.Event:
+    def step(self, slot: int, nonce: Optional[str]) -> harness.Event:
         return self._event()
 
-    def leave(self, slot: int, effect: sl.Effect) -> pr.Event:
+    def leave(self, slot: int, effect: sl.Effect) -> harness.Event:
         return self._event()
 
     def kill(self, slot: int, ns: int, pid: int, zombie: bool) -> None:
@@ -69,7 +69,7 @@ class RecordedSide:
     def reuse(self, ns: int, pid: int) -> None:
         self.at += 1
 
-    def observe(self) -> pr.Observation:
+    def observe(self) -> harness.Observation:
         if self.at < 0:
             return self.first
         if self.at >= len(self.records) or self.records[self.at].observed is None:
@@ -151,14 +151,14 @@ def finding_of(divergence: Divergence, variant: ml.Variant) -> Optional[str]:
 # -- the trace
 
 
-def _event_text(event: Optional[pr.Event]) -> str:
+def _event_text(event: Optional[harness.Event]) -> str:
     if event is None:
         return ""
     taken = ", ".join(event.taken) or "no step"
     if event.ended is not None:
         e = event.ended
         return f"{taken}; the call answers {e.answer.value if e.answer is not None else e.error}"
-    return f"{taken}; then {'inside the operation' if event.at == pr.INSIDE else 'at ' + repr(event.at)}"
+    return f"{taken}; then {'inside the operation' if event.at == harness.INSIDE else 'at ' + repr(event.at)}"
 
 
 def _model_text(st_after: ml.LockState, action: ml.Action, result: Optional[ml.Result], pc: Optional[ml.Pc]) -> str:
@@ -176,7 +176,7 @@ def _model_text(st_after: ml.LockState, action: ml.Action, result: Optional[ml.R
     return f"{taken}; then {where}"
 
 
-def _obs_json(obs: Optional[pr.Observation]) -> Any:
+def _obs_json(obs: Optional[harness.Observation]) -> Any:
     return None if obs is None else wire.observation_json(obs, {})
 
 

@@ -1,7 +1,7 @@
 """The lock adapter protocol's words (docs/protocol.md, section 12): requests, ``hello``, events, observations.
 
 Models: the JSON an adapter of the projection lock exchanges with the harness, and its reading in the lockstep's
-terms (``protocol.Event``, ``protocol.Observation``). What each op does is docs/protocol.md's; this module only
+terms (``harness.Event``, ``harness.Observation``). What each op does is docs/protocol.md's; this module only
 builds and reads the lines, and refuses (``ProtocolError``) an answer the harness cannot read, naming the field.
 
 * ``hello`` declares the implementation: its ``design`` (``seed``: ``projection-lock.js``'s steps, an
@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from envreplica.conformance.lock import protocol as pr
+from envreplica.conformance.lock import harness
 from envreplica.model import lock as ml
 from envreplica.spec.lock import Answer, Call, Effect
 
@@ -39,7 +39,7 @@ WORLD = ("zombie", "namespace", "reuse", "stale")
 DESIGNS = ("seed", "claim")
 #: The first PID namespace's inode number an adapter reports in a ``claim`` record (``pidns``); the model's ``ns``
 #: is the difference.
-PIDNS_BASE = pr.PIDNS_BASE
+PIDNS_BASE = harness.PIDNS_BASE
 #: The nonce of the lock a process dead before the first state left (``model.lock.GONE``), for a ``claim`` design.
 GONE_NONCE = "ffffffffffffffff"
 
@@ -126,7 +126,7 @@ def reset_of(cfg: ml.LockBounds, first: ml.LockState) -> dict[str, Any]:
 # -- events
 
 
-def event_json(event: pr.Event) -> dict[str, Any]:
+def event_json(event: harness.Event) -> dict[str, Any]:
     """An event as an adapter answers it."""
     out: dict[str, Any] = {"taken": [{"step": s, "call": c} for s, c in zip(event.taken, event.calls)],
                            "at": event.at}
@@ -140,7 +140,7 @@ def event_json(event: pr.Event) -> dict[str, Any]:
     return out
 
 
-def event_of(doc: Any, where: str) -> pr.Event:
+def event_of(doc: Any, where: str) -> harness.Event:
     """An event read (``ProtocolError`` naming the field)."""
     taken = _need(doc, "taken", list, where)
     steps, calls = [], []
@@ -170,10 +170,10 @@ def event_of(doc: Any, where: str) -> pr.Event:
         busy = answer.get("busy")
         if busy is not None and not isinstance(busy, dict):
             raise ProtocolError(f"{where}'s busy must be null or {{nonce, judged}}, not {busy!r}")
-        ended = pr.Ended(value, str(answer.get("error") or ""),
+        ended = harness.Ended(value, str(answer.get("error") or ""),
                          busy.get("nonce") if busy else None, bool(busy.get("judged", True)) if busy else True,
                          busy is not None)
-    return pr.Event(tuple(steps), tuple(calls), at, ended, path if isinstance(path, str) else None)
+    return harness.Event(tuple(steps), tuple(calls), at, ended, path if isinstance(path, str) else None)
 
 
 # -- observations
@@ -189,9 +189,9 @@ def _nonce(instance: Any, nonce_of: dict[Any, str]) -> str:
 def _owner_json(seen: Optional[tuple[object, ...]], nonce_of: dict[Any, str]) -> Any:
     if seen is None:
         return None
-    if seen == pr.NO_OWNER:
+    if seen == harness.NO_OWNER:
         return {"owner": "none"}
-    if seen == pr.EMPTY_OWNER:
+    if seen == harness.EMPTY_OWNER:
         return {"owner": "empty"}
     instance, pid, start, ns = seen
     owner: dict[str, Any] = {"pid": pid, "start": start, "ns": ns}
@@ -200,7 +200,7 @@ def _owner_json(seen: Optional[tuple[object, ...]], nonce_of: dict[Any, str]) ->
     return {"owner": owner}
 
 
-def observation_json(obs: pr.Observation, nonce_of: dict[Any, str]) -> dict[str, Any]:
+def observation_json(obs: harness.Observation, nonce_of: dict[Any, str]) -> dict[str, Any]:
     """An observation as an adapter answers it (``nonce_of``: the model's instance -> its nonce)."""
     return {"inside": sorted(obs.inside), "lock": _owner_json(obs.lock, nonce_of),
             "moved": [_owner_json(m, nonce_of) for m in obs.moved],
@@ -214,9 +214,9 @@ def _owner_of(doc: Any, claimed: bool, instances: dict[str, tuple[int, int]], wh
         return None
     owner = _need(doc, "owner", (str, dict), where)
     if owner == "none":
-        return None if claimed else pr.NO_OWNER
+        return None if claimed else harness.NO_OWNER
     if owner == "empty":
-        return pr.EMPTY_OWNER
+        return harness.EMPTY_OWNER
     if not isinstance(owner, dict):
         raise ProtocolError(f"{where}'s owner must be 'none', 'empty' or a record, not {owner!r}")
     pid, start, ns = (_need(owner, k, int, f"{where}'s owner") for k in ("pid", "start", "ns"))
@@ -225,7 +225,7 @@ def _owner_of(doc: Any, claimed: bool, instances: dict[str, tuple[int, int]], wh
     return (instance, pid, start, ns)
 
 
-def observation_of(doc: Any, claimed: bool, instances: dict[str, tuple[int, int]]) -> pr.Observation:
+def observation_of(doc: Any, claimed: bool, instances: dict[str, tuple[int, int]]) -> harness.Observation:
     """An adapter's observation in the lockstep's words (``claimed``: the model's design names owners by nonce)."""
     where = "observe"
     inside = _need(doc, "inside", list, where)
@@ -241,7 +241,7 @@ def observation_of(doc: Any, claimed: bool, instances: dict[str, tuple[int, int]
                         _need(t, "ns", int, "a ticket")))
     temps = frozenset(instances.get(str(n), ("?", n)) for n in doc.get("temps") or [])
     others = tuple(str(o) for o in doc.get("others") or [])
-    return pr.Observation(frozenset(inside), lock, pr.ranked(tickets, instances), temps, others, moved)
+    return harness.Observation(frozenset(inside), lock, harness.ranked(tickets, instances), temps, others, moved)
 
 
 def effect_of(word: Any) -> Effect:

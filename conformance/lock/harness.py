@@ -1,5 +1,7 @@
-"""The words between the lock lockstep and its processes: what a paused process reports, what it is told, and
-how the implementation's names read as the model's.
+"""The lock harness's own words: between the lockstep and its paused lock users (what a paused process reports,
+what it is told), what any real side reports after a move (``Event``, ``Observation``: threads, processes or an
+adapter, read into these), and how the implementation's names read as the model's. (The lock adapter protocol's
+words are ``wire``'s.)
 
 A process of the lockstep (``processes.Process``) runs ``impl.lock`` with a ``Calls`` that stops before each
 step the model takes as a move of its own (``paused_at``) and reports it (``Paused``); it is told ``GO`` (take it,
