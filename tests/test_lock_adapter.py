@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from jsonschema import Draft202012Validator
 
-from envreplica.conformance.lock import wire
+from envreplica.conformance.lock import protocol
 from envreplica.conformance.lock.adapter_side import AdapterShared
 from envreplica.conformance.lock.coverage import required_for
 from envreplica.conformance.lock.run import run_lock_lockstep
@@ -57,7 +57,7 @@ RESET = {"op": "reset", "processes": [{"pid": 1, "start": 1, "ns": 0}, {"pid": 2
 @pytest.mark.parametrize("make", [ImplServer, lambda: ModelServer(ml.Variant.FIXED.fixes, "fixed"),
                                   lambda: ModelServer(frozenset(), "seed")], ids=["impl", "model-fixed", "model-seed"])
 def test_the_project_adapters_answer_in_the_schemas_shapes(make):
-    answers = _lines(make(), {"op": "hello", "protocol": wire.PROTOCOL}, RESET, {"op": "spawn", "process": 0},
+    answers = _lines(make(), {"op": "hello", "protocol": protocol.PROTOCOL}, RESET, {"op": "spawn", "process": 0},
                      {"op": "step", "process": 0, "nonce": "0000000000000000"}, {"op": "observe"},
                      {"op": "kill", "process": 0, "zombie": True}, {"op": "reap", "process": 0},
                      {"op": "reuse-pid", "ns": 0, "pid": 1}, {"op": "observe"})

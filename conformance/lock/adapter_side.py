@@ -28,7 +28,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from envreplica.conformance.external import AdapterError, AdapterFailure, AdapterTimeout, SubprocessDriver
 from envreplica.conformance.lock import harness
-from envreplica.conformance.lock import wire
+from envreplica.conformance.lock import protocol
 from envreplica.conformance.lock.machine import BOUNDS
 from envreplica.model import lock as ml
 from envreplica.spec.lock import Effect
@@ -45,7 +45,7 @@ class AdapterBroken(Exception):
 
 
 def needs(cfg: ml.LockBounds) -> frozenset[str]:
-    """What of the world an example of ``cfg`` stages (``wire.WORLD``)."""
+    """What of the world an example of ``cfg`` stages (``protocol.WORLD``)."""
     out = set()
     if cfg.zombies:
         out.add("zombie")
@@ -58,7 +58,7 @@ def needs(cfg: ml.LockBounds) -> frozenset[str]:
     return frozenset(out)
 
 
-def bounds_for(decl: wire.Declaration, variant: ml.Variant,
+def bounds_for(decl: protocol.Declaration, variant: ml.Variant,
                base: Sequence[ml.LockBounds] = BOUNDS) -> tuple[ml.LockBounds, ...]:
     """The lockstep's bounds for an implementation of ``decl`` held under ``variant`` (see the module)."""
     fixes = variant.fixes if decl.design == "claim" else frozenset()
@@ -72,12 +72,12 @@ def bounds_for(decl: wire.Declaration, variant: ml.Variant,
     return tuple(out)
 
 
-def missing_steps(decl: wire.Declaration, cfg: ml.LockBounds) -> list[str]:
+def missing_steps(decl: protocol.Declaration, cfg: ml.LockBounds) -> list[str]:
     """The model's steps under ``cfg`` taken as moves of their own (not silent) that the adapter does not pause at."""
     if decl.design == "claim":
         wanted = {s.value for s in harness.paused_at(cfg)}
     else:
-        wanted = {pc.value for pc in wire.SEED_STEPS - ml.silent_steps(cfg)}
+        wanted = {pc.value for pc in protocol.SEED_STEPS - ml.silent_steps(cfg)}
     return sorted(wanted - decl.steps)
 
 
@@ -111,7 +111,7 @@ class AdapterShared:
         self.bounds = bounds_for(self.decl, variant)
         if not self.bounds:
             raise self._broke(f"the adapter stages none of the world the lockstep's bounds need (hello's world "
-                              f"{sorted(self.decl.world)}; the bounds need some of {', '.join(wire.WORLD)})")
+                              f"{sorted(self.decl.world)}; the bounds need some of {', '.join(protocol.WORLD)})")
         missing = missing_steps(self.decl, self.bounds[0])
         if missing:
             raise self._broke(f"hello's steps leave out steps the model takes as moves of their own under the "
@@ -156,10 +156,10 @@ class AdapterShared:
                               f"({said.get('type', '?')}): {said.get('message', response)}")
         return response.get("result")
 
-    def _hello(self) -> wire.Declaration:
+    def _hello(self) -> protocol.Declaration:
         try:
-            return wire.parse_hello(self.ask({"op": "hello", "protocol": wire.PROTOCOL}))
-        except wire.ProtocolError as error:
+            return protocol.parse_hello(self.ask({"op": "hello", "protocol": protocol.PROTOCOL}))
+        except protocol.ProtocolError as error:
             raise self._broke(str(error)) from None
 
     def side(self, cfg: ml.LockBounds, first: ml.LockState, instances: dict[str, tuple[int, int]]) -> "AdapterSide":
@@ -186,8 +186,8 @@ class AdapterSide:
         self.moves = 0
         self.named = ""
         if cfg.stale:
-            instances[wire.GONE_NONCE] = (ml.GONE, 0)
-        self._ask(wire.reset_of(cfg, first), f"the `reset` that starts example {self.example}")
+            instances[protocol.GONE_NONCE] = (ml.GONE, 0)
+        self._ask(protocol.reset_of(cfg, first), f"the `reset` that starts example {self.example}")
 
     def _ask(self, request: dict[str, Any], where: str) -> Any:
         try:
@@ -195,7 +195,7 @@ class AdapterSide:
         except AdapterBroken as broken:
             raise AdapterFailure(where, str(broken), broken.request) from None
 
-    def _unreadable(self, error: wire.ProtocolError, where: str) -> AdapterFailure:
+    def _unreadable(self, error: protocol.ProtocolError, where: str) -> AdapterFailure:
         broken = self.shared._broke(str(error))
         return AdapterFailure(where, str(broken), broken.request)
 
@@ -207,8 +207,8 @@ class AdapterSide:
     def _event(self, request: dict[str, Any]) -> harness.Event:
         answer = self._move(request)
         try:
-            return wire.event_of(answer, request["op"])
-        except wire.ProtocolError as error:
+            return protocol.event_of(answer, request["op"])
+        except protocol.ProtocolError as error:
             raise self._unreadable(error, self.named) from None
 
     def start(self, slot: int) -> harness.Event:
@@ -236,8 +236,8 @@ class AdapterSide:
         where = f"the `observe` after {self.named}" if self.named else f"the first `observe` of example {self.example}"
         answer = self._ask({"op": "observe"}, where)
         try:
-            return wire.observation_of(answer, self.claimed, self.instances)
-        except wire.ProtocolError as error:
+            return protocol.observation_of(answer, self.claimed, self.instances)
+        except protocol.ProtocolError as error:
             raise self._unreadable(error, where) from None
 
     def close(self) -> None:

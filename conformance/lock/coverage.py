@@ -48,7 +48,7 @@ SEED_ANSWERS = (sl.Answer.OK, sl.Answer.BUSY, sl.Answer.FAILED_COMMITTED)
 
 
 def required_for(design: str, max_tries: int) -> frozenset[str]:
-    """What a run of an implementation of ``design`` (``wire.DESIGNS``) must reach. With many tries before busy
+    """What a run of an implementation of ``design`` (``protocol.DESIGNS``) must reach. With many tries before busy
     (the seed's 80), no example of the lockstep's length gives up busy: neither the busy answer nor the
     "sometimes" item of a busy waiter is required then."""
     if design == "claim":

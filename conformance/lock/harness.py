@@ -1,7 +1,7 @@
 """The lock harness's own words: between the lockstep and its paused lock users (what a paused process reports,
 what it is told), what any real side reports after a move (``Event``, ``Observation``: threads, processes or an
 adapter, read into these), and how the implementation's names read as the model's. (The lock adapter protocol's
-words are ``wire``'s.)
+words are ``protocol``'s.)
 
 A process of the lockstep (``processes.Process``) runs ``impl.lock`` with a ``Calls`` that stops before each
 step the model takes as a move of its own (``paused_at``) and reports it (``Paused``); it is told ``GO`` (take it,
@@ -16,7 +16,7 @@ order of their draws, ties broken by the order they were made, so the model's ti
 
 Leaves out on purpose: a wire format. The lock users are threads of the harness (``processes``) or processes
 forked from it (``forked``), so the words are Python objects, on a queue or pickled over a socket pair, not JSON
-lines (the adapter's, docs/protocol.md section 12, are ``wire``'s).
+lines (the adapter's, docs/protocol.md section 12, are ``protocol``'s).
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from dataclasses import replace
 from typing import IO, Any, Optional, Union, cast
 
 from envreplica.conformance.lock import harness
-from envreplica.conformance.lock import wire
+from envreplica.conformance.lock import protocol
 from envreplica.conformance.lock.example import observe_model
 from envreplica.conformance.lock.sides import Side
 from envreplica.conformance.lock.threads import ThreadSide
@@ -95,16 +95,16 @@ def _reset_fields(request: dict[str, Any]) -> tuple[list[tuple[int, int, int]], 
 class _Server:
     """The ops on one implementation's side; made afresh by ``reset``."""
 
-    decl: wire.Declaration
+    decl: protocol.Declaration
 
     def handle(self, request: dict[str, Any]) -> Any:
         op = request["op"]
         if op == "hello":
-            protocol = request.get("protocol", MISSING)
-            if protocol != wire.PROTOCOL:
-                raise InvalidRequest(f"hello: 'protocol' must be {json.dumps(wire.PROTOCOL)}, not "
-                                     f"{'absent' if protocol is MISSING else shown(protocol)}")
-            return wire.hello_of(self.decl)
+            asked = request.get("protocol", MISSING)
+            if asked != protocol.PROTOCOL:
+                raise InvalidRequest(f"hello: 'protocol' must be {json.dumps(protocol.PROTOCOL)}, not "
+                                     f"{'absent' if asked is MISSING else shown(asked)}")
+            return protocol.hello_of(self.decl)
         if op == "reset":
             self.reset(*_reset_fields(request))
             return {}
@@ -134,9 +134,10 @@ class ModelServer(_Server):
         cfg = ml.LockBounds("adapter", fixes=fixes)
         design = "claim" if claimed else "seed"
         silent = ml.silent_steps(cfg)
-        steps = {pc.value for pc in (ml.Pc if claimed else wire.SEED_STEPS) if pc not in silent | {ml.Pc.IDLE, ml.Pc.LEAVE}}
-        self.decl = wire.Declaration(f"envreplica model.lock ({name})", design, frozenset(steps), None,
-                                     frozenset(wire.WORLD), claimed)
+        steps = {pc.value for pc in (ml.Pc if claimed else protocol.SEED_STEPS)
+                 if pc not in silent | {ml.Pc.IDLE, ml.Pc.LEAVE}}
+        self.decl = protocol.Declaration(f"envreplica model.lock ({name})", design, frozenset(steps), None,
+                                         frozenset(protocol.WORLD), claimed)
         self.cfg: Optional[ml.LockBounds] = None
         self.st: Optional[ml.LockState] = None
         self.nonces: dict[tuple[int, int], str] = {}  # instance -> nonce
@@ -157,7 +158,7 @@ class ModelServer(_Server):
         if lock is not None and (lock["pid"], lock["start"], lock["ns"]) != (ml.GONE_PID, 1, 0):
             raise Unsupported(f"reset: the model's dead owner is pid {ml.GONE_PID}, start 1, namespace 0")
         self.cfg, self.st, self.busy = cfg, first, {}
-        self.nonces = {(ml.GONE, 0): str(lock.get("nonce", wire.GONE_NONCE))} if lock is not None else {}
+        self.nonces = {(ml.GONE, 0): str(lock.get("nonce", protocol.GONE_NONCE))} if lock is not None else {}
 
     def _enabled(self, action: ml.Action, request: dict[str, Any]) -> None:
         assert self.cfg is not None and self.st is not None
@@ -173,7 +174,7 @@ class ModelServer(_Server):
         cfg, st = self.cfg, self.st
         assert cfg is not None and st is not None
         if op == "observe":
-            return wire.observation_json(observe_model(cfg, st), self.nonces)
+            return protocol.observation_json(observe_model(cfg, st), self.nonces)
         n = len(st.procs)
         action: ml.Action
         if op == "spawn":
@@ -189,8 +190,8 @@ class ModelServer(_Server):
                 self.nonces[(slot, st.procs[slot].call)] = nonce
         elif op == "leave":
             try:
-                action = ml.Leave(_slot(request, n), wire.effect_of(request.get("effect")))
-            except wire.ProtocolError as error:
+                action = ml.Leave(_slot(request, n), protocol.effect_of(request.get("effect")))
+            except protocol.ProtocolError as error:
                 raise InvalidRequest(f"leave: {error}") from None
         elif op == "kill":
             zombie = request.get("zombie", False)
@@ -203,7 +204,7 @@ class ModelServer(_Server):
         elif op == "reuse-pid":
             action = ml.Reuse(_int(request, "ns"), _int(request, "pid", 1))
         else:
-            raise Unsupported(f"unknown op {shown(op)} (the ops: {', '.join(wire.OPS)})")
+            raise Unsupported(f"unknown op {shown(op)} (the ops: {', '.join(protocol.OPS)})")
         if not isinstance(action, ml.Crash):
             self._enabled(action, request)
         if isinstance(action, ml.Crash) and st.procs[action.slot].status is not sl.Status.RUNNING:
@@ -216,7 +217,7 @@ class ModelServer(_Server):
         self.st = post
         if isinstance(action, (ml.Crash, ml.Reap, ml.Reuse)):
             return {}
-        return wire.event_json(self._event(action, pc, result))
+        return protocol.event_json(self._event(action, pc, result))
 
     def _choice(self, st: ml.LockState, slot: int) -> int:
         """A ticket's place among its seq: after the tickets whose nonces order before its own."""
@@ -248,8 +249,8 @@ class ModelServer(_Server):
                 call = 0 if holder == ml.GONE else self.st.procs[holder].call
                 nonce = self.nonces.get((holder, call))
             ended = harness.Ended(result.answer, busy_nonce=nonce,
-                             busy_judged=decided.provable if decided is not None else True,
-                             busy_named=self.decl.busy_names)
+                                  busy_judged=decided.provable if decided is not None else True,
+                                  busy_named=self.decl.busy_names)
             return harness.Event(taken, calls, None, ended)
         if proc.pc is ml.Pc.LEAVE:
             return harness.Event(taken, calls, harness.INSIDE)
@@ -269,8 +270,8 @@ class ImplServer(_Server):
         self.pause = harness.paused_at(cfg)
         self.kind = side.kind
         named = "" if side is Side.THREADS else f", lock users in {side.value}"
-        self.decl = wire.Declaration(f"envreplica impl.lock (the CLAIM design{named})", "claim",
-                                     frozenset(s.value for s in self.pause), None, frozenset(wire.WORLD), True)
+        self.decl = protocol.Declaration(f"envreplica impl.lock (the CLAIM design{named})", "claim",
+                                         frozenset(s.value for s in self.pause), None, frozenset(protocol.WORLD), True)
         self.side: Optional[ThreadSide] = None
         self.procs: list[tuple[int, int, int]] = []
         self.state: dict[int, str] = {}  # slot -> "idle", "running", "inside", "dead"
@@ -285,7 +286,7 @@ class ImplServer(_Server):
         stale = None
         if lock is not None:
             stale = il.Owner(lock["pid"], lock["start"], harness.PIDNS_BASE + lock["ns"],
-                             str(lock.get("nonce", wire.GONE_NONCE)))
+                             str(lock.get("nonce", protocol.GONE_NONCE)))
         self.procs = procs
         self.side = self.kind([(slot, *p) for slot, p in enumerate(procs)], tries, self.pause, stale,
                               self.instances)
@@ -297,7 +298,7 @@ class ImplServer(_Server):
         side = self.side
         assert side is not None
         if op == "observe":
-            return wire.observation_json(side.observe(), {})
+            return protocol.observation_json(side.observe(), {})
         n = len(self.procs)
         if op == "reuse-pid":
             ns, pid = _int(request, "ns"), _int(request, "pid", 1)
@@ -322,8 +323,8 @@ class ImplServer(_Server):
         if op == "leave":
             self._need(now, ("inside",), op, slot)
             try:
-                effect = wire.effect_of(request.get("effect"))
-            except wire.ProtocolError as error:
+                effect = protocol.effect_of(request.get("effect"))
+            except protocol.ProtocolError as error:
                 raise InvalidRequest(f"leave: {error}") from None
             return self._event(slot, side.leave(slot, effect))
         if op == "kill":
@@ -339,7 +340,7 @@ class ImplServer(_Server):
                 raise InvalidRequest(f"reap: out of order: process {slot} is not a zombie")
             side.reap(slot, ns, pid)
             return {}
-        raise Unsupported(f"unknown op {shown(op)} (the ops: {', '.join(wire.OPS)})")
+        raise Unsupported(f"unknown op {shown(op)} (the ops: {', '.join(protocol.OPS)})")
 
     @staticmethod
     def _need(now: str, allowed: tuple[str, ...], op: str, slot: int) -> None:
@@ -348,7 +349,7 @@ class ImplServer(_Server):
 
     def _event(self, slot: int, event: harness.Event) -> Any:
         self.state[slot] = "idle" if event.at is None else "inside" if event.at == harness.INSIDE else "running"
-        return wire.event_json(event)
+        return protocol.event_json(event)
 
     def close(self) -> None:
         if self.side is not None:
@@ -372,8 +373,8 @@ def respond(server: _Server, line: Union[bytes, str]) -> dict[str, Any]:
     if not isinstance(op, str):
         return _error(rid, "invalid", f"'op' must be a string naming an op, not "
                                       f"{'absent' if op is MISSING else shown(op)}")
-    if op not in wire.OPS:
-        return _error(rid, "unsupported", f"unknown op {shown(op)} (the ops: {', '.join(wire.OPS)})")
+    if op not in protocol.OPS:
+        return _error(rid, "unsupported", f"unknown op {shown(op)} (the ops: {', '.join(protocol.OPS)})")
     try:
         result = server.handle(request)
         json.dumps(result)

@@ -23,7 +23,7 @@ from typing import Optional, Sequence
 
 from envreplica.conformance.lock import harness
 from envreplica.conformance.lock.processes import HarnessError, LockUser, Process, World, lock_path_in
-from envreplica.conformance.lock.wire import GONE_NONCE
+from envreplica.conformance.lock.protocol import GONE_NONCE
 from envreplica.impl import lock as il
 from envreplica.model import lock as ml
 from envreplica.spec.lock import Effect

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from envreplica.conformance.lock import harness
-from envreplica.conformance.lock import wire
+from envreplica.conformance.lock import protocol
 from envreplica.conformance.lock.example import Divergence, Example, Move, NotEnabled, Record, describe
 from envreplica.model import lock as ml
 from envreplica.spec import lock as sl
@@ -177,7 +177,7 @@ def _model_text(st_after: ml.LockState, action: ml.Action, result: Optional[ml.R
 
 
 def _obs_json(obs: Optional[harness.Observation]) -> Any:
-    return None if obs is None else wire.observation_json(obs, {})
+    return None if obs is None else protocol.observation_json(obs, {})
 
 
 def write_trace(out_dir: Path, name: str, divergence: Divergence, meta: dict[str, Any]) -> tuple[Path, Path]:

@@ -171,8 +171,8 @@ def event_of(doc: Any, where: str) -> harness.Event:
         if busy is not None and not isinstance(busy, dict):
             raise ProtocolError(f"{where}'s busy must be null or {{nonce, judged}}, not {busy!r}")
         ended = harness.Ended(value, str(answer.get("error") or ""),
-                         busy.get("nonce") if busy else None, bool(busy.get("judged", True)) if busy else True,
-                         busy is not None)
+                              busy.get("nonce") if busy else None, bool(busy.get("judged", True)) if busy else True,
+                              busy is not None)
     return harness.Event(tuple(steps), tuple(calls), at, ended, path if isinstance(path, str) else None)
 
 
