@@ -803,7 +803,8 @@ def _lock_lockstep_through(args, shared, variant, stages: Stages) -> int:
     from envreplica.conformance.junit import JUnitCase, write_junit
     from envreplica.conformance.lock.coverage import required_for
     from envreplica.conformance.lock.run import STEPS_PER_EXAMPLE, run_lock_lockstep
-    from envreplica.conformance.lock.traces import finding_of, write_trace
+    from envreplica.conformance.lock.findings import finding_of
+    from envreplica.conformance.lock.traces import write_trace
 
     decl = shared.decl
     examples = args.max_examples if args.max_examples is not None else LOCK_CONFORMANCE_EXAMPLES[args.profile]

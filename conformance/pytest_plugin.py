@@ -249,7 +249,8 @@ class ConformanceItem(pytest.Item):
         section 12)."""
         from envreplica.conformance.lock.adapter_side import AdapterBroken, AdapterShared
         from envreplica.conformance.lock.run import run_lock_lockstep
-        from envreplica.conformance.lock.traces import finding_of, write_trace
+        from envreplica.conformance.lock.findings import finding_of
+        from envreplica.conformance.lock.traces import write_trace
         from envreplica.model import lock as ml
 
         config = self.config

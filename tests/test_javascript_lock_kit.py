@@ -27,8 +27,8 @@ import pytest
 
 from envreplica.conformance.lock.adapter_side import AdapterShared
 from envreplica.conformance.lock.coverage import required_for
+from envreplica.conformance.lock.findings import finding_of
 from envreplica.conformance.lock.run import run_lock_lockstep
-from envreplica.conformance.lock.traces import finding_of
 from envreplica.model import lock as ml
 
 sys.path.insert(0, str(Path(__file__).parent))

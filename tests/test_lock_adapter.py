@@ -28,9 +28,9 @@ from jsonschema import Draft202012Validator
 from envreplica.conformance.lock import protocol
 from envreplica.conformance.lock.adapter_side import AdapterShared
 from envreplica.conformance.lock.coverage import required_for
+from envreplica.conformance.lock.findings import finding_of
 from envreplica.conformance.lock.run import run_lock_lockstep
 from envreplica.conformance.lock.serve import ImplServer, ModelServer, serve
-from envreplica.conformance.lock.traces import finding_of
 from envreplica.model import lock as ml
 from envreplica.spec import schema as S
 

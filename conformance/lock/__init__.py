@@ -29,10 +29,12 @@ Nonces: the harness gives each call its nonce (``harness.nonce_for``: an order d
 count), so the order of tickets of one seq, which the model chooses as a rank (``Step.choice``), is read from
 the real names when a ticket is made.
 
-Modules, each importing only those above it: ``harness`` (the harness's own words with its lock users; names),
-``processes`` (the world and the paused lock users), ``threads`` (the threads' side), ``example`` (one example's
-moves and judgement), ``forked`` (the processes' side), ``sides`` (their names), ``coverage``, ``machine``
-(Hypothesis), ``run``.
+Modules, each importing only those before it: ``harness`` (the harness's own words with its lock users; names),
+``protocol`` (the lock adapter protocol's words, docs/protocol.md section 12), ``processes`` (the world and the
+paused lock users), ``threads`` (the threads' side), ``example`` (one example's moves and judgement), ``forked``
+(the processes' side), ``sides`` (their names), ``coverage``, ``machine`` (Hypothesis), ``run``;
+``adapter_side`` (the real side behind an adapter) and ``serve`` (envreplica's own lock adapters); ``traces`` (a
+divergence as JSON lines and ITF) and ``findings`` (the finding it is).
 """
 
 from typing import Any

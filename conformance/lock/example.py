@@ -211,7 +211,7 @@ class Example:
 
     def _observe_after(self, d: Divergence) -> None:
         """The implementation's observation after a move whose answers parted (kept for the trace, and for the
-        finding the divergence is: ``traces.finding_of``); none when the side took no move."""
+        finding the divergence is: ``findings.finding_of``); none when the side took no move."""
         record = self.records[-1]
         if record.observed is not None or (record.event is None and d.key in ("step", "call")):
             return
