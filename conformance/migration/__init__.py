@@ -18,8 +18,9 @@ section 11): ``protocol`` holds its words, ``adapter_side`` is the real side beh
 Modules, each importing only those above it: ``writer`` (the foreign writer process), ``zygote`` (forks real
 invocations), ``observe`` (the compared shape), ``disk`` (the real files and faults), ``invocations`` (real
 invocations paused at each step), ``sides`` (the two sides), ``protocol`` (the adapter protocol's words),
-``coverage``, ``traces``, ``example`` (one example's judgement), ``tour`` (the coverage tour), ``adapter_side`` (the real side behind an
-adapter), ``serve`` (the project's adapters), ``machine`` (Hypothesis), ``run``.
+``coverage``, ``traces``, ``example`` (one example's judgement, and a trace replayed on fresh sides), ``tour``
+(the coverage tour), ``adapter_side`` (the real side behind an adapter), ``serve`` (the project's adapters),
+``machine`` (Hypothesis), ``findings`` (the finding a divergence is), ``run``.
 """
 
 from typing import Any

@@ -21,11 +21,12 @@ counterpart).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Optional, Protocol
+from typing import Any, Callable, Iterator, Optional, Protocol, Sequence
 
 from envreplica.conformance import scratch as S
 from envreplica.conformance.migration.coverage import MigrationCoverage
@@ -249,3 +250,26 @@ def describe(move: Move, st: mm.MigrationState) -> str:
 def _first_line(text: str) -> str:
     lines = [line for line in text.strip().splitlines() if line.strip()]
     return lines[-1][:300] if lines else "no output"
+
+
+@contextlib.contextmanager
+def _example(shared: World, moves: Sequence[Move], cfg: Optional[mm.MigrationBounds] = None) -> Iterator[Example]:
+    example = Example(shared, read_only=any(isinstance(m.action, mm.ReadOnly) for m in moves), cfg=cfg)
+    try:
+        yield example
+    finally:
+        example.close()
+
+
+def replay_moves(shared: World, moves: Sequence[Move],
+                 cfg: Optional[mm.MigrationBounds] = None) -> tuple[Optional[Divergence], Example]:
+    """Replay ``moves`` on fresh sides (skipping those the model does not enable; ``cfg``: the model's bounds,
+    default the run's); the divergence, if any, and the example (closed). The run's minimization and the finding
+    a divergence is (``findings``) replay through it; ``run.replay_moves`` is this one."""
+    with _example(shared, moves, cfg) as example:
+        try:
+            for move in moves:
+                example.play(move)
+        except Divergence as e:
+            return e, example
+    return None, example

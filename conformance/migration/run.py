@@ -19,11 +19,10 @@ the clock in any verdict (the seconds in the report are figures).
 
 from __future__ import annotations
 
-import contextlib
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Optional, Sequence
+from typing import Any, Iterable, Optional, Sequence
 
 import hypothesis
 from hypothesis import HealthCheck, Phase, Verbosity
@@ -33,10 +32,10 @@ from envreplica.checker.progress import ProgressHook, Tick
 from envreplica.conformance import hermetic, literals
 from envreplica.conformance.external import AdapterFailure
 from envreplica.conformance.migration.coverage import REQUIRED, MigrationCoverage
-from envreplica.conformance.migration.example import Divergence, Example, Shared, World
+from envreplica.conformance.migration.example import Divergence, Example, Shared, World, replay_moves
+from envreplica.conformance.migration.findings import finding_of
 from envreplica.conformance.migration.invocations import HarnessError, Mode
 from envreplica.conformance.migration.machine import MigrationMachine
-from envreplica.conformance.migration.protocol import FINDING_FIXES, FINDING_TITLES
 from envreplica.conformance.migration.sides import Move
 from envreplica.conformance.migration.tour import TOUR_PROFILES, Tour, find_tour, play
 from envreplica.conformance.migration.traces import format_moves, itf_path_of, write_trace
@@ -298,43 +297,6 @@ def _explain(report: MigrationLockstepReport, run: _Run, error: BaseException, o
         report.trace_path = write_trace(out_dir, "migration-lockstep", moves, records, reason,
                                         {"key": key, "moves": len(moves), "finding": report.finding},
                                         world=run.shared)  # and its ITF beside it
-
-
-@contextlib.contextmanager
-def _example(shared: World, moves: Sequence[Move], cfg: Optional[mm.MigrationBounds] = None) -> Iterator[Example]:
-    example = Example(shared, read_only=any(isinstance(m.action, mm.ReadOnly) for m in moves), cfg=cfg)
-    try:
-        yield example
-    finally:
-        example.close()
-
-
-def replay_moves(shared: World, moves: Sequence[Move],
-                 cfg: Optional[mm.MigrationBounds] = None) -> tuple[Optional[Divergence], Example]:
-    """Replay ``moves`` on fresh sides (skipping those the model does not enable; ``cfg``: the model's bounds,
-    default the run's); the divergence, if any, and the example (closed)."""
-    with _example(shared, moves, cfg) as example:
-        try:
-            for move in moves:
-                example.play(move)
-        except Divergence as e:
-            return e, example
-    return None, example
-
-
-def finding_of(shared: World, moves: Sequence[Move]) -> Optional[str]:
-    """The finding a divergence is: the finding (F4, F5 or F6) whose fixes' absence from the model makes ``moves``
-    replay with no divergence (one replay per finding the run's bounds fix); None when no one finding explains it."""
-    cfg = shared.cfg
-    for finding, fixes in FINDING_FIXES.items():
-        if not fixes & cfg.fixes:
-            continue
-        found, example = replay_moves(shared, moves, replace(cfg, fixes=cfg.fixes - fixes))
-        if found is None and len(example.moves) == len(moves):
-            names = " and ".join(f"Fix.{fix.name}" for fix in sorted(fixes & cfg.fixes, key=lambda f: f.value))
-            return f"{finding}: {FINDING_TITLES[finding]} (the implementation answers as the model without " \
-                   f"{names}: docs/migration.md#{finding.lower()})"
-    return None
 
 
 def without(moves: Sequence[Move], drop: Iterable[int]) -> list[Move]:

@@ -4,7 +4,7 @@ Models: a divergence under a variant that fixes findings (``spec.variants.FIXES`
 F3; ``fix-f1`` F1) replayed once per fix, on a fresh implementation beside the model with that one fix left
 out (``ModelDriver(left_out=...)``, ``ModelConfig.left_out``). When the implementation then agrees with the
 model at every step, the divergence is that finding: the implementation answers as the seed does there. The
-migration lockstep names its findings (F4 to F6) the same way (``conformance.migration.run.finding_of``).
+migration lockstep names its findings (F4 to F6) the same way (``conformance.migration.findings``).
 
 Leaves out on purpose: a divergence that needs two fixes left out at once (it stays unnamed: no one finding
 explains it), and the invariants the left-out fix lets the model break (``domains.FINDING_VIOLATIONS``: not
