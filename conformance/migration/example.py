@@ -7,7 +7,8 @@ outcome) and what each holds (``Observation``: every store's version, data, fenc
 publications, the lock, the live invocations); it also checks ``spec.migration``'s invariants and step
 properties on the model's own move (the model under faults is not what the checker's suites explore). The
 first difference raises ``Divergence``, with the kind of difference (``key``: what minimization keeps) and
-the trace so far.
+the trace so far. ``replay_moves`` plays a trace on fresh sides (the run's minimization and ``findings`` replay
+through it).
 
 ``Shared`` is what every example of a run shares: the template, the runners (zygote, thread streams), the
 foreign writer process, the scratch directories (a tmpfs one when there is one, and one where the immutable
@@ -264,8 +265,7 @@ def _example(shared: World, moves: Sequence[Move], cfg: Optional[mm.MigrationBou
 def replay_moves(shared: World, moves: Sequence[Move],
                  cfg: Optional[mm.MigrationBounds] = None) -> tuple[Optional[Divergence], Example]:
     """Replay ``moves`` on fresh sides (skipping those the model does not enable; ``cfg``: the model's bounds,
-    default the run's); the divergence, if any, and the example (closed). The run's minimization and the finding
-    a divergence is (``findings``) replay through it; ``run.replay_moves`` is this one."""
+    default the run's); the divergence, if any, and the example (closed)."""
     with _example(shared, moves, cfg) as example:
         try:
             for move in moves:
