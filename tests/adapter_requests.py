@@ -7,6 +7,7 @@ organisation ``o1``, stream ``s1``, attempt ``a1`` and project ``p1``.
 
 from __future__ import annotations
 
+import inspect
 import textwrap
 from typing import Any, Optional
 
@@ -135,7 +136,19 @@ def with_ids(requests: list, start: int = 1) -> list:
 # A deliberately divergent adapter (run as ``python -c BROKEN_ADAPTER --impl sqlite --test-key``).
 # ---------------------------------------------------------------------------
 
-#: Wraps the real adapter; answers every commit with its ``ok`` flipped (found within a few examples).
+class FlipsCommits:
+    """Put before a driver class: every successful commit answers with its ``ok`` flipped (a divergence at the
+    commit that no fix of the seed's explains)."""
+
+    def handle(self, request):
+        response = super().handle(request)
+        if isinstance(request, dict) and request.get("op") == "commit" and response.get("ok"):
+            response["result"]["ok"] = not response["result"]["ok"]
+        return response
+
+
+#: Wraps the real adapter; answers every commit with its ``ok`` flipped (found within a few examples). A script
+#: of its own (it is written where the adapter runs): ``FlipsCommits`` is written into it.
 BROKEN_ADAPTER = textwrap.dedent("""
     import sys
 
@@ -143,12 +156,10 @@ BROKEN_ADAPTER = textwrap.dedent("""
     from envreplica.conformance.drivers import SqliteDriver
 
 
-    class Broken(SqliteDriver):
-        def handle(self, request):
-            response = super().handle(request)
-            if isinstance(request, dict) and request.get("op") == "commit" and response.get("ok"):
-                response["result"]["ok"] = not response["result"]["ok"]
-            return response
+""") + inspect.getsource(FlipsCommits) + textwrap.dedent("""
+
+    class Broken(FlipsCommits, SqliteDriver):
+        pass
 
 
     adapter.SqliteDriver = Broken
