@@ -15,6 +15,7 @@ from envreplica.model.store import legacy_envelope, staged_envelope
 
 SID = "0f8fad5b-d9cb-469f-a165-70867728950e"
 SID2 = "1f8fad5b-d9cb-469f-a165-70867728950e"
+SID3 = "2f8fad5b-d9cb-469f-a165-70867728950e"
 
 
 # ---------------------------------------------------------------------------
@@ -114,6 +115,19 @@ def crash(request: dict, after: int) -> dict:
 
 #: An activated replica with an open gate: p1 live at record version 0, no records.
 BOOT = [reset(), begin(), page(), commit()]
+
+
+def serving_a_and_b(values: dict[str, str]) -> list[dict]:
+    """A fresh replica brought to serve p1 {A, B} and p2 {}: the values of A, B and C (``values``) put, staged
+    under SID, SID2 and SID3; a snapshot of p1 and p2, both empty, committed; A and B delivered (C's value waits
+    for its delivery). ``tests/test_integrity.py``'s and ``tests/test_tamper_generated.py``'s replicas."""
+    return [*(put(key, staged(sid), value=values[key]) for key, sid in (("A", SID), ("B", SID2), ("C", SID3))),
+            begin(projects=("p1", "p2")),
+            page([], project="p1"),
+            page([], project="p2"),
+            commit(versions=(("p1", 0), ("p2", 0))),
+            delivery(rec("A", ref=staged(SID)), sequence=1, version=1),
+            delivery(rec("B", ref=staged(SID2)), sequence=2, version=2)]
 
 
 def with_ids(requests: list, start: int = 1) -> list:
