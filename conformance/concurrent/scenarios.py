@@ -34,9 +34,11 @@ from __future__ import annotations
 import enum
 import random
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Sequence
 
+from envreplica.conformance.concurrent.history import History, Op
 from envreplica.conformance.replica.records import record, staging_id
+from envreplica.model.state import State
 from envreplica.model.store import staged_envelope
 
 __all__ = ["BatchOp", "Scenario", "ScenarioKind", "generate_scenario", "KINDS", "THREAD_KINDS"]
@@ -88,6 +90,16 @@ class Scenario:
 
     def without_op(self, position: int) -> "Scenario":
         return Scenario(self.kind, self.setup, self.batch[:position] + self.batch[position + 1:])
+
+    def history(self, variant: str, setup_responses: Sequence[dict], ops: Sequence[Op], final_state: Optional[State],
+                readback_error: Optional[str], processes: int, earlier: int, unit: str = "process") -> History:
+        """What one run of this scenario did (the threads' or the worker processes'): its setup and the answers to
+        it, the batch's ``ops`` (put in the batch's order), the replica read back after it (or why it could not
+        be), and who ran it."""
+        return History(variant=variant, scenario=self.kind.value, setup=tuple(self.setup),
+                       setup_responses=tuple(setup_responses), ops=tuple(sorted(ops, key=lambda op: op.index)),
+                       final_state=final_state, readback_error=readback_error, processes=processes, earlier=earlier,
+                       unit=unit)
 
     def without_setup(self, position: int) -> "Scenario":
         return Scenario(self.kind, self.setup[:position] + self.setup[position + 1:], self.batch)
