@@ -270,11 +270,14 @@ def _on(processes: list[int], rng: random.Random) -> int:
     return rng.choice(processes)
 
 
-def _warm(cloud: _Cloud, rng: random.Random, most: int) -> None:
-    """Serve the replica, then consume up to ``most`` deliveries."""
+def _warm(cloud: _Cloud, rng: random.Random, most: int, stage: bool = False) -> None:
+    """Serve the replica, then consume up to ``most`` deliveries; with ``stage``, three times in ten a value is
+    staged next (a changed one half the time), for the batch's delivery to read."""
     cloud.activate()
     for _ in range(rng.randint(0, most)):
         cloud.deliver()
+    if stage and rng.random() < 0.3:
+        cloud.stage(change=rng.random() < 0.5)
 
 
 def _maybe_third(batch: list[BatchOp], rng: random.Random, delivery: dict, again: float, read: float,
@@ -289,9 +292,7 @@ def _maybe_third(batch: list[BatchOp], rng: random.Random, delivery: dict, again
 
 
 def _delivery_race(cloud: _Cloud, rng: random.Random) -> list[BatchOp]:
-    _warm(cloud, rng, 2)
-    if rng.random() < 0.3:
-        cloud.stage(change=rng.random() < 0.5)
+    _warm(cloud, rng, 2, stage=True)
     frame = cloud.next_delivery()
     copies = rng.choice((2, 2, 3))
     batch = [BatchOp(p, frame, _delay(rng, 150)) for p in range(copies)]
@@ -349,9 +350,7 @@ def _page_vs_begin(cloud: _Cloud, rng: random.Random) -> list[BatchOp]:
 
 
 def _delivery_vs_close(cloud: _Cloud, rng: random.Random) -> list[BatchOp]:
-    _warm(cloud, rng, 1)
-    if rng.random() < 0.3:
-        cloud.stage(change=rng.random() < 0.5)
+    _warm(cloud, rng, 1, stage=True)
     delivery = cloud.next_delivery()
     batch = [BatchOp(0, delivery, _delay(rng, 200)), BatchOp(1, {"op": "close"}, _delay(rng, 900))]
     return _maybe_third(batch, rng, delivery, 0.3, 0.7, 300)
