@@ -596,4 +596,5 @@ def _mark_reason(tables: list, reason: str) -> None:
 
 
 __all__ = ["ImplementationUnavailable", "READERS", "ReportInputError", "SEED_FUNCTIONS", "StepView", "TraceView",
-           "Divergence", "protocol_of", "read", "read_replica", "resolve", "show"]
+           "Divergence", "Words", "counterexample_break", "property_of", "protocol_of", "read", "read_replica",
+           "resolve", "show"]
