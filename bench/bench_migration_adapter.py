@@ -27,13 +27,14 @@ from pathlib import Path
 from typing import Optional
 
 from rich.console import Console
-from rich.table import Table
 
-from envreplica.conformance.migration import run as R
 from envreplica.conformance.migration.adapter_side import AdapterShared
 from envreplica.conformance.migration.example import Shared
 from envreplica.conformance.migration.invocations import Mode
 from envreplica.model.migration import MigrationVariant
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from migration_rows import Row, rates, row  # noqa: E402  (bench/migration_rows.py, beside this file)
 
 ROOT = Path(__file__).resolve().parents[1]
 KIT = ROOT / "adapters" / "javascript" / "bin" / "envreplica-migration-adapter.js"
@@ -43,14 +44,12 @@ def _python_adapter(*args: str) -> str:
     return shlex.join([sys.executable, "-m", "envreplica.cli.main", "adapter", "--protocol", "migration", *args])
 
 
-def row(name: str, examples: int, shared, modes=None) -> tuple[str, int, int, float]:
+def _closing(name: str, examples: int, shared, modes=None) -> Row:
+    """``migration_rows.row``, the adapter closed after it."""
     try:
-        report = R.run_migration_lockstep("ci", max_examples=examples, shared=shared, modes=modes)
+        return row(name, examples, shared, modes)
     finally:
         shared.close()
-    if not report.ok:
-        sys.exit(f"{name}: the lockstep failed: {report.divergence}")
-    return name, report.examples, report.moves, report.seconds
 
 
 def main() -> int:
@@ -61,28 +60,21 @@ def main() -> int:
     args = parser.parse_args()
     console = Console()
     fixed = MigrationVariant.FIXED
-    rows = [row("in-process", args.examples, Shared(), ((Mode.THREAD, 100),)),
-            row("python adapter (thread)", args.examples,
-                AdapterShared(_python_adapter("--impl", "paired", "--modes", "thread"), fixed)),
-            row("python adapter (fork)", args.examples,
-                AdapterShared(_python_adapter("--impl", "paired", "--modes", "fork"), fixed)),
-            row("model adapter", args.examples, AdapterShared(_python_adapter("--impl", "model"), fixed))]
+    rows = [_closing("in-process", args.examples, Shared(), ((Mode.THREAD, 100),)),
+            _closing("python adapter (thread)", args.examples,
+                     AdapterShared(_python_adapter("--impl", "paired", "--modes", "thread"), fixed)),
+            _closing("python adapter (fork)", args.examples,
+                     AdapterShared(_python_adapter("--impl", "paired", "--modes", "fork"), fixed)),
+            _closing("model adapter", args.examples, AdapterShared(_python_adapter("--impl", "model"), fixed))]
     source: Optional[str] = args.seed_source
     if source and Path(source).is_file():
         command = shlex.join(["node", str(KIT), "--source", source])
-        rows.append(row("javascript kit (seed)", args.examples, AdapterShared(command, MigrationVariant.SEED)))
+        rows.append(_closing("javascript kit (seed)", args.examples, AdapterShared(command, MigrationVariant.SEED)))
     else:
         console.print("no seed source (--seed-source or ENVREPLICA_SEED_MIGRATION_SOURCE): the JavaScript kit's "
                       "row is left out")
-    base = next(r for r in rows if r[0] == "python adapter (thread)")
-    base_rate = base[2] / base[3]
-    table = Table(title=f"migration lockstep through adapters, {platform.python_implementation()} "
-                        f"{platform.python_version()}, {os.cpu_count()} CPUs")
-    for col in ("run", "examples", "moves", "seconds", "moves/s", "× python adapter"):
-        table.add_column(col, justify="left" if col == "run" else "right")
-    for name, examples, moves, seconds in rows:
-        rate = moves / seconds
-        table.add_row(name, f"{examples:,}", f"{moves:,}", f"{seconds:.1f}", f"{rate:,.1f}", f"{rate / base_rate:.2f}")
+    table, _ = rates(f"migration lockstep through adapters, {platform.python_implementation()} "
+                     f"{platform.python_version()}, {os.cpu_count()} CPUs", rows, "python adapter (thread)", 1)
     console.print(table)
     return 0
 

@@ -23,14 +23,17 @@ import argparse
 import platform
 import sys
 import time
+from pathlib import Path
 
 from rich.console import Console
-from rich.table import Table
 
 from envreplica.conformance.migration import run as R
 from envreplica.conformance.migration.example import Shared
 from envreplica.conformance.migration.invocations import Mode
 from envreplica.conformance.migration.sides import ModelSide
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from migration_rows import rates, row  # noqa: E402  (bench/migration_rows.py, beside this file)
 
 
 class _ModelAsReal(ModelSide):
@@ -44,13 +47,6 @@ class _ModelAsReal(ModelSide):
 
     def close(self) -> None:
         pass
-
-
-def row(shared: Shared, name: str, examples: int, modes) -> tuple[str, int, int, float]:
-    report = R.run_migration_lockstep("ci", max_examples=examples, modes=modes, shared=shared)
-    if not report.ok:
-        sys.exit(f"{name}: the lockstep failed: {report.divergence}")
-    return name, report.examples, report.moves, report.seconds
 
 
 def main() -> int:
@@ -68,23 +64,17 @@ def main() -> int:
         real_side = E.RealSide
         E.RealSide = _ModelAsReal  # type: ignore[misc, assignment]
         try:
-            rows.append(row(shared, "model only", args.examples, ((Mode.THREAD, 100),)))
+            rows.append(row("model only", args.examples, shared, ((Mode.THREAD, 100),)))
         finally:
             E.RealSide = real_side  # type: ignore[misc]
-        rows.append(row(shared, "in-process", args.examples, ((Mode.THREAD, 100),)))
-        rows.append(row(shared, "forked", args.examples, ((Mode.FORK, 100),)))
-        rows.append(row(shared, "exec", args.exec_examples, ((Mode.EXEC, 100),)))
-        rows.append(row(shared, "ci mix", args.examples, R.PROFILE_MODES["ci"]))
+        rows.append(row("in-process", args.examples, shared, ((Mode.THREAD, 100),)))
+        rows.append(row("forked", args.examples, shared, ((Mode.FORK, 100),)))
+        rows.append(row("exec", args.exec_examples, shared, ((Mode.EXEC, 100),)))
+        rows.append(row("ci mix", args.examples, shared, R.PROFILE_MODES["ci"]))
     finally:
         shared.close()
-    base = next(r for r in rows if r[0] == "in-process")
-    base_rate = base[2] / base[3]
-    table = Table(title=f"migration lockstep, {platform.python_implementation()} {platform.python_version()}")
-    for col in ("run", "examples", "moves", "seconds", "moves/s", "× in-process"):
-        table.add_column(col, justify="left" if col == "run" else "right")
-    for name, examples, moves, seconds in rows:
-        rate = moves / seconds
-        table.add_row(name, f"{examples:,}", f"{moves:,}", f"{seconds:.1f}", f"{rate:,.0f}", f"{rate / base_rate:.2f}")
+    table, base_rate = rates(f"migration lockstep, {platform.python_implementation()} {platform.python_version()}",
+                             rows, "in-process", 0)
     console.print(table)
     from envreplica.conformance.replica import lockstep_settings, run_lockstep
 

@@ -22,10 +22,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Optional, cast
 
-from envreplica.checker import itf, lines
-from envreplica.checker.bfs import Model, Result, Violation, check
-from envreplica.checker.liveness import ClosureBudgetExceeded, Liveness, closure_budget, stuck_states
-from envreplica.checker.progress import ProgressHook, suite_tick
+from envreplica.checker import itf, lines, suites
+from envreplica.checker.bfs import Model, Violation, check
+from envreplica.checker.liveness import ClosureBudgetExceeded, closure_budget, stuck_states
+from envreplica.checker.progress import ProgressHook
 from envreplica.model import lock as ml
 from envreplica.spec import lock as spec
 
@@ -58,47 +58,16 @@ def build_model(cfg: ml.LockBounds, symmetry: bool = True, invariants: Optional[
     )
 
 
-@dataclass
-class LockRun:
-    """A check of one bounds: the search, and the liveness check (None when the search stopped early)."""
+class LockRun(suites.BoundsRun[ml.LockBounds, ml.LockState]):
+    """A check of one bounds of the lock (``checker.suites.BoundsRun``), with ``spec.lock``'s "sometimes"."""
 
-    bounds: ml.LockBounds
-    result: Result
-    liveness: Optional[Liveness[ml.LockState]]
-    stuck: Optional[Violation]  # the shortest path to a stuck state
-    seconds: float
-
-    @property
-    def missed(self) -> list[str]:
-        """The "sometimes" properties never witnessed at these bounds."""
-        return [p.name for p in spec.SOMETIMES if p.name not in self.result.witnessed]
-
-    @property
-    def safe(self) -> bool:
-        return not self.result.violations and self.liveness is not None and self.liveness.ok
+    SOMETIMES = spec.SOMETIMES
 
 
-@dataclass
-class SuiteRun:
-    """A bounds suite: each bounds' run; "sometimes" properties count when witnessed in any of them."""
+class SuiteRun(suites.SuiteRun[LockRun]):
+    """A bounds suite of the lock (``checker.suites.SuiteRun``)."""
 
-    runs: list[LockRun]
-
-    @property
-    def missed(self) -> list[str]:
-        return [p.name for p in spec.SOMETIMES if all(p.name in r.missed for r in self.runs)]
-
-    @property
-    def ok(self) -> bool:
-        return all(r.safe for r in self.runs) and not self.missed
-
-    @property
-    def seconds(self) -> float:
-        return sum(r.seconds for r in self.runs)
-
-    @property
-    def states(self) -> int:
-        return sum(r.result.states for r in self.runs)
+    SOMETIMES = spec.SOMETIMES
 
 
 def operator_actions(cfg: ml.LockBounds, st: ml.LockState) -> list[ml.Action]:
@@ -218,15 +187,8 @@ def run_suite(bounds: tuple[ml.LockBounds, ...], liveness: bool = True, stop_on_
     """Each bounds of a suite, in order (with ``stop_on_first``: up to the first bounds that fails). ``progress``
     is told the states reached so far, over the suite's bounds together, and which bounds and phase it is at
     (``checker.migration``'s ticks)."""
-    runs: list[LockRun] = []
-    for i, b in enumerate(bounds):
-        before = sum(r.result.states for r in runs)
-        where = f"bounds {b.name} ({i + 1}/{len(bounds)})"
-        hook = None if progress is None else partial(suite_tick, progress, before, where)
-        runs.append(run(b, liveness, stop_on_first, symmetry, hook))
-        if stop_on_first and not runs[-1].safe:
-            break
-    return SuiteRun(runs)
+    return SuiteRun(suites.run_each(bounds, lambda b, hook: run(b, liveness, stop_on_first, symmetry, hook),
+                                    stop_on_first, progress))
 
 
 # ---------------------------------------------------------------------------

@@ -25,15 +25,14 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Optional, cast
 
-from envreplica.checker import itf, lines
-from envreplica.checker.bfs import Model, Result, Violation, check
-from envreplica.checker.liveness import ClosureBudgetExceeded, Liveness, closure_budget, stuck_states
-from envreplica.checker.progress import ProgressHook, suite_tick
+from envreplica.checker import itf, lines, suites
+from envreplica.checker.bfs import Model, Violation, check
+from envreplica.checker.liveness import ClosureBudgetExceeded, closure_budget, stuck_states
+from envreplica.checker.progress import ProgressHook
 from envreplica.model import migration as mm
 from envreplica.spec import migration as spec
 
@@ -62,60 +61,24 @@ def build_model(cfg: mm.MigrationBounds, invariants: Optional[tuple[spec.Propert
     )
 
 
-@dataclass
-class MigrationRun:
-    """A check of one bounds: the search, and the liveness check (None when the search stopped early)."""
+class MigrationRun(suites.BoundsRun[mm.MigrationBounds, mm.MigrationState]):
+    """A check of one bounds of the migration (``checker.suites.BoundsRun``), with ``spec.migration``'s "sometimes"."""
 
-    bounds: mm.MigrationBounds
-    result: Result
-    liveness: Optional[Liveness[mm.MigrationState]]
-    stuck: Optional[Violation]  # the shortest path to a stuck state
-    seconds: float
-
-    @property
-    def missed(self) -> list[str]:
-        """The "sometimes" properties never witnessed at these bounds."""
-        return [p.name for p in spec.SOMETIMES if p.name not in self.result.witnessed]
-
-    @property
-    def safe(self) -> bool:
-        """No invariant or step property violated, and from no reached state is the operator stuck."""
-        return not self.result.violations and self.liveness is not None and self.liveness.ok
+    SOMETIMES = spec.SOMETIMES
 
 
-@dataclass
-class SuiteRun:
-    """A bounds suite: each bounds' run; "sometimes" properties count when witnessed in any of them."""
+class SuiteRun(suites.SuiteRun[MigrationRun]):
+    """A bounds suite of the migration (``checker.suites.SuiteRun``)."""
 
-    runs: list[MigrationRun]
-
-    @property
-    def missed(self) -> list[str]:
-        """The "sometimes" properties witnessed at none of the suite's bounds."""
-        return [p.name for p in spec.SOMETIMES if all(p.name in r.missed for r in self.runs)]
-
-    @property
-    def ok(self) -> bool:
-        return all(r.safe for r in self.runs) and not self.missed
-
-    @property
-    def seconds(self) -> float:
-        return sum(r.seconds for r in self.runs)
+    SOMETIMES = spec.SOMETIMES
 
 
 def run_suite(bounds: tuple[mm.MigrationBounds, ...], liveness: bool = True, stop_on_first: bool = False,
               progress: Optional[ProgressHook] = None) -> SuiteRun:
     """Each bounds of a suite, in order (with ``stop_on_first``: up to the first bounds that fails). ``progress``
     is told the states reached so far, over the suite's bounds together, and which bounds and phase it is at."""
-    runs: list[MigrationRun] = []
-    for i, b in enumerate(bounds):
-        before = sum(r.result.states for r in runs)
-        where = f"bounds {b.name} ({i + 1}/{len(bounds)})"
-        hook = None if progress is None else partial(suite_tick, progress, before, where)
-        runs.append(run(b, liveness, stop_on_first, hook))
-        if stop_on_first and not runs[-1].safe:
-            break
-    return SuiteRun(runs)
+    return SuiteRun(suites.run_each(bounds, lambda b, hook: run(b, liveness, stop_on_first, hook),
+                                    stop_on_first, progress))
 
 
 def operator_successors(cfg: mm.MigrationBounds, st: mm.MigrationState) -> list[mm.MigrationState]:

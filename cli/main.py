@@ -654,6 +654,26 @@ def _started_adapter(command: str, timeout: float, start_timeout: Optional[float
     return driver
 
 
+def _through_started_adapter(args, variant, shared_type, broken_type, section: str, through) -> int:
+    """What ``_migration_conformance`` and ``_lock_conformance`` share: the outputs checked writable, the adapter
+    started and declared (``shared_type``, the protocol's ``AdapterShared``; a break on its ``hello``, its
+    ``broken_type``, is exit 2 naming docs/protocol.md section ``section``), then ``through``'s exit status (the
+    lockstep through the started adapter, its progress on the command's stages)."""
+    _outputs_writable(args.junit, getattr(args, "report", None))
+    timeout, start = _timeouts(args)
+    with _stages(args, "conformance") as stages:
+        try:
+            shared = shared_type(args.adapter, variant, timeout=timeout, start_timeout=start,
+                                 waiting=_waiting_for_start(stages, args.adapter, "hello", start))
+        except broken_type as error:
+            raise UsageError(f"the adapter could not be run, so nothing was checked: it broke on its first request "
+                             f"(`hello`): {error}; {_adapter_rule(section)}"
+                             f"{_first_answer_hint(error.timed_out and error.request <= 1)}") from None
+        finally:
+            stages.end("adapter start-up")
+        return through(args, shared, variant, stages)
+
+
 def _migration_conformance(args) -> int:
     """``envreplica conformance --protocol migration``: the migration lockstep through an adapter (docs/protocol.md,
     section 11); exit 0 when it agrees, 1 on a divergence, 2 when the adapter could not be run."""
@@ -665,19 +685,7 @@ def _migration_conformance(args) -> int:
     if args.traces:
         raise UsageError("--traces replays the replica's saved requests; --protocol migration has none to replay")
     variant = MigrationVariant(args.variant)
-    _outputs_writable(args.junit, getattr(args, "report", None))
-    timeout, start = _timeouts(args)
-    with _stages(args, "conformance") as stages:
-        try:
-            shared = AdapterShared(args.adapter, variant, timeout=timeout, start_timeout=start,
-                                   waiting=_waiting_for_start(stages, args.adapter, "hello", start))
-        except AdapterBroken as error:
-            raise UsageError(f"the adapter could not be run, so nothing was checked: it broke on its first request "
-                             f"(`hello`): {error}; {_adapter_rule('11')}"
-                             f"{_first_answer_hint(error.timed_out and error.request <= 1)}") from None
-        finally:
-            stages.end("adapter start-up")
-        return _migration_lockstep_through(args, shared, variant, stages)
+    return _through_started_adapter(args, variant, AdapterShared, AdapterBroken, "11", _migration_lockstep_through)
 
 
 def _migration_lockstep_through(args, shared, variant, stages: Stages) -> int:
@@ -782,19 +790,7 @@ def _lock_conformance(args) -> int:
     if args.traces:
         raise UsageError("--traces replays the replica's saved requests; --protocol lock has none to replay")
     variant = ml.Variant(args.variant)
-    _outputs_writable(args.junit, getattr(args, "report", None))
-    timeout, start = _timeouts(args)
-    with _stages(args, "conformance") as stages:
-        try:
-            shared = AdapterShared(args.adapter, variant, timeout=timeout, start_timeout=start,
-                                   waiting=_waiting_for_start(stages, args.adapter, "hello", start))
-        except AdapterBroken as error:
-            raise UsageError(f"the adapter could not be run, so nothing was checked: it broke on its first request "
-                             f"(`hello`): {error}; {_adapter_rule('12')}"
-                             f"{_first_answer_hint(error.timed_out and error.request <= 1)}") from None
-        finally:
-            stages.end("adapter start-up")
-        return _lock_lockstep_through(args, shared, variant, stages)
+    return _through_started_adapter(args, variant, AdapterShared, AdapterBroken, "12", _lock_lockstep_through)
 
 
 def _lock_lockstep_through(args, shared, variant, stages: Stages) -> int:
@@ -1106,6 +1102,17 @@ def _migration_lockstep(args, stages: Optional[Board] = None) -> dict:
             **({"trace": str(trace)} if trace is not None else {})}
 
 
+def _seed_or_fixed(args, gate: bool, variants, model: str):
+    """The variant of ``variants`` (a protocol's, seed or fixed) that ``model``'s check runs: ``--variant``'s; in
+    the ``gate`` (beside the replica's check), a replica-only variant such as fix-f1 takes the fixed one; any other
+    replica variant is refused."""
+    if gate and args.variant != variants.SEED.value:
+        return variants.FIXED
+    if args.variant not in (variants.SEED.value, variants.FIXED.value):
+        raise UsageError(f"--variant {args.variant} is the replica's; {model} takes seed or fixed")
+    return variants(args.variant)
+
+
 def _migration_check(args, name: str, gate: bool = False, stages: Optional[Board] = None) -> int:
     """The paired writer migration's model check (``checker.migration``) at bounds suite ``name``: a table,
     each violation's and each stuck state's shortest trace, the "sometimes" properties never witnessed.
@@ -1114,13 +1121,7 @@ def _migration_check(args, name: str, gate: bool = False, stages: Optional[Board
     from envreplica.model import migration as mm
     from envreplica.spec import migration as spec
 
-    if gate and args.variant != mm.MigrationVariant.SEED.value:
-        variant = mm.MigrationVariant.FIXED
-    elif args.variant not in (mm.MigrationVariant.SEED.value, mm.MigrationVariant.FIXED.value):
-        raise UsageError(f"--variant {args.variant} is the replica's; the paired writer migration's model "
-                         f"takes seed or fixed")
-    else:
-        variant = mm.MigrationVariant(args.variant)
+    variant = _seed_or_fixed(args, gate, mm.MigrationVariant, "the paired writer migration's model")
     console.print(f"\n[bold]migration model check[/]: the paired writer migration and its recovery "
                   f"(bounds {name}, variant {variant.value}; reading {mm.Reading()})")
     with (stages or _stages(args)).stage("migration model check") as progress:
@@ -1171,13 +1172,7 @@ def _lock_check(args, name: str, gate: bool = False, stages: Optional[Board] = N
     from envreplica.model import lock as ml
     from envreplica.spec import lock as spec
 
-    if gate and args.variant != ml.Variant.SEED.value:
-        variant = ml.Variant.FIXED
-    elif args.variant not in (ml.Variant.SEED.value, ml.Variant.FIXED.value):
-        raise UsageError(f"--variant {args.variant} is the replica's; the projection lock's model takes seed or "
-                         f"fixed")
-    else:
-        variant = ml.Variant(args.variant)
+    variant = _seed_or_fixed(args, gate, ml.Variant, "the projection lock's model")
     console.print(f"\n[bold]lock model check[/]: the projection lock, a kill at any step "
                   f"(bounds {name}, variant {variant.value})")
     with (stages or _stages(args)).stage("lock model check") as progress:

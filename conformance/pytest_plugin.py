@@ -186,7 +186,20 @@ class ConformanceFailed(Exception):
         self.text = text
 
 
-class ConformanceItem(pytest.Item):
+class _Reported(pytest.Item):
+    """How an envreplica item reports itself: a ``ConformanceFailed`` as its own text (no traceback), its place as
+    ``envreplica::NAME``."""
+
+    def repr_failure(self, excinfo, style=None):
+        if isinstance(excinfo.value, ConformanceFailed):
+            return excinfo.value.text
+        return super().repr_failure(excinfo, style=style)
+
+    def reportinfo(self):
+        return self.path, None, f"envreplica::{self.name}"
+
+
+class ConformanceItem(_Reported):
     """One lockstep run of the adapter against the model under one variant."""
 
     def __init__(self, *, variant: str, **kwargs: Any) -> None:
@@ -388,18 +401,8 @@ class ConformanceItem(pytest.Item):
         print(note)
         self.config.stash[_NOTES].append(note)
 
-    # -- reporting ----------------------------------------------------------------
 
-    def repr_failure(self, excinfo, style=None):
-        if isinstance(excinfo.value, ConformanceFailed):
-            return excinfo.value.text
-        return super().repr_failure(excinfo, style=style)
-
-    def reportinfo(self):
-        return self.path, None, f"envreplica::{self.name}"
-
-
-class ReplayItem(pytest.Item):
+class ReplayItem(_Reported):
     """One saved trace replayed through the adapter beside the model (``envreplica.conformance.replay``)."""
 
     def __init__(self, *, trace: Path, variant: Optional[str], **kwargs: Any) -> None:
@@ -436,14 +439,6 @@ class ReplayItem(pytest.Item):
             raise ConformanceFailed(f"the implementation parts from the envreplica model replaying {self.trace} "
                                     f"({result.protocol}, variant {result.variant}): {result.divergence}\n\n"
                                     f"{result.text}")
-
-    def repr_failure(self, excinfo, style=None):
-        if isinstance(excinfo.value, ConformanceFailed):
-            return excinfo.value.text
-        return super().repr_failure(excinfo, style=style)
-
-    def reportinfo(self):
-        return self.path, None, f"envreplica::{self.name}"
 
 
 def _never_ran(report) -> bool:

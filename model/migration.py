@@ -630,6 +630,17 @@ def _fenced(st: MigrationState, i: int, admission: Admission) -> MigrationState:
 # ---------------------------------------------------------------------------
 
 
+def _opened(st: MigrationState, proc: Proc, i: int, then: Pc, done: str) -> tuple[MigrationState, Result]:
+    """``completeStorageMaintenance`` on store ``i`` (the migration's last steps, and the recovery's): open to
+    writers again; after the first store, ``then``; after the second, the invocation returns ``done``."""
+    if st.stores[i].admission is not Admission.OPEN and (problem := _unwritable(st, i)) is not None:
+        return _refuse(st, proc, problem)
+    st = _store(st, i, admission=Admission.OPEN)
+    if i == 0:
+        return _go(st, proc, then)
+    return _end(st, proc), Done(done)
+
+
 def prepare(cfg: MigrationBounds, st: MigrationState, proc: Proc) -> tuple[MigrationState, Result]:
     """``prepare`` (no request published yet) or ``restore`` (rerun: the published request, from its file).
     First the input and the environment (the implementation's contract; no fault, no refusal): one store named
@@ -778,12 +789,7 @@ def publish_result(cfg: MigrationBounds, st: MigrationState, proc: Proc) -> tupl
 
 def complete_maintenance(cfg: MigrationBounds, st: MigrationState, proc: Proc, i: int) -> tuple[MigrationState, Result]:
     """``completeStorageMaintenance``: the store is open to writers again; after the second, it returns."""
-    if st.stores[i].admission is not Admission.OPEN and (problem := _unwritable(st, i)) is not None:
-        return _refuse(st, proc, problem)
-    st = _store(st, i, admission=Admission.OPEN)
-    if i == 0:
-        return _go(st, proc, Pc.COMPLETE_RESOURCE)
-    return _end(st, proc), Done("migrated")
+    return _opened(st, proc, i, Pc.COMPLETE_RESOURCE, "migrated")
 
 
 # ---------------------------------------------------------------------------
@@ -892,12 +898,7 @@ def publish_recovery_result(cfg: MigrationBounds, st: MigrationState, proc: Proc
 
 def reopen(cfg: MigrationBounds, st: MigrationState, proc: Proc, i: int) -> tuple[MigrationState, Result]:
     """``completeStorageMaintenance`` after the recovery: the store is open again; after the second, it returns."""
-    if st.stores[i].admission is not Admission.OPEN and (problem := _unwritable(st, i)) is not None:
-        return _refuse(st, proc, problem)
-    st = _store(st, i, admission=Admission.OPEN)
-    if i == 0:
-        return _go(st, proc, Pc.REOPEN_RESOURCE)
-    return _end(st, proc), Done("recovered")
+    return _opened(st, proc, i, Pc.REOPEN_RESOURCE, "recovered")
 
 
 #: Each program counter's step: (function, extra arguments).

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from envreplica.report import tables as T
-from envreplica.report.traces import Divergence, Replayer, TraceView, breaking_step, model_steps
+from envreplica.report.traces import Divergence, Replayer, TraceView, Words, counterexample_break, model_steps
 from envreplica.report.values import flatten, pretty
 
 
@@ -73,18 +73,6 @@ def _inside(state: dict) -> Optional[str]:
     return ", ".join(inside) or "nobody"
 
 
-def _property(name: str) -> tuple[str, str, Any]:
-    """(kind, statement, the property or None) of a lock property's name."""
-    from envreplica.spec import lock as spec
-
-    for prop in (*spec.INVARIANTS, *spec.STEP_PROPERTIES):
-        if prop.name == name:
-            return prop.kind, prop.statement, prop
-    if name == spec.RECOVERABLE[0]:
-        return "bounded liveness", spec.RECOVERABLE[1], None
-    return "?", "", None
-
-
 def _bounds(meta: dict) -> Any:
     """The trace's bounds: its suite's bounds of that name, with the trace's fixes."""
     from envreplica.model import lock as ml
@@ -94,21 +82,20 @@ def _bounds(meta: dict) -> Any:
     return next(b for b in ml.suite(str(meta["suite"]), variant, fixes) if b.name == meta["bounds"])
 
 
-def _breaks(doc: dict, meta: dict) -> tuple[Optional[int], str]:
-    """The step at which the counterexample's property first fails, and the sentence saying so:
-    ``traces.breaking_step`` on the lock model at the trace's bounds and fixes."""
+def _breaks(doc: dict, meta: dict, steps: list) -> tuple[str, str, str, Optional[int], str]:
+    """The counterexample's property, and the step at which it first fails (marked in ``steps``) with the sentence
+    saying so: ``traces.counterexample_break`` on the lock model at the trace's bounds and fixes."""
     from envreplica.checker import lock as cl
     from envreplica.model import lock as ml
+    from envreplica.spec import lock as spec
 
     def replayer() -> Replayer:
         cfg = _bounds(meta)
         return Replayer(lambda: ml.init(cfg), lambda st, a: ml.next_state(cfg, st, a), cl.action_from_json,
                         cl.state_vars, cl.LOCK_VARS)
 
-    name = str(meta.get("violated") or "")
-    kind, statement, prop = _property(name)
-    return breaking_step(doc, name, kind, statement, prop, replayer, "lock model",
-                         "the checker's liveness check found no way the processes alone settle from it")
+    return counterexample_break(doc, meta, steps, spec, replayer, "lock model",
+                                "the checker's liveness check found no way the processes alone settle from it")
 
 
 def _sequence(doc: dict, breaks_at: Optional[int], prefix: str) -> Any:
@@ -123,11 +110,8 @@ def _sequence(doc: dict, breaks_at: Optional[int], prefix: str) -> Any:
                                     "exclusion broken), the breaking step in red")
 
 
-def _labelled(view: TraceView) -> TraceView:
-    """``view`` with the lock's words for the page's columns: the step's call, who is inside after it."""
-    view.function_header, view.gate_header, view.gate_word = "call", "inside after", "inside"
-    view.request_word, view.answers_word = "step", "answers"
-    return view
+#: The lock's words for the page's columns: the step's call, who is inside after it.
+WORDS = Words("call", "inside after", "inside", "step")
 
 
 def read_trace(path: Path, doc: dict, meta: dict, impl_factory: Optional[Callable[[], Any]],
@@ -137,15 +121,11 @@ def read_trace(path: Path, doc: dict, meta: dict, impl_factory: Optional[Callabl
     tables = [_tables(st) for st in states]
     steps, lockstep, parting = model_steps(doc, tables, _inside)
     if not lockstep:
-        name = str(meta.get("violated") or "")
-        kind, statement, _ = _property(name)
-        at, note = _breaks(doc, meta)
-        if at is not None and at < len(steps):
-            steps[at].breaks = True
+        name, kind, statement, at, note = _breaks(doc, meta, steps)
         title = f"counterexample: {name or meta.get('description') or path.name}"
         if meta.get("finding"):
             title += f" (finding {meta['finding']})"
-        return _labelled(TraceView(
+        return WORDS.on(TraceView(
             str(path), "counterexample", title, meta, [(name, kind, statement, "violated")] if name else [], steps,
             _sequence(doc, at, prefix), final=T.full(tables[-1]), prefix=prefix, breaks_at=at, breaks_note=note,
             finding=str(meta.get("finding") or "")))
@@ -160,7 +140,7 @@ def read_trace(path: Path, doc: dict, meta: dict, impl_factory: Optional[Callabl
     fixes = ", ".join(meta.get("fixes") or []) or "none"
     verdicts = [("lock lockstep", "model vs implementation", f"fixes: {fixes}: every call, answer and the directory "
                  f"equal", "diverged")]
-    return _labelled(TraceView(
+    return WORDS.on(TraceView(
         str(path), "divergence", f"lock lockstep divergence: {path.name}", meta, verdicts, steps, None,
         final=T.full(tables[-1]), divergence=divergence, prefix=prefix, breaks_at=parting,
         breaks_note=f"the implementation parts from the model at step #{parting}",

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from envreplica.report import tables as T
-from envreplica.report.traces import Divergence, Replayer, TraceView, breaking_step, model_steps
+from envreplica.report.traces import Divergence, Replayer, TraceView, Words, counterexample_break, model_steps
 from envreplica.report.values import flatten, pretty
 
 #: The stores' names, by index (``spec.migration.STORES``).
@@ -72,23 +72,13 @@ def _fences(state: dict) -> Optional[str]:
                      for i, s in enumerate(stores) if isinstance(s, dict))
 
 
-def _property(name: str) -> tuple[str, str, Any]:
-    """(kind, statement, the property or None) of a migration property's name."""
-    from envreplica.spec import migration as spec
-
-    for prop in (*spec.INVARIANTS, *spec.STEP_PROPERTIES):
-        if prop.name == name:
-            return prop.kind, prop.statement, prop
-    if name == spec.RECOVERABLE[0]:
-        return "bounded liveness", spec.RECOVERABLE[1], None
-    return "?", "", None
-
-
-def _breaks(doc: dict, meta: dict) -> tuple[Optional[int], str]:
-    """The step at which the counterexample's property first fails, and the sentence saying so (or why no step
-    is marked): ``traces.breaking_step`` on the migration model at the trace's bounds."""
+def _breaks(doc: dict, meta: dict, steps: list) -> tuple[str, str, str, Optional[int], str]:
+    """The counterexample's property, and the step at which it first fails (marked in ``steps``) with the sentence
+    saying so (or why no step is marked): ``traces.counterexample_break`` on the migration model at the trace's
+    bounds."""
     from envreplica.checker import migration as cm
     from envreplica.model import migration as mm
+    from envreplica.spec import migration as spec
 
     def replayer() -> Replayer:
         cfg = next(b for b in mm.suite(str(meta["suite"]), mm.MigrationVariant(meta["variant"]))
@@ -96,17 +86,12 @@ def _breaks(doc: dict, meta: dict) -> tuple[Optional[int], str]:
         return Replayer(lambda: mm.init(cfg), lambda st, a: mm.next_state(cfg, st, a), cm.action_from_json,
                         cm.state_vars, cm.MIGRATION_VARS)
 
-    name = str(meta.get("violated") or "")
-    kind, statement, prop = _property(name)
-    return breaking_step(doc, name, kind, statement, prop, replayer, "migration model",
-                         "the checker's liveness check found none of the operator's reruns settles from it")
+    return counterexample_break(doc, meta, steps, spec, replayer, "migration model",
+                                "the checker's liveness check found none of the operator's reruns settles from it")
 
 
-def _labelled(view: TraceView) -> TraceView:
-    """``view`` with the migration's words for the page's columns: the seed's step, the stores' fences, a move."""
-    view.function_header, view.gate_header, view.gate_word = "seed step", "fences after", "fences"
-    view.request_word, view.answers_word = "move", "answers"
-    return view
+#: The migration's words for the page's columns: the seed's step, the stores' fences after it, a move.
+WORDS = Words("seed step", "fences after", "fences", "move")
 
 
 def read_trace(path: Path, doc: dict, meta: dict, impl_factory: Optional[Callable[[], Any]],
@@ -116,12 +101,8 @@ def read_trace(path: Path, doc: dict, meta: dict, impl_factory: Optional[Callabl
     tables = [_tables(st) for st in states]
     steps, lockstep, parting = model_steps(doc, tables, _fences)
     if not lockstep:
-        name = str(meta.get("violated") or "")
-        kind, statement, _ = _property(name)
-        at, note = _breaks(doc, meta)
-        if at is not None and at < len(steps):
-            steps[at].breaks = True
-        return _labelled(TraceView(
+        name, kind, statement, at, note = _breaks(doc, meta, steps)
+        return WORDS.on(TraceView(
             str(path), "counterexample", f"counterexample: {name or meta.get('description') or path.name}", meta,
             [(name, kind, statement, "violated")] if name else [], steps, None, final=T.full(tables[-1]),
             prefix=prefix, breaks_at=at, breaks_note=note))
@@ -144,7 +125,7 @@ def read_trace(path: Path, doc: dict, meta: dict, impl_factory: Optional[Callabl
     fixes = ", ".join(meta.get("fixes") or []) or "none"
     verdicts = [("migration lockstep", "model vs implementation", f"bounds {meta.get('cfg', '?')} (fixes: {fixes}): "
                  f"every answer and the files equal", "diverged")]
-    return _labelled(TraceView(
+    return WORDS.on(TraceView(
         str(path), "divergence", f"migration lockstep divergence: {path.name}", meta, verdicts, steps, None,
         final=T.full(tables[-1]), divergence=divergence, prefix=prefix, breaks_at=parting,
         breaks_note=f"the implementation parts from the model at step #{parting}",

@@ -147,6 +147,24 @@ class TraceView:
         return out
 
 
+@dataclass(frozen=True)
+class Words:
+    """A protocol's words for the page's columns (``TraceView``'s ``function_header`` to ``answers_word``)."""
+
+    function_header: str
+    gate_header: str
+    gate_word: str
+    request_word: str
+    answers_word: str = "answers"
+
+    def on(self, view: TraceView) -> TraceView:
+        """``view`` with these words."""
+        view.function_header, view.gate_header, view.gate_word = self.function_header, self.gate_header, \
+            self.gate_word
+        view.request_word, view.answers_word = self.request_word, self.answers_word
+        return view
+
+
 def _tokens_of(request: Any) -> list[str]:
     """The project ids and keys a request names (for the filter)."""
     out: list[str] = []
@@ -291,6 +309,30 @@ def breaking_step(doc: dict, name: str, kind: str, statement: str, prop: Any, re
         return None, (f"the trace's actions could not be replayed on the model ({type(error).__name__}: {error}): "
                       f"no step is marked")
     return None, f"replayed on this model, no step of the trace breaks {name}: no step is marked"
+
+
+def property_of(spec: Any, name: str) -> tuple[str, str, Any]:
+    """(kind, statement, the property or None) of a property's ``name`` in ``spec``, a protocol's spec module
+    (``INVARIANTS``, ``STEP_PROPERTIES``, ``RECOVERABLE``: the migration's, the lock's); ``("?", "", None)`` for a
+    name it does not hold."""
+    for prop in (*spec.INVARIANTS, *spec.STEP_PROPERTIES):
+        if prop.name == name:
+            return prop.kind, prop.statement, prop
+    if name == spec.RECOVERABLE[0]:
+        return "bounded liveness", spec.RECOVERABLE[1], None
+    return "?", "", None
+
+
+def counterexample_break(doc: dict, meta: dict, steps: list, spec: Any, replayer: Callable[[], Replayer],
+                         model: str, stuck_why: str) -> tuple[str, str, str, Optional[int], str]:
+    """A protocol's counterexample: its property (``#meta.violated``, looked up in ``spec``: ``property_of``) as
+    its name, kind and statement, then ``breaking_step``'s step and sentence, that step marked in ``steps``."""
+    name = str(meta.get("violated") or "")
+    kind, statement, prop = property_of(spec, name)
+    at, note = breaking_step(doc, name, kind, statement, prop, replayer, model, stuck_why)
+    if at is not None and at < len(steps):
+        steps[at].breaks = True
+    return name, kind, statement, at, note
 
 
 def protocol_of(doc: dict) -> str:
@@ -554,4 +596,5 @@ def _mark_reason(tables: list, reason: str) -> None:
 
 
 __all__ = ["ImplementationUnavailable", "READERS", "ReportInputError", "SEED_FUNCTIONS", "StepView", "TraceView",
-           "Divergence", "protocol_of", "read", "read_replica", "resolve", "show"]
+           "Divergence", "Words", "counterexample_break", "property_of", "protocol_of", "read", "read_replica",
+           "resolve", "show"]

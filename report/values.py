@@ -32,16 +32,11 @@ def is_variant(value: Any) -> bool:
 
 
 def unitf(value: Any) -> Any:
-    """An ITF-encoded wire value (``conformance.replica.traces._itf``) back as wire JSON."""
-    if isinstance(value, dict):
-        if is_none(value):
-            return None
-        if set(value) == {"#bigint"}:
-            return int(value["#bigint"])
-        return {k: unitf(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [unitf(v) for v in value]
-    return value
+    """An ITF-encoded wire value (``conformance.replica.traces._itf``) back as wire JSON: ``checker.itf``'s
+    decoding (imported when first asked: a report's other values need none of the checker)."""
+    from envreplica.checker.itf import itf_to_json
+
+    return itf_to_json(value)
 
 
 def safe(text: str) -> str:

@@ -7,6 +7,7 @@ organisation ``o1``, stream ``s1``, attempt ``a1`` and project ``p1``.
 
 from __future__ import annotations
 
+import inspect
 import textwrap
 from typing import Any, Optional
 
@@ -14,6 +15,7 @@ from envreplica.model.store import legacy_envelope, staged_envelope
 
 SID = "0f8fad5b-d9cb-469f-a165-70867728950e"
 SID2 = "1f8fad5b-d9cb-469f-a165-70867728950e"
+SID3 = "2f8fad5b-d9cb-469f-a165-70867728950e"
 
 
 # ---------------------------------------------------------------------------
@@ -115,6 +117,19 @@ def crash(request: dict, after: int) -> dict:
 BOOT = [reset(), begin(), page(), commit()]
 
 
+def serving_a_and_b(values: dict[str, str]) -> list[dict]:
+    """A fresh replica brought to serve p1 {A, B} and p2 {}: the values of A, B and C (``values``) put, staged
+    under SID, SID2 and SID3; a snapshot of p1 and p2, both empty, committed; A and B delivered (C's value waits
+    for its delivery). ``tests/test_integrity.py``'s and ``tests/test_tamper_generated.py``'s replicas."""
+    return [*(put(key, staged(sid), value=values[key]) for key, sid in (("A", SID), ("B", SID2), ("C", SID3))),
+            begin(projects=("p1", "p2")),
+            page([], project="p1"),
+            page([], project="p2"),
+            commit(versions=(("p1", 0), ("p2", 0))),
+            delivery(rec("A", ref=staged(SID)), sequence=1, version=1),
+            delivery(rec("B", ref=staged(SID2)), sequence=2, version=2)]
+
+
 def with_ids(requests: list, start: int = 1) -> list:
     """Number the requests (nested ones from 1000 up) so every response can be matched."""
     out = []
@@ -135,7 +150,19 @@ def with_ids(requests: list, start: int = 1) -> list:
 # A deliberately divergent adapter (run as ``python -c BROKEN_ADAPTER --impl sqlite --test-key``).
 # ---------------------------------------------------------------------------
 
-#: Wraps the real adapter; answers every commit with its ``ok`` flipped (found within a few examples).
+class FlipsCommits:
+    """Put before a driver class: every successful commit answers with its ``ok`` flipped (a divergence at the
+    commit that no fix of the seed's explains)."""
+
+    def handle(self, request):
+        response = super().handle(request)
+        if isinstance(request, dict) and request.get("op") == "commit" and response.get("ok"):
+            response["result"]["ok"] = not response["result"]["ok"]
+        return response
+
+
+#: Wraps the real adapter; answers every commit with its ``ok`` flipped (found within a few examples). A script
+#: of its own (it is written where the adapter runs): ``FlipsCommits`` is written into it.
 BROKEN_ADAPTER = textwrap.dedent("""
     import sys
 
@@ -143,12 +170,10 @@ BROKEN_ADAPTER = textwrap.dedent("""
     from envreplica.conformance.drivers import SqliteDriver
 
 
-    class Broken(SqliteDriver):
-        def handle(self, request):
-            response = super().handle(request)
-            if isinstance(request, dict) and request.get("op") == "commit" and response.get("ok"):
-                response["result"]["ok"] = not response["result"]["ok"]
-            return response
+""") + inspect.getsource(FlipsCommits) + textwrap.dedent("""
+
+    class Broken(FlipsCommits, SqliteDriver):
+        pass
 
 
     adapter.SqliteDriver = Broken

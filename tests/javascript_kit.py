@@ -21,7 +21,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Optional
 
-from typescript_kit import _unavailable
+from typescript_kit import _unavailable, node_problem
 
 ROOT = Path(__file__).resolve().parents[1]
 KIT = ROOT / "adapters" / "javascript"
@@ -32,19 +32,8 @@ MUTANTS = KIT / "test" / "mutants.mjs"
 
 @lru_cache(maxsize=None)
 def _node_problem() -> Optional[str]:
-    node = shutil.which("node")
-    if node is None:
-        return "Node.js is not installed: the JavaScript migration kit needs Node 20.6 or newer (make test installs it)"
-    version = subprocess.run([node, "--version"], capture_output=True, text=True).stdout.strip()
-    try:
-        major, minor = (int(x) for x in version.lstrip("v").split(".")[:2])
-    except ValueError:
-        return f"Node.js {version!r}: cannot read its version"
-    if (major, minor) < (20, 6):
-        return f"Node.js {version} is too old: the JavaScript migration kit needs 20.6 or newer (module.register)"
-    if not (KIT / "node_modules" / "better-sqlite3").is_dir():
-        return f"the JavaScript kit's packages are not installed: run `npm ci` in {KIT} (make test does)"
-    return None
+    return node_problem("the JavaScript migration kit", (20, 6), KIT / "node_modules" / "better-sqlite3",
+                        " (module.register)")
 
 
 def require_kit() -> None:

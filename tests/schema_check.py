@@ -15,9 +15,10 @@ Each distinct JSON value is validated once per definition (a run repeats many).
 
 from __future__ import annotations
 
+import copy
 import json
 from functools import lru_cache
-from typing import Any
+from typing import Any, Iterator
 
 from jsonschema import Draft202012Validator
 from referencing import Registry
@@ -26,6 +27,29 @@ from referencing.jsonschema import DRAFT202012
 from envreplica.spec import schema as S
 from envreplica.spec import wire
 from envreplica.spec.domain import InvalidFrame
+
+
+def places(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[tuple[Any, ...], Any]]:
+    """Every place of a JSON value, the whole first: its path (keys and indexes) and what stands there."""
+    yield path, value
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from places(item, path + (key,))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from places(item, path + (i,))
+
+
+def put(root: Any, path: tuple[Any, ...], value: Any) -> Any:
+    """A copy of the JSON value ``root`` with a copy of ``value`` at ``path`` (``places``')."""
+    if not path:
+        return copy.deepcopy(value)
+    out = copy.deepcopy(root)
+    target = out
+    for step in path[:-1]:
+        target = target[step]
+    target[path[-1]] = copy.deepcopy(value)
+    return out
 
 
 @lru_cache(maxsize=1)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import pytest
 
+from adapter_requests import FlipsCommits
 from envreplica.conformance.drivers import ModelDriver
 from envreplica.conformance.replica import lockstep_settings, run_lockstep
 from envreplica.model.state import ModelConfig, has_fix
@@ -39,14 +40,8 @@ def test_a_divergence_is_named_as_the_fix_the_implementation_lacks(finding, tmp_
     assert f'"finding": "{finding.value}: ' in (tmp_path / "lockstep-fixed.itf.json").read_text()
 
 
-class FlipCommit(ModelDriver):
+class FlipCommit(FlipsCommits, ModelDriver):
     """The model, but every successful commit answers ``ok: false``: no fix of the seed's explains it."""
-
-    def handle(self, request):
-        response = super().handle(request)
-        if isinstance(request, dict) and request.get("op") == "commit" and response.get("ok"):
-            response["result"]["ok"] = not response["result"]["ok"]
-        return response
 
 
 def test_a_divergence_no_fix_explains_is_not_named():

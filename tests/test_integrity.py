@@ -32,12 +32,11 @@ from envreplica.impl.replica import SqliteReplica
 from envreplica.impl.sealing import Sealer
 from envreplica.impl.tables import _auth_mask, _parent_scope
 
-from adapter_requests import SID, SID2, begin, commit, delivery, op, page, put, rec, staged
+from adapter_requests import SID, SID2, SID3, begin, commit, delivery, op, page, put, rec, serving_a_and_b, staged
 
 KEY = os.urandom(32)  # a real, random key: nothing below may depend on the public test key
 PROJECTS = ["p1", "p2"]
 SECRETS = {"A": "secret-A-9f3c1e", "B": "secret-B-77aa02", "C": "secret-C-4d5e6f"}
-SID3 = "2f8fad5b-d9cb-469f-a165-70867728950e"
 
 
 def _req(driver, request: dict) -> dict:
@@ -58,14 +57,8 @@ def ok(driver, request: dict):
 def live(tmp_path):
     """A replica serving p1 {A, B, C} and p2 {}, built by a snapshot and three deliveries."""
     driver = SqliteDriver("fixed", tmp_path / "r.db", master_key=KEY)
-    for key, sid in (("A", SID), ("B", SID2), ("C", SID3)):
-        ok(driver, put(key, staged(sid), value=SECRETS[key]))
-    ok(driver, begin(projects=PROJECTS))
-    ok(driver, page([], project="p1"))
-    ok(driver, page([], project="p2"))
-    ok(driver, commit(versions=(("p1", 0), ("p2", 0))))
-    ok(driver, delivery(rec("A", ref=staged(SID)), sequence=1, version=1))
-    ok(driver, delivery(rec("B", ref=staged(SID2)), sequence=2, version=2))
+    for request in serving_a_and_b(SECRETS):
+        ok(driver, request)
     ok(driver, delivery(rec("C", ref=staged(SID3)), sequence=3, version=3))
     assert served(driver) == {"A": SECRETS["A"], "B": SECRETS["B"], "C": SECRETS["C"]}
     yield driver

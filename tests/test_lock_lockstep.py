@@ -28,6 +28,7 @@ from envreplica.spec.lock import Effect
 
 sys.path.insert(0, str(Path(__file__).parent))
 from lock_mutants import LOCKSTEP_MOVES, MUTANTS, install  # noqa: E402
+from lock_passes import assert_full_coverage, assert_passes  # noqa: E402
 
 #: Examples for our lock's run (every REQUIRED item reached at it, each "sometimes" item several times: measured
 #: 12 to 85 times each at 200) and for each mutant's (a generation budget: a run stops at the first divergence;
@@ -45,15 +46,11 @@ def our_run():
 
 
 def test_our_lock_passes(our_run):
-    assert our_run.passed, "\n".join(our_run.trace(our_run.divergence.cfg))
-    assert our_run.examples >= PASS_EXAMPLES and our_run.moves >= 10 * PASS_EXAMPLES
+    assert_passes(our_run, PASS_EXAMPLES)
 
 
 def test_the_run_reaches_every_sometimes_item_every_step_and_every_answer(our_run):
-    assert our_run.coverage.unreached() == []
-    sometimes = our_run.coverage.sometimes()
-    assert all(count >= 2 for count in sometimes.values()), sometimes
-    assert our_run.coverage.counts["zombie judged"] and our_run.coverage.counts["reused pid judged"]
+    assert_full_coverage(our_run)
 
 
 LOCKSTEP_MUTANTS = [m for m in MUTANTS if m.lockstep]

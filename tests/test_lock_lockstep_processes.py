@@ -37,6 +37,7 @@ from envreplica.model import lock as ml
 sys.path.insert(0, str(Path(__file__).parent))
 from budget import examples  # noqa: E402
 from lock_mutants import BY_NAME, LOCKSTEP_MOVES, install  # noqa: E402
+from lock_passes import assert_full_coverage, assert_passes  # noqa: E402
 
 #: Examples of our lock's run on processes: measured (the derandomized draws are the threads' at the same count),
 #: every REQUIRED item reached, each "sometimes" item at least twice and a zombie and a reused pid judged at 50
@@ -82,15 +83,11 @@ def test_a_run_leaves_no_child_behind():
 
 
 def test_our_lock_passes_on_real_processes(our_run):
-    assert our_run.passed, "\n".join(our_run.trace(our_run.divergence.cfg))
-    assert our_run.examples >= PASS_EXAMPLES and our_run.moves >= 10 * PASS_EXAMPLES
+    assert_passes(our_run, PASS_EXAMPLES)
 
 
 def test_the_process_side_reaches_every_sometimes_item_every_step_and_every_answer(our_run):
-    assert our_run.coverage.unreached() == []
-    sometimes = our_run.coverage.sometimes()
-    assert all(count >= 2 for count in sometimes.values()), sometimes
-    assert our_run.coverage.counts["zombie judged"] and our_run.coverage.counts["reused pid judged"]
+    assert_full_coverage(our_run)
 
 
 @pytest.mark.parametrize("name", ["dead_ticket_waited_for", "release_by_path"])

@@ -408,16 +408,22 @@ def _fenced_pair(pair: Pair) -> None:
     _crashed_after(pair, "maintenance resource")
 
 
-def test_a_fenced_store_says_so_to_this_release(pair):
-    _fenced_pair(pair)
+def _refusal(pair: Pair, check_writer) -> W.WriterVersionError:
+    """What ``check_writer`` (this release's, or the previous release's) raises on the pair's run store."""
     conn = sqlite3.connect(pair.run)
     try:
         with pytest.raises(W.WriterVersionError) as err:
-            W.check_writer(conn)
+            check_writer(conn)
     finally:
         conn.close()
-    text = str(err.value)
-    assert err.value.reason == "fenced" and "fenced for maintenance" in text
+    return err.value
+
+
+def test_a_fenced_store_says_so_to_this_release(pair):
+    _fenced_pair(pair)
+    error = _refusal(pair, W.check_writer)
+    text = str(error)
+    assert error.reason == "fenced" and "fenced for maintenance" in text
     assert f"envreplica migrate --request {pair.request}" in text and "Do not restore a backup" in text
 
 
@@ -426,13 +432,7 @@ def test_a_fenced_store_says_so_to_the_previous_release(pair):
     says what holds the store and what to run (its own closing words cannot be changed now)."""
     _fenced_pair(pair)
     rid = P._request_id(json.loads(pair.request.read_text()))
-    conn = sqlite3.connect(pair.run)
-    try:
-        with pytest.raises(W.WriterVersionError) as err:
-            previous_release.check_writer(conn)
-    finally:
-        conn.close()
-    text = str(err.value)
+    text = str(_refusal(pair, previous_release.check_writer))
     assert f"maintenance:{rid}" in text and "fenced by an envreplica paired migration" in text
     assert f"envreplica migrate --request {pair.request}" in text and "do not restore a backup" in text
 

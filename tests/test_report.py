@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from adapter_requests import BOOT, begin, page, put, rec, reset, with_ids
+from adapter_requests import BOOT, FlipsCommits, begin, page, put, rec, reset, with_ids
 from envreplica.cli.main import main
 from envreplica.conformance.drivers import ModelDriver
 from envreplica.conformance.replica import replay_steps
@@ -325,14 +325,8 @@ def test_no_renderer_shows_the_dot_source(tmp_path, monkeypatch, capsys):
 # ---------------------------------------------------------------------------
 
 
-class FlipCommit(ModelDriver):
+class FlipCommit(FlipsCommits, ModelDriver):
     """The model, but every successful commit answers ``ok: false`` (a divergence at the commit)."""
-
-    def handle(self, request):
-        response = super().handle(request)
-        if isinstance(request, dict) and request.get("op") == "commit" and response.get("ok"):
-            response["result"]["ok"] = not response["result"]["ok"]
-        return response
 
 
 def divergent_trace(out: Path) -> tuple[Path, Path]:

@@ -46,7 +46,7 @@ from envreplica.spec.domain import (
 )
 from envreplica.spec.validator import Validator
 
-from schema_check import Contract, conforms, validator
+from schema_check import Contract, conforms, places, put, validator
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -91,43 +91,19 @@ BASES: list[tuple[str, Callable[[Any], Any], Any]] = [
 ODD = [None, True, False, 0, -1, 2**53, 17, "", "x", "A" * 300, "not a uuid", [], [1], {}, {"kind": "omit"}]
 
 
-def _paths(value: Any, path: tuple = ()) -> Iterator[tuple]:
-    yield path
-    if isinstance(value, dict):
-        for key, item in value.items():
-            yield from _paths(item, path + (key,))
-    elif isinstance(value, list):
-        for i, item in enumerate(value):
-            yield from _paths(item, path + (i,))
-
-
-def _set(root: Any, path: tuple, value: Any) -> Any:
-    if not path:
-        return copy.deepcopy(value)
-    out = copy.deepcopy(root)
-    target = out
-    for step in path[:-1]:
-        target = target[step]
-    target[path[-1]] = value
-    return out
-
-
 def mutations(base: Any) -> Iterator[tuple[str, Any]]:
     """Every structural change of ``base`` at every path: removed or added keys, every odd value."""
-    for path in _paths(base):
-        here = base
-        for step in path:
-            here = here[step]
+    for path, here in places(base):
         if isinstance(here, dict):
             for key in here:
                 smaller = copy.deepcopy(here)
                 del smaller[key]
-                yield f"{path} without {key}", _set(base, path, smaller)
-            yield f"{path} plus a key", _set(base, path, {**here, "extra": 1})
+                yield f"{path} without {key}", put(base, path, smaller)
+            yield f"{path} plus a key", put(base, path, {**here, "extra": 1})
         if isinstance(here, list) and here:
-            yield f"{path} emptied", _set(base, path, [])
+            yield f"{path} emptied", put(base, path, [])
         for odd in ODD:
-            yield f"{path} = {odd!r:.20}", _set(base, path, odd)
+            yield f"{path} = {odd!r:.20}", put(base, path, odd)
 
 
 def _wire_accepts(parse: Callable[[Any], Any], value: Any) -> tuple[bool, str]:

@@ -38,11 +38,10 @@ from envreplica.conformance.drivers import SqliteDriver
 from envreplica.impl import schema, writer
 from envreplica.impl.integrity import TamperDetected
 
-from adapter_requests import SID, SID2, begin, commit, delivery, page, put, rec, staged
+from adapter_requests import SID, SID3, begin, commit, delivery, page, put, rec, serving_a_and_b, staged
 
 KEY = bytes(range(1, 33))
 PROJECTS = ["p1", "p2"]
-SID3 = "2f8fad5b-d9cb-469f-a165-70867728950e"
 SECRETS = {"A": "secret-A-9f3c1e", "B": "secret-B-77aa02", "C": "secret-C-4d5e6f"}
 #: The row that holds each table's set digest (its parent scope), which ``verify`` names when a row of
 #: the table is deleted, inserted or restored whole.
@@ -75,14 +74,8 @@ def _build(path: Path, stage: bool):
     staging, so a tamper must meet the running replica, as it would in production."""
     driver = SqliteDriver("fixed", path, master_key=KEY)
     older = path.with_name(path.stem + "-older.db")
-    for key, sid in (("A", SID), ("B", SID2), ("C", SID3)):
-        _ok(driver, put(key, staged(sid), value=SECRETS[key]))
-    _ok(driver, begin(projects=PROJECTS))
-    _ok(driver, page([], project="p1"))
-    _ok(driver, page([], project="p2"))
-    _ok(driver, commit(versions=(("p1", 0), ("p2", 0))))
-    _ok(driver, delivery(rec("A", ref=staged(SID)), sequence=1, version=1))
-    _ok(driver, delivery(rec("B", ref=staged(SID2)), sequence=2, version=2))
+    for request in serving_a_and_b(SECRETS):
+        _ok(driver, request)
     if stage:
         _ok(driver, put("B", staged(SID3), value="secret-B-rotated"))
         _ok(driver, begin("a2", projects=PROJECTS))

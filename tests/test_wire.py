@@ -414,46 +414,22 @@ SEGMENT_PATHS = [
     "projectIds[0]",
 ]
 BAD_SEGMENTS = ["", ".lead", "a:b", "a/b", "a\n", "a" * 65, "a b"]
-
-
-@pytest.mark.parametrize("path", SEGMENT_PATHS)
-@pytest.mark.parametrize("value", BAD_SEGMENTS)
-def test_bad_segment(path: str, value: str) -> None:
-    parse, frame = broken(path, value)
-    assert_invalid(parse, frame, path, "must be a Segment")
-
-
 KEY_PATHS = ["page.records[0].key", "page.after", "apply.state.key", "state.key"]
 BAD_KEYS = ["", "1ABC", "A-B", "A.B", "A B", "A\n", "Ä", "A" * 129]
-
-
-@pytest.mark.parametrize("path", KEY_PATHS)
-@pytest.mark.parametrize("value", BAD_KEYS)
-def test_bad_key(path: str, value: str) -> None:
-    parse, frame = broken(path, value)
-    assert_invalid(parse, frame, path, "must be a Key")
-
-
 REASON_PATHS = ["page.records[0].binding.reason", "result.materialization.reason", "apply.state.binding.reason"]
 BAD_REASONS = ["", "Upper", "_lead", "1lead", "a-b", "a b", "a\n", "a" * 65]
-
-
-@pytest.mark.parametrize("path", REASON_PATHS)
-@pytest.mark.parametrize("value", BAD_REASONS)
-def test_bad_reason(path: str, value: str) -> None:
-    parse, frame = broken(path, value)
-    assert_invalid(parse, frame, path, "must be a Reason")
-
-
 STAGING_PATHS = ["page.records[0].head.valueRef.stagingId", "apply.state.head.valueRef.stagingId"]
 BAD_STAGING_IDS = [UUID.upper(), UUID.replace("-", ""), "{" + UUID + "}", UUID + "\n", UUID[:-1], UUID + "0", "x" * 36]
+#: Each string type: where it stands in the frames, and values that are not one.
+BAD_STRINGS = [("Segment", SEGMENT_PATHS, BAD_SEGMENTS), ("Key", KEY_PATHS, BAD_KEYS),
+               ("Reason", REASON_PATHS, BAD_REASONS), ("StagingId", STAGING_PATHS, BAD_STAGING_IDS)]
 
 
-@pytest.mark.parametrize("path", STAGING_PATHS)
-@pytest.mark.parametrize("value", BAD_STAGING_IDS)
-def test_bad_staging_id(path: str, value: str) -> None:
+@pytest.mark.parametrize("kind, path, value", [(kind, path, value) for kind, paths, values in BAD_STRINGS
+                                               for path in paths for value in values])
+def test_a_bad_string_is_named_with_its_type(kind: str, path: str, value: str) -> None:
     parse, frame = broken(path, value)
-    assert_invalid(parse, frame, path, "must be a StagingId")
+    assert_invalid(parse, frame, path, f"must be a {kind}")
 
 
 @pytest.mark.parametrize(

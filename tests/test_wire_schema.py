@@ -61,7 +61,7 @@ from envreplica.spec.domain import (
 )
 
 from budget import examples
-from schema_check import conforms
+from schema_check import conforms, places, put
 
 EXAMPLES = examples(ci=200, dev=30)
 NAMES = [node.ref for node in wire.DECLARED]
@@ -137,27 +137,6 @@ ODD = [None, True, False, 0, -1, 1, 1.0, 2.5, 2**53, -(2**53), "", "x", "A" * 12
        "0f8fad5b-d9cb-469f-a165-70867728950e", [], [1], {}, {"kind": "omit"}, {"kind": "legacy", "ssmVersion": 1}]
 
 
-def _places(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[tuple[Any, ...], Any]]:
-    yield path, value
-    if isinstance(value, dict):
-        for key, item in value.items():
-            yield from _places(item, path + (key,))
-    elif isinstance(value, list):
-        for i, item in enumerate(value):
-            yield from _places(item, path + (i,))
-
-
-def _put(root: Any, path: tuple[Any, ...], value: Any) -> Any:
-    if not path:
-        return value
-    out = json.loads(json.dumps(root))
-    target = out
-    for step in path[:-1]:
-        target = target[step]
-    target[path[-1]] = value
-    return out
-
-
 def _changes(here: Any) -> list[Any]:
     """What a break may put in place of ``here``."""
     changes: list[Any] = list(ODD)
@@ -172,8 +151,8 @@ def _changes(here: Any) -> list[Any]:
 @st.composite
 def broken(draw: Any, value: Any) -> Any:
     """``value`` with one place replaced by one of ``_changes``."""
-    path, here = draw(st.sampled_from(list(_places(value))))
-    return _put(value, path, draw(st.sampled_from(_changes(here))))
+    path, here = draw(st.sampled_from(list(places(value))))
+    return put(value, path, draw(st.sampled_from(_changes(here))))
 
 
 # ---------------------------------------------------------------------------

@@ -40,18 +40,27 @@ def _unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
-@lru_cache(maxsize=None)
-def _node_problem() -> Optional[str]:
+def node_problem(kit: str, oldest: tuple[int, int], package: Path, why: str = "") -> Optional[str]:
+    """What keeps ``kit``'s tests from running (the kit named in words): no Node.js, one older than ``oldest``
+    (``why`` it needs that one), or the kit's packages not installed (``package``, one of them, the kit's
+    ``node_modules/NAME``, is not there);
+    None when nothing does. The TypeScript kit's and the JavaScript kit's."""
+    want = ".".join(str(n) for n in oldest) if oldest[1] else str(oldest[0])
     node = shutil.which("node")
     if node is None:
-        return "Node.js is not installed: the TypeScript kit's tests need Node 20 or newer (make test installs the kit)"
+        return f"Node.js is not installed: {kit} needs Node {want} or newer (make test installs it)"
     version = subprocess.run([node, "--version"], capture_output=True, text=True).stdout.strip()
-    match = re.match(r"v(\d+)\.", version)
-    if match is None or int(match.group(1)) < 20:
-        return f"Node.js {version or '(unknown version)'} is too old: the TypeScript kit needs Node 20 or newer"
-    if not (KIT / "node_modules" / "esbuild").is_dir():
-        return f"the TypeScript kit's packages are not installed: run `npm ci` in {KIT} (make test does)"
+    match = re.match(r"v(\d+)\.(\d+)\.", version)
+    if match is None or (int(match.group(1)), int(match.group(2))) < oldest:
+        return f"Node.js {version or '(unknown version)'} is too old: {kit} needs Node {want} or newer{why}"
+    if not package.is_dir():
+        return f"{kit}'s packages are not installed: run `npm ci` in {package.parents[1]} (make test does)"
     return None
+
+
+@lru_cache(maxsize=None)
+def _node_problem() -> Optional[str]:
+    return node_problem("the TypeScript kit", (20, 0), KIT / "node_modules" / "esbuild")
 
 
 @lru_cache(maxsize=None)

@@ -34,9 +34,11 @@ from __future__ import annotations
 import enum
 import random
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Sequence
 
+from envreplica.conformance.concurrent.history import History, Op
 from envreplica.conformance.replica.records import record, staging_id
+from envreplica.model.state import State
 from envreplica.model.store import staged_envelope
 
 __all__ = ["BatchOp", "Scenario", "ScenarioKind", "generate_scenario", "KINDS", "THREAD_KINDS"]
@@ -88,6 +90,16 @@ class Scenario:
 
     def without_op(self, position: int) -> "Scenario":
         return Scenario(self.kind, self.setup, self.batch[:position] + self.batch[position + 1:])
+
+    def history(self, variant: str, setup_responses: Sequence[dict], ops: Sequence[Op], final_state: Optional[State],
+                readback_error: Optional[str], processes: int, earlier: int, unit: str = "process") -> History:
+        """What one run of this scenario did (the threads' or the worker processes'): its setup and the answers to
+        it, the batch's ``ops`` (put in the batch's order), the replica read back after it (or why it could not
+        be), and who ran it."""
+        return History(variant=variant, scenario=self.kind.value, setup=tuple(self.setup),
+                       setup_responses=tuple(setup_responses), ops=tuple(sorted(ops, key=lambda op: op.index)),
+                       final_state=final_state, readback_error=readback_error, processes=processes, earlier=earlier,
+                       unit=unit)
 
     def without_setup(self, position: int) -> "Scenario":
         return Scenario(self.kind, self.setup[:position] + self.setup[position + 1:], self.batch)
@@ -258,11 +270,14 @@ def _on(processes: list[int], rng: random.Random) -> int:
     return rng.choice(processes)
 
 
-def _warm(cloud: _Cloud, rng: random.Random, most: int) -> None:
-    """Serve the replica, then consume up to ``most`` deliveries."""
+def _warm(cloud: _Cloud, rng: random.Random, most: int, stage: bool = False) -> None:
+    """Serve the replica, then consume up to ``most`` deliveries; with ``stage``, three times in ten a value is
+    staged next (a changed one half the time), for the batch's delivery to read."""
     cloud.activate()
     for _ in range(rng.randint(0, most)):
         cloud.deliver()
+    if stage and rng.random() < 0.3:
+        cloud.stage(change=rng.random() < 0.5)
 
 
 def _maybe_third(batch: list[BatchOp], rng: random.Random, delivery: dict, again: float, read: float,
@@ -277,9 +292,7 @@ def _maybe_third(batch: list[BatchOp], rng: random.Random, delivery: dict, again
 
 
 def _delivery_race(cloud: _Cloud, rng: random.Random) -> list[BatchOp]:
-    _warm(cloud, rng, 2)
-    if rng.random() < 0.3:
-        cloud.stage(change=rng.random() < 0.5)
+    _warm(cloud, rng, 2, stage=True)
     frame = cloud.next_delivery()
     copies = rng.choice((2, 2, 3))
     batch = [BatchOp(p, frame, _delay(rng, 150)) for p in range(copies)]
@@ -337,9 +350,7 @@ def _page_vs_begin(cloud: _Cloud, rng: random.Random) -> list[BatchOp]:
 
 
 def _delivery_vs_close(cloud: _Cloud, rng: random.Random) -> list[BatchOp]:
-    _warm(cloud, rng, 1)
-    if rng.random() < 0.3:
-        cloud.stage(change=rng.random() < 0.5)
+    _warm(cloud, rng, 1, stage=True)
     delivery = cloud.next_delivery()
     batch = [BatchOp(0, delivery, _delay(rng, 200)), BatchOp(1, {"op": "close"}, _delay(rng, 900))]
     return _maybe_third(batch, rng, delivery, 0.3, 0.7, 300)

@@ -130,7 +130,6 @@ class ThreadPool:
             raise HarnessError(errors[0])
         ops = [Op(index, i, scenario.batch[index].request, answer, call, returned)
                for i in range(self.size) for index, call, returned, answer in results[i]]
-        ops.sort(key=lambda op: op.index)
         final_state: Optional[State] = None
         readback_error: Optional[str] = None
         try:
@@ -138,18 +137,8 @@ class ThreadPool:
         except Exception as error:  # a corrupt or tampered file is a finding, not a harness failure
             readback_error = f"{type(error).__name__}: {error}"
         self.histories += 1
-        return History(
-            variant=self.variant,
-            scenario=scenario.kind.value,
-            setup=tuple(scenario.setup),
-            setup_responses=tuple(setup_responses),
-            ops=tuple(ops),
-            final_state=final_state,
-            readback_error=readback_error,
-            processes=scenario.processes,
-            earlier=self.histories - 1,
-            unit="thread",
-        )
+        return scenario.history(self.variant, setup_responses, ops, final_state, readback_error,
+                                processes=scenario.processes, earlier=self.histories - 1, unit="thread")
 
     def close(self) -> None:
         driver, self.driver = self.driver, None

@@ -328,19 +328,9 @@ class WorkerPool:
         except HarnessError:
             self.close()
             raise
-        ops.sort(key=lambda op: op.index)
         self.histories += 1
-        return History(
-            variant=self.variant,
-            scenario=scenario.kind.value,
-            setup=tuple(scenario.setup),
-            setup_responses=tuple(setup_responses),
-            ops=tuple(ops),
-            final_state=payload if kind == "state" else None,
-            readback_error=payload if kind == "error" else None,
-            processes=used,
-            earlier=self.histories - 1,
-        )
+        return scenario.history(self.variant, setup_responses, ops, payload if kind == "state" else None,
+                                payload if kind == "error" else None, processes=used, earlier=self.histories - 1)
 
     def close(self) -> None:
         """Stop every worker (asked first; those that do not stop within 5 s are terminated)."""

@@ -4,6 +4,8 @@
 // same ways: `--help` prints its help on standard output and exits 0; a bad option, a missing one or a value it
 // cannot take is ONE line on standard error, `<command>: <what is wrong>; <usage>`, and exit status 2, never a
 // stack trace.
+import fs from "node:fs";
+import path from "node:path";
 import { parseArgs } from "node:util";
 
 /** An option that cannot be taken as given (the command ends with one line and exit status 2). */
@@ -27,6 +29,29 @@ export function readCommandLine(argv, { options, usage, help, positionals = fals
         process.exit(0);
     }
     return parsed;
+}
+
+/**
+ * `--source`'s `value`, resolved: the seed's module an adapter runs, `file` in words. A `UsageError` when it is
+ * missing (with `usage`), an empty path, not there, or not a file.
+ */
+export function sourceFile(value, file, usage) {
+    if (value === undefined)
+        throw new UsageError(`--source is required: name ${file}; ${usage}`);
+    if (value === "")
+        throw new UsageError(`--source is an empty path; name ${file}`);
+    const source = path.resolve(value);
+    let stat;
+    try {
+        stat = fs.statSync(source);
+    }
+    catch (error) {
+        throw new UsageError(`--source ${source}: ${error.code === "ENOENT" ? "no such file" : error.message}; `
+            + `name ${file} (envreplica-extract-migration-seed writes the seed's)`);
+    }
+    if (!stat.isFile())
+        throw new UsageError(`--source ${source} is not a file; name ${file}`);
+    return source;
 }
 
 /** `run()` (a command's body), with a `UsageError` said in one line on standard error and exit status 2. */

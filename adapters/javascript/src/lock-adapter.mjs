@@ -17,7 +17,7 @@ import { spawn } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { UsageError, command, readCommandLine } from "./cli.mjs";
+import { UsageError, command, readCommandLine, sourceFile } from "./cli.mjs";
 import { AdapterError, Lines, guard, serve } from "./jsonl.mjs";
 import { KIT } from "./register.mjs";
 
@@ -50,19 +50,7 @@ export function readOptions(argv) {
     const { values } = readCommandLine(argv, {
         options: { source: { type: "string" }, scratch: { type: "string" } }, usage: USAGE, help: HELP,
     });
-    if (!values.source)
-        throw new UsageError(`--source is required: name the lock's storage/projection-lock.js; ${USAGE}`);
-    const source = path.resolve(values.source);
-    let stat;
-    try {
-        stat = fs.statSync(source);
-    }
-    catch (error) {
-        throw new UsageError(`--source ${source}: ${error.code === "ENOENT" ? "no such file" : error.message}; `
-            + "name the lock's storage/projection-lock.js (envreplica-extract-migration-seed writes the seed's)");
-    }
-    if (!stat.isFile())
-        throw new UsageError(`--source ${source} is not a file; name the lock's storage/projection-lock.js`);
+    const source = sourceFile(values.source, "the lock's storage/projection-lock.js", USAGE);
     if (values.scratch === "")
         throw new UsageError("--scratch is an empty path; name a directory, or leave --scratch out");
     const shm = "/dev/shm";

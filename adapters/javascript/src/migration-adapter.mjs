@@ -10,7 +10,7 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { pathToFileURL } from "node:url";
-import { UsageError, command, readCommandLine } from "./cli.mjs";
+import { UsageError, command, readCommandLine, sourceFile } from "./cli.mjs";
 import { AdapterError, Lines, guard, serve } from "./jsonl.mjs";
 import { KIT, registerSeed } from "./register.mjs";
 import { FINAL, STEPS } from "./stepper.mjs";
@@ -40,21 +40,7 @@ export function readOptions(argv) {
         options: { source: { type: "string" }, scratch: { type: "string" } },
         usage: USAGE, help: HELP,
     });
-    if (values.source === undefined)
-        throw new UsageError(`--source is required: name the migration's storage/paired-writer-migration.js; ${USAGE}`);
-    if (values.source === "")
-        throw new UsageError("--source is an empty path; name the migration's storage/paired-writer-migration.js");
-    const source = path.resolve(values.source);
-    let stat;
-    try {
-        stat = fs.statSync(source);
-    }
-    catch (error) {
-        throw new UsageError(`--source ${source}: ${error.code === "ENOENT" ? "no such file" : error.message}; `
-            + "name the migration's storage/paired-writer-migration.js (envreplica-extract-migration-seed writes the seed's)");
-    }
-    if (!stat.isFile())
-        throw new UsageError(`--source ${source} is not a file; name the migration's storage/paired-writer-migration.js`);
+    const source = sourceFile(values.source, "the migration's storage/paired-writer-migration.js", USAGE);
     if (values.scratch === "")
         throw new UsageError("--scratch is an empty path; name a directory, or leave --scratch out");
     return { source, scratch: values.scratch };
