@@ -107,8 +107,6 @@ class OperatorEdges:
     def __init__(self, cfg: ml.LockBounds, canonical: Callable[[ml.LockState], ml.LockState]) -> None:
         self.cfg, self.canonical = cfg, canonical
         self.edges: dict[ml.LockState, tuple[int, list[ml.LockState]]] = {}  # representative -> (chosen, found)
-        self.recorded = 0  # successors found in the search's transitions
-        self.computed = 0  # successors computed for the closure
         self._waiting: dict[int, ml.LockState] = {}  # id of a discovered state not yet expanded -> representative
         self._expanding: Optional[ml.LockState] = None  # the state the search expands now
         self._chosen: list[ml.Action] = []  # its operator's actions
@@ -127,11 +125,8 @@ class OperatorEdges:
     def successors(self, st: ml.LockState) -> list[ml.LockState]:
         edges = self.edges.get(st)
         if edges is not None and len(edges[1]) == edges[0]:
-            self.recorded += edges[0]
             return edges[1]
-        found = operator_successors(self.cfg, self.canonical, st)
-        self.computed += len(found)
-        return found
+        return operator_successors(self.cfg, self.canonical, st)
 
 
 def _remember_last(canonical: Callable[[ml.LockState], ml.LockState]) -> Callable[[ml.LockState], ml.LockState]:
